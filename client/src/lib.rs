@@ -1,0 +1,1 @@
+//! Sluice page client.

@@ -1,0 +1,230 @@
+//! Configuration: budgets (what the remote API allows), lanes and retries.
+//!
+//! A budget is the unit of rate limiting: one per remote quota (`github:core`,
+//! `hubspot:acct-17`), never one per queue, because the server counts every request against the
+//! same quota whichever tab or queue sent it.
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+use crate::job::Lane;
+use crate::time::DurationMs;
+
+/// "At most `limit` starts in any `length_ms` window."
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Window {
+    pub limit: u32,
+    pub length_ms: DurationMs,
+}
+
+/// How the limiter counts; choose the one that mirrors the server.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum Algorithm {
+    /// Exact log of recent starts: no window placement ever sees more than the limit.
+    #[default]
+    SlidingLog,
+    /// Burst up to the limit, refilled continuously.
+    TokenBucket,
+    /// Leaky-bucket meter (GCRA): evenly spaced starts with a burst tolerance of the limit.
+    Gcra,
+    /// Counter reset at fixed boundaries, aligned to the server's reported reset when known.
+    FixedWindow,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct BudgetConfig {
+    pub name: String,
+    /// All enforced together, e.g. 10 per second AND 5,000 per hour.
+    pub windows: Vec<Window>,
+    /// Most requests in flight at once.
+    pub concurrency: u32,
+    pub algorithm: Algorithm,
+    /// URL prefixes this budget covers, for jobs that do not name a budget.
+    pub match_prefixes: Vec<String>,
+    /// Share of the limit to aim for, in (0, 1]. Below 1 the limiter stretches each window a
+    /// little, which absorbs the jitter between when we start a request and when the server
+    /// counts its arrival (see `limiter`).
+    pub target_utilization: f64,
+}
+
+impl Default for BudgetConfig {
+    fn default() -> Self {
+        Self {
+            name: String::new(),
+            windows: vec![],
+            concurrency: 4,
+            algorithm: Algorithm::SlidingLog,
+            match_prefixes: vec![],
+            target_utilization: 0.98,
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct RetryConfig {
+    /// Attempts per job, the first included (429s are not counted).
+    pub max_attempts: u32,
+    pub base_delay_ms: DurationMs,
+    pub max_delay_ms: DurationMs,
+    /// Retries allowed per request, as a share (0.1: about one retry per ten requests).
+    pub retry_ratio: f64,
+    /// Retries always allowed however few requests there were.
+    pub retry_reserve: f64,
+    /// Pause after a 429 that names no time.
+    pub default_pause_ms: DurationMs,
+    /// Longest an attempt may take before it counts as a timeout (carried out by the worker).
+    pub timeout_ms: DurationMs,
+}
+
+impl Default for RetryConfig {
+    fn default() -> Self {
+        Self {
+            max_attempts: 3,
+            base_delay_ms: 500,
+            max_delay_ms: 30_000,
+            retry_ratio: 0.1,
+            retry_reserve: 10.0,
+            default_pause_ms: 1_000,
+            timeout_ms: 15_000,
+        }
+    }
+}
+
+/// How long a job may wait in each lane before it is served as one lane higher.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct AgingConfig {
+    pub bulk_ms: DurationMs,
+    pub background_ms: DurationMs,
+}
+
+impl Default for AgingConfig {
+    fn default() -> Self {
+        Self {
+            bulk_ms: 10_000,
+            background_ms: 30_000,
+        }
+    }
+}
+
+impl AgingConfig {
+    /// How long a job of `lane` waits per lane it rises; interactive jobs are already on top.
+    pub fn step(&self, lane: Lane) -> Option<DurationMs> {
+        match lane {
+            Lane::Interactive => None,
+            Lane::Bulk => Some(self.bulk_ms.max(1)),
+            Lane::Background => Some(self.background_ms.max(1)),
+        }
+    }
+
+    /// The longest a job of `lane` can be kept waiting by jobs of higher lanes: it rises one
+    /// lane per step until it ranks above any fresh interactive job.
+    pub fn bound(&self, lane: Lane) -> Option<DurationMs> {
+        self.step(lane).map(|s| s * (lane.rank() as u64 + 1))
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct EngineConfig {
+    pub budgets: Vec<BudgetConfig>,
+    pub retry: RetryConfig,
+    pub aging: AgingConfig,
+    /// Done jobs are forgotten this long after they finished.
+    pub retention_ms: DurationMs,
+    /// Largest request body accepted, in bytes.
+    pub max_body_bytes: usize,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        Self {
+            budgets: vec![],
+            retry: RetryConfig::default(),
+            aging: AgingConfig::default(),
+            retention_ms: 3_600_000,
+            max_body_bytes: 1 << 20,
+        }
+    }
+}
+
+/// A configuration that cannot work, with what to change.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ConfigError(pub String);
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "invalid configuration: {}", self.0)
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+impl BudgetConfig {
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let err = |m: String| Err(ConfigError(m));
+        if self.name.trim().is_empty() {
+            return err("a budget needs a name".into());
+        }
+        if self.windows.is_empty() {
+            return err(format!(
+                "budget '{}' needs at least one window, e.g. {{limit: 10, lengthMs: 1000}}",
+                self.name
+            ));
+        }
+        for w in &self.windows {
+            if w.limit == 0 || w.length_ms == 0 {
+                return err(format!(
+                    "budget '{}': a window needs a limit and a length above 0 (got {} per {} ms)",
+                    self.name, w.limit, w.length_ms
+                ));
+            }
+        }
+        if self.concurrency == 0 {
+            return err(format!("budget '{}': concurrency must be at least 1", self.name));
+        }
+        if !(self.target_utilization > 0.0 && self.target_utilization <= 1.0) {
+            return err(format!(
+                "budget '{}': targetUtilization must be in (0, 1], got {}",
+                self.name, self.target_utilization
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl EngineConfig {
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let mut names = std::collections::HashSet::new();
+        for b in &self.budgets {
+            b.validate()?;
+            if !names.insert(b.name.as_str()) {
+                return Err(ConfigError(format!("budget '{}' is defined twice", b.name)));
+            }
+        }
+        if self.retry.max_attempts == 0 {
+            return Err(ConfigError("retry.maxAttempts must be at least 1".into()));
+        }
+        Ok(())
+    }
+
+    /// The budget a URL falls under: the longest matching prefix wins.
+    pub fn budget_for_url(&self, url: &str) -> Option<&BudgetConfig> {
+        self.budgets
+            .iter()
+            .filter_map(|b| {
+                b.match_prefixes
+                    .iter()
+                    .filter(|p| url.starts_with(p.as_str()))
+                    .map(|p| p.len())
+                    .max()
+                    .map(|len| (len, b))
+            })
+            .max_by_key(|(len, _)| *len)
+            .map(|(_, b)| b)
+    }
+}

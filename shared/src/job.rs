@@ -1,0 +1,339 @@
+//! The job model: one HTTP action a page handed to Sluice, and the legal moves of its state.
+//!
+//! A job is the unit that is persisted, scheduled, sent and reported. Its state changes only
+//! through [`Job::transition`], which refuses illegal moves with a typed error: a cancelled job
+//! must never be retried by accident and a done job must never be sent again, whatever order
+//! messages arrive in after a restart.
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+use crate::time::Millis;
+
+pub type JobId = String;
+
+/// Which queue a job waits in. Declared from most to least urgent; the order is the priority.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum Lane {
+    /// A person is waiting for this (one edit, a chat message).
+    Interactive,
+    /// Many jobs started together (a bulk edit).
+    #[default]
+    Bulk,
+    /// Nobody is waiting (a periodic refresh).
+    Background,
+}
+
+impl Lane {
+    pub const ALL: [Lane; 3] = [Lane::Interactive, Lane::Bulk, Lane::Background];
+
+    /// 0 for interactive, 1 for bulk, 2 for background.
+    pub fn rank(self) -> i64 {
+        match self {
+            Lane::Interactive => 0,
+            Lane::Bulk => 1,
+            Lane::Background => 2,
+        }
+    }
+
+    pub fn index(self) -> usize {
+        self.rank() as usize
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Lane::Interactive => "interactive",
+            Lane::Bulk => "bulk",
+            Lane::Background => "background",
+        }
+    }
+}
+
+/// What the action does to the remote record; it decides coalescing and idempotency.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum JobKind {
+    /// Makes a record: not idempotent by itself, so every attempt carries one idempotency key.
+    Create,
+    /// Changes fields of a record: later patches to the same key may merge into an unsent one.
+    Patch,
+    /// Removes a record.
+    Delete,
+    /// Anything else: never merged.
+    #[default]
+    Custom,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum JobState {
+    Queued,
+    Sending,
+    RetryWait,
+    Done,
+    Failed,
+    Cancelled,
+}
+
+impl JobState {
+    pub const ALL: [JobState; 6] = [
+        JobState::Queued,
+        JobState::Sending,
+        JobState::RetryWait,
+        JobState::Done,
+        JobState::Failed,
+        JobState::Cancelled,
+    ];
+
+    /// Done and cancelled are final; failed is final unless the user asks for a retry.
+    pub fn is_terminal(self) -> bool {
+        matches!(self, JobState::Done | JobState::Failed | JobState::Cancelled)
+    }
+
+    /// Waiting to be sent (now or later).
+    pub fn is_waiting(self) -> bool {
+        matches!(self, JobState::Queued | JobState::RetryWait)
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            JobState::Queued => "queued",
+            JobState::Sending => "sending",
+            JobState::RetryWait => "retry-wait",
+            JobState::Done => "done",
+            JobState::Failed => "failed",
+            JobState::Cancelled => "cancelled",
+        }
+    }
+
+    /// The legal moves. Anything not listed is a bug somewhere upstream and is refused.
+    pub fn can_move_to(self, to: JobState) -> bool {
+        use JobState::*;
+        matches!(
+            (self, to),
+            (Queued, Sending)
+                | (Queued, Cancelled)
+                | (Queued, Failed) // the retry budget ran out before it could be tried again
+                | (Sending, Done)
+                | (Sending, Failed)
+                | (Sending, RetryWait)
+                | (Sending, Queued) // a 429, or an unknown outcome after a restart
+                | (RetryWait, Queued)
+                | (RetryWait, Sending)
+                | (RetryWait, Cancelled)
+                | (RetryWait, Failed)
+                | (Failed, Queued) // the user asked for a retry
+        )
+    }
+}
+
+impl fmt::Display for JobState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// An attempted state change that the state machine does not allow.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IllegalTransition {
+    pub job: JobId,
+    pub from: JobState,
+    pub to: JobState,
+}
+
+impl fmt::Display for IllegalTransition {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "job {} cannot go from {} to {}", self.job, self.from, self.to)
+    }
+}
+
+impl std::error::Error for IllegalTransition {}
+
+/// Why a job did not succeed, kept for the user.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobError {
+    /// The HTTP status, if a response arrived.
+    pub status: Option<u16>,
+    /// The server's message or a description of what went wrong.
+    pub message: String,
+}
+
+/// What a page asks to have sent. Everything else about a job is decided by Sluice.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(default, rename_all = "camelCase")]
+pub struct JobSpec {
+    /// The budget name; empty means "the budget whose match rules cover the URL".
+    pub budget: String,
+    pub lane: Lane,
+    /// Jobs with the same key run one at a time in the order they were enqueued.
+    pub key: Option<String>,
+    pub kind: JobKind,
+    /// Defaults to GET when empty.
+    pub method: String,
+    pub url: String,
+    pub headers: Vec<(String, String)>,
+    pub body: Option<String>,
+    pub group_id: Option<String>,
+}
+
+/// What the server said about a finished attempt, kept with a done job for its callers.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct JobOutcome {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: String,
+}
+
+/// A job as stored and scheduled.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Job {
+    pub id: JobId,
+    pub budget: String,
+    pub lane: Lane,
+    pub key: Option<String>,
+    pub kind: JobKind,
+    pub method: String,
+    pub url: String,
+    pub headers: Vec<(String, String)>,
+    pub body: Option<String>,
+    /// Fixed at enqueue and sent with every attempt of a create.
+    pub idempotency_key: String,
+    pub state: JobState,
+    /// Attempts that reached a verdict; 429s are not counted (they are the budget's fault).
+    pub attempts: u32,
+    /// Not to be started before this instant (backoff).
+    pub not_before: Millis,
+    pub enqueued_at: Millis,
+    /// How many later patches were merged into this one.
+    pub coalesced: u32,
+    /// Other callers' job ids that were folded into this job and share its result.
+    #[serde(default)]
+    pub merged_ids: Vec<JobId>,
+    pub group_id: Option<String>,
+    pub last_error: Option<JobError>,
+    /// The final response of a done job.
+    #[serde(default)]
+    pub outcome: Option<JobOutcome>,
+    /// When it reached a terminal state (for retention).
+    #[serde(default)]
+    pub finished_at: Option<Millis>,
+    /// When its current attempt started (while sending).
+    #[serde(default)]
+    pub started_at: Option<Millis>,
+    /// Enqueue order, to break ties between jobs enqueued in the same millisecond.
+    #[serde(default)]
+    pub seq: u64,
+}
+
+impl Job {
+    /// Applies a state change if the state machine allows it.
+    pub fn transition(&mut self, to: JobState) -> Result<(), IllegalTransition> {
+        if self.state.can_move_to(to) {
+            self.state = to;
+            Ok(())
+        } else {
+            Err(IllegalTransition {
+                job: self.id.clone(),
+                from: self.state,
+                to,
+            })
+        }
+    }
+
+    /// GET, HEAD, PUT, DELETE and OPTIONS mean the same thing however often they are sent.
+    pub fn is_idempotent_method(&self) -> bool {
+        matches!(
+            self.method.as_str(),
+            "GET" | "HEAD" | "PUT" | "DELETE" | "OPTIONS"
+        )
+    }
+
+    /// The headers to send on every attempt: the job's own plus, for a create, its key.
+    pub fn request_headers(&self) -> Vec<(String, String)> {
+        let mut headers = self.headers.clone();
+        if self.kind == JobKind::Create
+            && !headers
+                .iter()
+                .any(|(n, _)| n.eq_ignore_ascii_case("idempotency-key"))
+        {
+            headers.push(("Idempotency-Key".into(), self.idempotency_key.clone()));
+        }
+        headers
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn job(state: JobState) -> Job {
+        Job {
+            id: "j".into(),
+            budget: "b".into(),
+            lane: Lane::Bulk,
+            key: None,
+            kind: JobKind::Create,
+            method: "POST".into(),
+            url: "https://api.example/x".into(),
+            headers: vec![],
+            body: None,
+            idempotency_key: "k".into(),
+            state,
+            attempts: 0,
+            not_before: 0,
+            enqueued_at: 0,
+            coalesced: 0,
+            merged_ids: vec![],
+            group_id: None,
+            last_error: None,
+            outcome: None,
+            finished_at: None,
+            started_at: None,
+            seq: 0,
+        }
+    }
+
+    #[test]
+    fn cancelled_is_never_retried_and_done_never_goes_back() {
+        for to in JobState::ALL {
+            assert!(job(JobState::Cancelled).transition(to).is_err(), "cancelled -> {to}");
+            assert!(job(JobState::Done).transition(to).is_err(), "done -> {to}");
+        }
+    }
+
+    #[test]
+    fn illegal_transition_is_a_typed_error() {
+        let err = job(JobState::Done).transition(JobState::Sending).unwrap_err();
+        assert_eq!(err.from, JobState::Done);
+        assert_eq!(err.to, JobState::Sending);
+        assert_eq!(err.to_string(), "job j cannot go from done to sending");
+    }
+
+    #[test]
+    fn failed_can_be_retried() {
+        let mut j = job(JobState::Failed);
+        assert!(j.transition(JobState::Queued).is_ok());
+    }
+
+    #[test]
+    fn creates_carry_their_idempotency_key() {
+        let j = job(JobState::Queued);
+        assert!(j
+            .request_headers()
+            .contains(&("Idempotency-Key".to_string(), "k".to_string())));
+        let mut p = job(JobState::Queued);
+        p.kind = JobKind::Patch;
+        assert!(p.request_headers().is_empty());
+    }
+
+    #[test]
+    fn states_serialize_kebab_case() {
+        assert_eq!(
+            serde_json::to_string(&JobState::RetryWait).unwrap(),
+            "\"retry-wait\""
+        );
+    }
+}

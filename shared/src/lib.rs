@@ -1,0 +1,18 @@
+//! Sluice's engine, sans-IO.
+//!
+//! Everything that decides *what* to send and *when* lives here, as pure Rust with no browser
+//! types, no clock reads and no I/O. The service worker feeds it events (`enqueue`, responses,
+//! cancels) with the current time and carries out what it asks for (`poll_transmit`), arming a
+//! single timer for `poll_timeout`. The same code runs natively under `cargo test` and in the
+//! simulator, where a fake clock drives hours of traffic in milliseconds.
+
+pub mod config;
+pub mod headers;
+pub mod job;
+pub mod limiter;
+pub mod random;
+pub mod time;
+
+pub use config::{Algorithm, BudgetConfig, EngineConfig, Window};
+pub use job::{Job, JobId, JobKind, JobSpec, JobState, Lane};
+pub use time::Millis;

@@ -1,0 +1,1 @@
+//! Sluice service worker (see issue: built on the engine in `sluice-shared`).
