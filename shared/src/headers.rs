@@ -1,8 +1,39 @@
-//! Header adapters: what the server said about its rate limit. (Interface fixed; in progress.)
+//! Header adapters: what the server said about its rate limit.
+//!
+//! Servers describe the same few facts (how many requests, how many left, when it resets, how
+//! long to back off) in half a dozen spellings. Each adapter below reads one spelling and yields
+//! the one `Quota` shape, so the engine never has to know which vendor it is talking to.
+//!
+//! Everything here reads text from the network, so nothing may panic: numbers are parsed by hand
+//! (no floats, no signs), arithmetic saturates, and every duration is capped before it leaves.
+
+use std::cmp::Ordering;
+use std::time::UNIX_EPOCH;
 
 use serde::{Deserialize, Serialize};
 
 use crate::time::{DurationMs, Millis};
+
+/// The longest wait (`retry_after_ms`, `reset_after_ms`) a response can impose. A server that
+/// asks for more is more likely confused (or a misread epoch) than serious, and a queue parked
+/// for a week looks broken; after a day we simply ask again.
+pub const MAX_WAIT_MS: DurationMs = 24 * 60 * 60 * 1000;
+
+/// The longest quota window we believe. Monthly quotas are real, so this is longer than
+/// `MAX_WAIT_MS`; a longer window is dropped rather than clamped, because a clamped window would
+/// overstate the allowed rate (limit / window) that the limiter is retuned to.
+pub const MAX_WINDOW_MS: DurationMs = 31 * 24 * 60 * 60 * 1000;
+
+/// A reset of this many "seconds" or more is an epoch timestamp: as a delta it would be 31
+/// years, and as an epoch it is 2001, before any server that sends these headers.
+const EPOCH_SECONDS_FROM: u64 = 1_000_000_000;
+
+/// Likewise for epoch milliseconds: as epoch seconds this would be the year 33658.
+const EPOCH_MILLIS_FROM: u64 = 1_000_000_000_000;
+
+/// Shopify's REST bucket drains at 2 calls per second (standard plans); the header gives only
+/// the fill level, so the leak rate is what turns it into a window and a reset.
+const SHOPIFY_LEAK_PER_SECOND: u64 = 2;
 
 /// One shape for every vendor's rate-limit headers.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -30,6 +61,1308 @@ pub struct ServerSignal {
 /// Reads a response's status and headers (names in any case). `now` is when the response
 /// arrived on the client's clock. Malformed headers are ignored, never fatal.
 pub fn read_signal(status: u16, headers: &[(String, String)], now: Millis) -> ServerSignal {
-    let _ = (status, headers, now);
-    ServerSignal::default()
+    let h = Headers(headers);
+    let server_date = server_date(&h);
+    // Absolute times in headers are written on the server's clock, so they are measured from
+    // the server's "now" when it told us; the client's clock is only the fallback.
+    let base = server_date.unwrap_or(now);
+    let retry_after = retry_after(&h, server_date, now);
+
+    let policies = ietf_policies(&h);
+    // Priority order: the IETF fields are the standard and the most precise (they name the
+    // policy), X-RateLimit is the de-facto convention, Shopify's fill level is the vaguest.
+    let quotas = [
+        ietf_ratelimit_field(&h, &policies, base),
+        ietf_draft_counters(&h, &policies, base),
+        ietf_policies_alone(&policies),
+        x_ratelimit(&h, base),
+        shopify(&h),
+    ];
+    let mut matched = quotas.iter().flatten();
+    let quota = matched.next().cloned();
+
+    // A 403 is normally "forbidden, don't retry", but GitHub (and imitators) answer an
+    // exhausted quota with 403 rather than 429; treating that as permanent would drop jobs
+    // that only needed to wait. Any adapter's exhausted quota counts, not just the winner's.
+    let exhausted = quotas.iter().flatten().any(|q| q.remaining == Some(0));
+    let rate_limited = match status {
+        429 => true,
+        // 503 alone is an outage; with Retry-After the server is shedding load on purpose.
+        503 => retry_after.is_some(),
+        // GitHub's secondary limits come as 403 with Retry-After.
+        403 => retry_after.is_some() || exhausted,
+        _ => false,
+    };
+
+    let retry_after_ms = retry_after.or_else(|| {
+        if !rate_limited {
+            return None;
+        }
+        // Told to stop but not for how long: the quota's reset is the server's own answer.
+        // The exhausted quota's reset is the one that matters, if several were reported.
+        quotas
+            .iter()
+            .flatten()
+            .find(|q| q.remaining == Some(0) && q.reset_after_ms.is_some())
+            .or_else(|| quotas.iter().flatten().find(|q| q.reset_after_ms.is_some()))
+            .and_then(|q| q.reset_after_ms)
+    });
+
+    ServerSignal {
+        rate_limited,
+        retry_after_ms,
+        quota,
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Adapters
+// ---------------------------------------------------------------------------------------------
+
+/// The server's `Date`, in epoch milliseconds.
+///
+/// Why: client clocks are often minutes off. Every absolute time a server sends (an HTTP-date
+/// `Retry-After`, an epoch reset) is on the server's clock, so subtracting the server's own
+/// `Date` gives the duration it meant, whatever our clock says.
+fn server_date(h: &Headers) -> Option<Millis> {
+    h.first_parsed("date", parse_http_date_ms)
+}
+
+/// `Retry-After`: delta-seconds or an HTTP-date (RFC 9110 §10.2.3).
+///
+/// Why: it is the server's explicit instruction and beats anything inferred from quotas. The
+/// delta form is immune to clock skew; the date form is measured from the server's `Date`
+/// (see `server_date`) and only from our clock when the server gave none.
+fn retry_after(h: &Headers, server_date: Option<Millis>, now: Millis) -> Option<DurationMs> {
+    h.first_parsed("retry-after", |v| {
+        if let Some(ms) = parse_seconds_ms(v) {
+            return Some(ms.min(MAX_WAIT_MS));
+        }
+        let at = parse_http_date_ms(v)?;
+        // A date already past means "now", not a negative wait.
+        Some(
+            at.saturating_sub(server_date.unwrap_or(now))
+                .min(MAX_WAIT_MS),
+        )
+    })
+}
+
+/// `RateLimit: "default";r=50;t=30` (current IETF draft) and the older combined dictionary
+/// `RateLimit: limit=100, remaining=50, reset=5`.
+///
+/// Why: this field carries the live state; it names the policy it refers to, so the limit and
+/// window come from the matching `RateLimit-Policy` entry. When it names several, the one that
+/// will block us first is the one to respect.
+fn ietf_ratelimit_field(h: &Headers, policies: &[Policy], base: Millis) -> Option<Quota> {
+    let field = h.joined("ratelimit")?;
+    let members = parse_list(&field);
+
+    // Older draft: a dictionary. Only its known keys count, so junk doesn't "match".
+    let mut dict = Quota::default();
+    for (key, value, member) in members
+        .iter()
+        .filter_map(|m| m.dict_entry().map(|(k, v)| (k, v, m)))
+    {
+        if key.eq_ignore_ascii_case("limit") {
+            dict.limit = dict.limit.or_else(|| parse_count(value));
+            dict.window_ms = dict
+                .window_ms
+                .or_else(|| member.param("w").and_then(parse_window));
+        } else if key.eq_ignore_ascii_case("remaining") {
+            dict.remaining = dict.remaining.or_else(|| parse_count(value));
+        } else if key.eq_ignore_ascii_case("reset") {
+            dict.reset_after_ms = dict.reset_after_ms.or_else(|| parse_reset(value, base));
+        }
+    }
+    if let Some(mut quota) = non_empty(dict) {
+        if quota.window_ms.is_none() {
+            quota.window_ms = quota.limit.and_then(|l| window_of_quota(policies, l));
+        }
+        return Some(quota);
+    }
+
+    // Current draft: a list of items, each naming a policy.
+    let candidates = members
+        .iter()
+        .filter(|m| m.dict_entry().is_none())
+        .filter_map(|m| {
+            let name = m.name();
+            let policy = name
+                .as_deref()
+                .and_then(|n| policies.iter().find(|p| p.name.as_deref() == Some(n)));
+            non_empty(Quota {
+                limit: policy.and_then(|p| p.quota),
+                remaining: m.param("r").and_then(parse_count),
+                reset_after_ms: m.param("t").and_then(|t| parse_reset(t, base)),
+                window_ms: policy.and_then(|p| p.window_ms),
+            })
+        });
+    most_restrictive_state(candidates)
+}
+
+/// `RateLimit-Limit / -Remaining / -Reset`, the separate fields of the older IETF drafts.
+///
+/// Why: many servers froze on an early draft. Its limit may be a list carrying the policy
+/// (`100, 100;w=60`), and later drafts of it paired the fields with `RateLimit-Policy: 100;w=60`;
+/// either gives the window.
+fn ietf_draft_counters(h: &Headers, policies: &[Policy], base: Millis) -> Option<Quota> {
+    let mut quota = counters(h, "ratelimit-", base)?;
+    if quota.window_ms.is_none() {
+        quota.window_ms = quota.limit.and_then(|l| window_of_quota(policies, l));
+    }
+    Some(quota)
+}
+
+/// `RateLimit-Policy` without any live state.
+///
+/// Why: the policy alone still tells the limiter the rate to keep to. With several, the lowest
+/// sustained rate (quota / window) is the one that binds in the long run.
+fn ietf_policies_alone(policies: &[Policy]) -> Option<Quota> {
+    policies
+        .iter()
+        .filter(|p| p.quota.is_some())
+        .min_by(|a, b| compare_rates(a, b))
+        .map(|p| Quota {
+            limit: p.quota,
+            remaining: None,
+            reset_after_ms: None,
+            window_ms: p.window_ms,
+        })
+}
+
+/// `X-RateLimit-Limit / -Remaining / -Reset`, including GitHub's `-Used` and `-Resource`.
+///
+/// Why: the de-facto convention (GitHub, Twitter/X, countless others). Its reset is a delta at
+/// some vendors and an epoch at others (GitHub), so `parse_reset` tells them apart. GitHub's
+/// `-Resource` names which bucket (core, search, graphql) but `Quota` has no place for it; the
+/// numbers are for the bucket this request used, which is what matters here.
+fn x_ratelimit(h: &Headers, base: Millis) -> Option<Quota> {
+    counters(h, "x-ratelimit-", base)
+}
+
+/// `X-Shopify-Shop-Api-Call-Limit: 32/40`: 32 of a 40-call leaky bucket used.
+///
+/// Why: Shopify gives only the fill level; the bucket drains at a known rate, so a full bucket
+/// empties in `limit / rate` seconds (the window) and the current fill in `used / rate`
+/// seconds (when the whole quota is back: the reset).
+fn shopify(h: &Headers) -> Option<Quota> {
+    h.first_parsed("x-shopify-shop-api-call-limit", |v| {
+        let (used, limit) = v.split_once('/')?;
+        let used = parse_count(used.trim())?;
+        let limit = parse_count(limit.trim())?;
+        let drain_ms = |calls: u64| calls.saturating_mul(1000) / SHOPIFY_LEAK_PER_SECOND;
+        Some(Quota {
+            limit: Some(limit),
+            remaining: Some(limit.saturating_sub(used)),
+            reset_after_ms: Some(drain_ms(used).min(MAX_WAIT_MS)),
+            window_ms: window_ms(drain_ms(limit)),
+        })
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// Shared pieces of the adapters
+// ---------------------------------------------------------------------------------------------
+
+/// The `<prefix>limit / remaining / reset / used` family, shared by X-RateLimit and the old
+/// IETF spelling because they differ only in the prefix.
+fn counters(h: &Headers, prefix: &str, base: Millis) -> Option<Quota> {
+    let name = |suffix: &str| format!("{prefix}{suffix}");
+    let (limit, window_ms) = h
+        .joined(&name("limit"))
+        .map(|v| parse_limit_list(&v))
+        .unwrap_or((None, None));
+    let used = h.first_parsed(&name("used"), parse_count);
+    let remaining = h
+        .first_parsed(&name("remaining"), parse_count)
+        // GitHub always sends both, but a proxy trimming headers may keep only one; used and
+        // limit determine remaining.
+        .or_else(|| Some(limit?.saturating_sub(used?)));
+    let reset_after_ms = h.first_parsed(&name("reset"), |v| parse_reset(v, base));
+    non_empty(Quota {
+        limit,
+        remaining,
+        reset_after_ms,
+        window_ms,
+    })
+}
+
+/// A `*-Limit` value: a plain count, or the early-draft list `100, 100;w=60, 1000;w=3600`
+/// whose first member is the limit in force and the rest describe policies.
+fn parse_limit_list(v: &str) -> (Option<u64>, Option<DurationMs>) {
+    let members = parse_list(v);
+    let Some(limit) = members.first().and_then(Member::bare_int) else {
+        return (None, None);
+    };
+    let window = members
+        .iter()
+        .filter(|m| m.bare_int() == Some(limit))
+        .find_map(|m| m.param("w").and_then(parse_window));
+    (Some(limit), window)
+}
+
+/// One entry of `RateLimit-Policy`.
+#[derive(Debug)]
+struct Policy {
+    /// The name the `RateLimit` field refers to it by (current draft only).
+    name: Option<String>,
+    quota: Option<u64>,
+    window_ms: Option<DurationMs>,
+}
+
+/// `RateLimit-Policy` in both forms: current `"default";q=100;w=60` (a named item) and older
+/// `100;w=60` (the quota is the item itself).
+fn ietf_policies(h: &Headers) -> Vec<Policy> {
+    let Some(field) = h.joined("ratelimit-policy") else {
+        return Vec::new();
+    };
+    parse_list(&field)
+        .iter()
+        .filter(|m| m.dict_entry().is_none())
+        .filter_map(|m| {
+            let window_ms = m.param("w").and_then(parse_window);
+            let policy = match m.bare_int() {
+                Some(quota) => Policy {
+                    name: None,
+                    quota: Some(quota),
+                    window_ms,
+                },
+                None => Policy {
+                    name: m.name(),
+                    quota: m.param("q").and_then(parse_count),
+                    window_ms,
+                },
+            };
+            (policy.quota.is_some() || policy.window_ms.is_some()).then_some(policy)
+        })
+        .collect()
+}
+
+/// The window of the policy with this quota, for the older forms that report a bare limit.
+fn window_of_quota(policies: &[Policy], limit: u64) -> Option<DurationMs> {
+    policies
+        .iter()
+        .filter(|p| p.quota == Some(limit))
+        .find_map(|p| p.window_ms)
+}
+
+/// Of several live quotas, the one that blocks first: fewest remaining, then longest reset.
+fn most_restrictive_state(candidates: impl Iterator<Item = Quota>) -> Option<Quota> {
+    candidates.min_by(|a, b| {
+        let remaining = |q: &Quota| q.remaining.unwrap_or(u64::MAX);
+        remaining(a)
+            .cmp(&remaining(b))
+            .then_with(|| b.reset_after_ms.cmp(&a.reset_after_ms))
+    })
+}
+
+/// Orders policies by sustained rate (quota / window), lowest first; policies without a window
+/// can't be compared by rate and come after those with one, by quota.
+fn compare_rates(a: &Policy, b: &Policy) -> Ordering {
+    match (a.quota, a.window_ms, b.quota, b.window_ms) {
+        (Some(qa), Some(wa), Some(qb), Some(wb)) => {
+            // qa / wa < qb / wb without division or overflow.
+            (u128::from(qa) * u128::from(wb)).cmp(&(u128::from(qb) * u128::from(wa)))
+        }
+        (_, Some(_), _, None) => Ordering::Less,
+        (_, None, _, Some(_)) => Ordering::Greater,
+        _ => a.quota.cmp(&b.quota),
+    }
+}
+
+/// Keeps a quota only if some adapter actually found something in it.
+fn non_empty(q: Quota) -> Option<Quota> {
+    let any = q.limit.is_some()
+        || q.remaining.is_some()
+        || q.reset_after_ms.is_some()
+        || q.window_ms.is_some();
+    any.then_some(q)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Values
+// ---------------------------------------------------------------------------------------------
+
+/// A count: plain ASCII digits only. A sign, a fraction or an exponent in a count means we are
+/// misreading the header, so it is ignored rather than rounded into a plausible number.
+fn parse_count(v: &str) -> Option<u64> {
+    let v = v.trim();
+    if v.is_empty() || !v.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    v.parse().ok()
+}
+
+/// Non-negative seconds as milliseconds: `30`, or `1.5` (some servers send fractions; Shopify
+/// sends `2.0`), rounded up to the next millisecond so we never come back early. No sign, no
+/// exponent, no `NaN`/`inf`: those are not delta-seconds. Overlong numbers saturate rather than
+/// fail, because "a very long time" is still what the server meant; callers cap it.
+fn parse_seconds_ms(v: &str) -> Option<u64> {
+    let v = v.trim();
+    let (whole, frac) = match v.split_once('.') {
+        Some((w, f)) => (w, Some(f)),
+        None => (v, None),
+    };
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    if !digits(whole) {
+        return None;
+    }
+    let seconds = whole.bytes().fold(0u64, |acc, b| {
+        acc.saturating_mul(10)
+            .saturating_add(u64::from(b.saturating_sub(b'0')))
+    });
+    let mut ms = seconds.saturating_mul(1000);
+    if let Some(frac) = frac {
+        if !digits(frac) {
+            return None;
+        }
+        let mut frac_ms = 0u64;
+        let mut scale = 100u64;
+        for (i, b) in frac.bytes().enumerate() {
+            let d = u64::from(b.saturating_sub(b'0'));
+            if i < 3 {
+                frac_ms = frac_ms.saturating_add(d.saturating_mul(scale));
+                scale /= 10;
+            } else if d != 0 {
+                frac_ms = frac_ms.saturating_add(1);
+                break;
+            }
+        }
+        ms = ms.saturating_add(frac_ms);
+    }
+    Some(ms)
+}
+
+/// A reset as "milliseconds from the response", whichever way the server wrote it: delta
+/// seconds, epoch seconds or epoch milliseconds (told apart by size, see the constants). Epochs
+/// are measured from `base`, the server's `Date` when it sent one.
+fn parse_reset(v: &str, base: Millis) -> Option<DurationMs> {
+    // The value in thousandths, so the thresholds are in thousandths too.
+    let thousandths = parse_seconds_ms(v)?;
+    let after = if thousandths >= EPOCH_MILLIS_FROM.saturating_mul(1000) {
+        thousandths.div_ceil(1000).saturating_sub(base)
+    } else if thousandths >= EPOCH_SECONDS_FROM.saturating_mul(1000) {
+        thousandths.saturating_sub(base)
+    } else {
+        thousandths
+    };
+    Some(after.min(MAX_WAIT_MS))
+}
+
+/// A policy window in seconds. A zero window is meaningless (and a division by zero waiting to
+/// happen downstream); an overlong one is dropped, see `MAX_WINDOW_MS`.
+fn parse_window(v: &str) -> Option<DurationMs> {
+    window_ms(parse_seconds_ms(v)?)
+}
+
+fn window_ms(ms: DurationMs) -> Option<DurationMs> {
+    (ms > 0 && ms <= MAX_WINDOW_MS).then_some(ms)
+}
+
+/// An HTTP-date (all three RFC 9110 forms) as epoch milliseconds. Pure parsing: `httpdate`
+/// does not read the clock, and `SystemTime` arithmetic works on wasm32 too.
+fn parse_http_date_ms(v: &str) -> Option<Millis> {
+    let at = httpdate::parse_http_date(v.trim()).ok()?;
+    let since = at.duration_since(UNIX_EPOCH).ok()?;
+    Some(u64::try_from(since.as_millis()).unwrap_or(u64::MAX))
+}
+
+// ---------------------------------------------------------------------------------------------
+// Headers and structured fields
+// ---------------------------------------------------------------------------------------------
+
+/// The response's headers, looked up the way HTTP means them: names case-insensitive, values
+/// without surrounding whitespace.
+struct Headers<'a>(&'a [(String, String)]);
+
+impl<'a> Headers<'a> {
+    fn values<'n>(&self, name: &'n str) -> impl Iterator<Item = &'a str> + 'n
+    where
+        'a: 'n,
+    {
+        self.0
+            .iter()
+            .filter(move |(n, _)| n.trim().eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.trim())
+    }
+
+    /// For single-valued fields: a repeated header (proxies do that) is taken at its first
+    /// readable occurrence instead of failing.
+    fn first_parsed<T>(&self, name: &str, parse: impl FnMut(&str) -> Option<T>) -> Option<T> {
+        self.values(name).find_map(parse)
+    }
+
+    /// For list-valued fields: repeated lines are one list joined by commas (RFC 9110 §5.3).
+    fn joined(&self, name: &str) -> Option<String> {
+        let values: Vec<&str> = self.values(name).filter(|v| !v.is_empty()).collect();
+        (!values.is_empty()).then(|| values.join(", "))
+    }
+}
+
+/// One member of a structured-field list or dictionary (RFC 8941), read leniently: enough for
+/// `"name";k=v` items, `100;w=60` items and `key=value` dictionary members.
+#[derive(Debug)]
+struct Member<'a> {
+    head: &'a str,
+    params: Vec<(&'a str, &'a str)>,
+}
+
+impl<'a> Member<'a> {
+    fn parse(s: &'a str) -> Option<Self> {
+        let mut parts = split_outside_quotes(s, ';').into_iter();
+        let head = parts.next()?.trim();
+        if head.is_empty() {
+            return None;
+        }
+        let params = parts
+            .map(|p| {
+                let (k, v) = p.split_once('=').unwrap_or((p, ""));
+                (k.trim(), v.trim())
+            })
+            .filter(|(k, _)| !k.is_empty())
+            .collect();
+        Some(Member { head, params })
+    }
+
+    /// The first parameter with this key (keys compared without case: servers vary).
+    fn param(&self, key: &str) -> Option<&'a str> {
+        self.params
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(key))
+            .map(|(_, v)| *v)
+    }
+
+    /// `key=value` when the member is a dictionary entry.
+    fn dict_entry(&self) -> Option<(&'a str, &'a str)> {
+        if self.head.starts_with('"') {
+            return None;
+        }
+        self.head.split_once('=').map(|(k, v)| (k.trim(), v.trim()))
+    }
+
+    /// An unquoted integer item (the older policy form).
+    fn bare_int(&self) -> Option<u64> {
+        if self.dict_entry().is_some() {
+            return None;
+        }
+        parse_count(self.head)
+    }
+
+    /// The item as a name: a string (quotes and escapes removed) or a token. Strings and tokens
+    /// with the same text are the same name, as servers mix them up.
+    fn name(&self) -> Option<String> {
+        if self.dict_entry().is_some() {
+            return None;
+        }
+        let Some(inner) = self.head.strip_prefix('"') else {
+            return Some(self.head.to_owned());
+        };
+        let inner = inner.strip_suffix('"')?;
+        let mut out = String::with_capacity(inner.len());
+        let mut chars = inner.chars();
+        while let Some(c) = chars.next() {
+            out.push(if c == '\\' { chars.next()? } else { c });
+        }
+        Some(out)
+    }
+}
+
+fn parse_list(field: &str) -> Vec<Member<'_>> {
+    split_outside_quotes(field, ',')
+        .into_iter()
+        .filter_map(Member::parse)
+        .collect()
+}
+
+/// Splits at `sep` except inside double-quoted strings, where a policy name may contain it.
+fn split_outside_quotes(s: &str, sep: char) -> Vec<&str> {
+    let mut parts = Vec::new();
+    let mut start = 0;
+    let mut in_quotes = false;
+    let mut escaped = false;
+    for (i, c) in s.char_indices() {
+        if in_quotes {
+            if escaped {
+                escaped = false;
+            } else if c == '\\' {
+                escaped = true;
+            } else if c == '"' {
+                in_quotes = false;
+            }
+        } else if c == '"' {
+            in_quotes = true;
+        } else if c == sep {
+            parts.push(s.get(start..i).unwrap_or(""));
+            start = i.saturating_add(c.len_utf8());
+        }
+    }
+    parts.push(s.get(start..).unwrap_or(""));
+    parts
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use std::time::Duration;
+
+    const SECOND: u64 = 1000;
+    const MINUTE: u64 = 60 * SECOND;
+    /// 2023-11-14T22:13:20Z, a round epoch: 1_700_000_000 s.
+    const SERVER_NOW: Millis = 1_700_000_000 * SECOND;
+
+    fn http_date(at: Millis) -> String {
+        httpdate::fmt_http_date(UNIX_EPOCH + Duration::from_millis(at))
+    }
+
+    fn hs(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+        pairs
+            .iter()
+            .map(|(n, v)| (n.to_string(), v.to_string()))
+            .collect()
+    }
+
+    fn read(status: u16, pairs: &[(&str, &str)], now: Millis) -> ServerSignal {
+        read_signal(status, &hs(pairs), now)
+    }
+
+    fn quota(status: u16, pairs: &[(&str, &str)], now: Millis) -> Quota {
+        read(status, pairs, now).quota.expect("a quota")
+    }
+
+    // --- Retry-After --------------------------------------------------------------------
+
+    #[test]
+    fn retry_after_delta_seconds_ignores_a_client_clock_three_minutes_fast() {
+        let date = http_date(SERVER_NOW);
+        let s = read(
+            429,
+            &[("Retry-After", "120"), ("Date", &date)],
+            SERVER_NOW + 3 * MINUTE,
+        );
+        assert!(s.rate_limited);
+        assert_eq!(s.retry_after_ms, Some(120 * SECOND));
+    }
+
+    #[test]
+    fn retry_after_http_date_is_measured_from_the_server_date_not_a_fast_client_clock() {
+        let date = http_date(SERVER_NOW);
+        let retry = http_date(SERVER_NOW + 2 * MINUTE);
+        let s = read(
+            429,
+            &[("Retry-After", &retry), ("Date", &date)],
+            SERVER_NOW + 3 * MINUTE,
+        );
+        // The server meant two minutes; the client clock alone would have said "already past".
+        assert_eq!(s.retry_after_ms, Some(2 * MINUTE));
+    }
+
+    #[test]
+    fn retry_after_http_date_without_date_header_uses_the_client_clock() {
+        let retry = http_date(SERVER_NOW + 2 * MINUTE);
+        let s = read(429, &[("Retry-After", &retry)], SERVER_NOW + 30 * SECOND);
+        assert_eq!(s.retry_after_ms, Some(90 * SECOND));
+        // With an invalid Date, same fallback.
+        let s = read(
+            429,
+            &[("Retry-After", &retry), ("Date", "yesterday-ish")],
+            SERVER_NOW + 30 * SECOND,
+        );
+        assert_eq!(s.retry_after_ms, Some(90 * SECOND));
+    }
+
+    #[test]
+    fn retry_after_in_the_past_is_zero_never_negative() {
+        let retry = http_date(SERVER_NOW - MINUTE);
+        let s = read(429, &[("Retry-After", &retry)], SERVER_NOW);
+        assert_eq!(s.retry_after_ms, Some(0));
+        let date = http_date(SERVER_NOW);
+        let s = read(429, &[("Retry-After", &retry), ("Date", &date)], 0);
+        assert_eq!(s.retry_after_ms, Some(0));
+    }
+
+    #[test]
+    fn retry_after_accepts_the_obsolete_date_forms() {
+        // RFC 850 and asctime for 1994-11-06T08:49:37Z, measured from a Date 37 s earlier.
+        let date = "Sun, 06 Nov 1994 08:49:00 GMT";
+        for retry in ["Sunday, 06-Nov-94 08:49:37 GMT", "Sun Nov  6 08:49:37 1994"] {
+            let s = read(503, &[("Retry-After", retry), ("Date", date)], 0);
+            assert_eq!(s.retry_after_ms, Some(37 * SECOND), "{retry}");
+            assert!(s.rate_limited);
+        }
+    }
+
+    #[test]
+    fn retry_after_huge_values_are_capped() {
+        let s = read(429, &[("Retry-After", "99999999999999999999999999")], 0);
+        assert_eq!(s.retry_after_ms, Some(MAX_WAIT_MS));
+        let s = read(429, &[("Retry-After", "31536000")], 0);
+        assert_eq!(s.retry_after_ms, Some(MAX_WAIT_MS));
+        let s = read(
+            429,
+            &[("Retry-After", "Fri, 31 Dec 9999 23:59:59 GMT")],
+            SERVER_NOW,
+        );
+        assert_eq!(s.retry_after_ms, Some(MAX_WAIT_MS));
+    }
+
+    #[test]
+    fn retry_after_fractional_seconds_round_up_to_the_millisecond() {
+        let s = read(429, &[("Retry-After", "1.5")], 0);
+        assert_eq!(s.retry_after_ms, Some(1500));
+        let s = read(429, &[("Retry-After", "2.0")], 0);
+        assert_eq!(s.retry_after_ms, Some(2000));
+        let s = read(429, &[("Retry-After", "0.0001")], 0);
+        assert_eq!(s.retry_after_ms, Some(1));
+    }
+
+    #[test]
+    fn retry_after_junk_is_ignored() {
+        for junk in [
+            "",
+            "-5",
+            "+5",
+            "NaN",
+            "inf",
+            "-inf",
+            "1e3",
+            "5s",
+            "five",
+            ".5",
+            "5.",
+            "1.2.3",
+            "0x10",
+            "１２",
+            "Wed, 32 Oct 2015 07:28:00 GMT",
+        ] {
+            let s = read(429, &[("Retry-After", junk)], SERVER_NOW);
+            assert_eq!(s.retry_after_ms, None, "{junk:?}");
+            assert!(s.rate_limited, "429 is a rate limit whatever its headers");
+        }
+    }
+
+    #[test]
+    fn status_503_is_rate_limited_only_with_retry_after() {
+        assert!(!read(503, &[], 0).rate_limited);
+        assert!(!read(503, &[("Retry-After", "soon")], 0).rate_limited);
+        let s = read(503, &[("Retry-After", "10")], 0);
+        assert!(s.rate_limited);
+        assert_eq!(s.retry_after_ms, Some(10 * SECOND));
+    }
+
+    #[test]
+    fn status_429_without_headers_is_rate_limited_with_unknown_wait() {
+        assert_eq!(
+            read(429, &[], 0),
+            ServerSignal {
+                rate_limited: true,
+                retry_after_ms: None,
+                quota: None
+            }
+        );
+    }
+
+    #[test]
+    fn retry_after_on_a_success_is_reported_but_not_a_rate_limit() {
+        let s = read(200, &[("Retry-After", "5")], 0);
+        assert!(!s.rate_limited);
+        assert_eq!(s.retry_after_ms, Some(5 * SECOND));
+    }
+
+    // --- X-RateLimit and the old IETF spelling --------------------------------------------
+
+    #[test]
+    fn x_ratelimit_reset_as_delta_seconds() {
+        let q = quota(
+            200,
+            &[
+                ("X-RateLimit-Limit", "100"),
+                ("X-RateLimit-Remaining", "42"),
+                ("X-RateLimit-Reset", "30"),
+            ],
+            SERVER_NOW,
+        );
+        assert_eq!(
+            q,
+            Quota {
+                limit: Some(100),
+                remaining: Some(42),
+                reset_after_ms: Some(30 * SECOND),
+                window_ms: None
+            }
+        );
+    }
+
+    #[test]
+    fn x_ratelimit_reset_as_epoch_seconds_is_measured_from_the_server_date() {
+        let date = http_date(SERVER_NOW);
+        let reset = (SERVER_NOW / SECOND + 45).to_string();
+        // Client clock three minutes fast: the server's Date still gives 45 s.
+        let q = quota(
+            200,
+            &[("X-RateLimit-Reset", &reset), ("Date", &date)],
+            SERVER_NOW + 3 * MINUTE,
+        );
+        assert_eq!(q.reset_after_ms, Some(45 * SECOND));
+    }
+
+    #[test]
+    fn x_ratelimit_reset_as_epoch_without_date_uses_the_client_clock() {
+        let reset = (SERVER_NOW / SECOND + 45).to_string();
+        let q = quota(
+            200,
+            &[("X-RateLimit-Reset", &reset)],
+            SERVER_NOW + 5 * SECOND,
+        );
+        assert_eq!(q.reset_after_ms, Some(40 * SECOND));
+        // An epoch already past is a reset "now".
+        let q = quota(200, &[("X-RateLimit-Reset", &reset)], SERVER_NOW + MINUTE);
+        assert_eq!(q.reset_after_ms, Some(0));
+    }
+
+    #[test]
+    fn x_ratelimit_reset_as_epoch_milliseconds_is_detected() {
+        let reset = (SERVER_NOW + 2500).to_string();
+        let q = quota(200, &[("X-RateLimit-Reset", &reset)], SERVER_NOW);
+        assert_eq!(q.reset_after_ms, Some(2500));
+        // Fractional epoch seconds (Discord-style) too.
+        let reset = format!("{}.250", SERVER_NOW / SECOND + 2);
+        let q = quota(200, &[("X-RateLimit-Reset", &reset)], SERVER_NOW);
+        assert_eq!(q.reset_after_ms, Some(2250));
+    }
+
+    #[test]
+    fn reset_detection_thresholds() {
+        // Just under 1e9 s is a (capped) delta; at 1e9 it is an epoch, long past.
+        assert_eq!(parse_reset("999999999", SERVER_NOW), Some(MAX_WAIT_MS));
+        assert_eq!(parse_reset("1000000000", SERVER_NOW), Some(0));
+        assert_eq!(parse_reset("86399", SERVER_NOW), Some(86_399 * SECOND));
+        // An epoch reset a week ahead is capped at a day.
+        let week = (SERVER_NOW / SECOND + 7 * 86_400).to_string();
+        assert_eq!(parse_reset(&week, SERVER_NOW), Some(MAX_WAIT_MS));
+    }
+
+    #[test]
+    fn older_ietf_draft_fields_with_policy_window() {
+        let q = quota(
+            200,
+            &[
+                ("RateLimit-Limit", "100, 100;w=60, 1000;w=3600"),
+                ("RateLimit-Remaining", "7"),
+                ("RateLimit-Reset", "12"),
+            ],
+            0,
+        );
+        assert_eq!(
+            q,
+            Quota {
+                limit: Some(100),
+                remaining: Some(7),
+                reset_after_ms: Some(12 * SECOND),
+                window_ms: Some(60 * SECOND)
+            }
+        );
+        // The same with the window in a separate old-form RateLimit-Policy.
+        let q = quota(
+            200,
+            &[
+                ("RateLimit-Limit", "100"),
+                ("RateLimit-Remaining", "7"),
+                ("RateLimit-Reset", "12"),
+                ("RateLimit-Policy", "10;w=1, 100;w=60"),
+            ],
+            0,
+        );
+        assert_eq!(q.limit, Some(100));
+        assert_eq!(q.window_ms, Some(60 * SECOND));
+    }
+
+    // --- GitHub -------------------------------------------------------------------------
+
+    #[test]
+    fn github_403_with_remaining_zero_is_rate_limited_until_the_reset() {
+        let date = http_date(SERVER_NOW);
+        let reset = (SERVER_NOW / SECOND + 600).to_string();
+        let s = read(
+            403,
+            &[
+                ("x-ratelimit-limit", "5000"),
+                ("x-ratelimit-remaining", "0"),
+                ("x-ratelimit-reset", &reset),
+                ("x-ratelimit-used", "5000"),
+                ("x-ratelimit-resource", "core"),
+                ("date", &date),
+            ],
+            SERVER_NOW - 3 * MINUTE,
+        );
+        assert!(s.rate_limited);
+        assert_eq!(s.retry_after_ms, Some(600 * SECOND));
+        assert_eq!(
+            s.quota,
+            Some(Quota {
+                limit: Some(5000),
+                remaining: Some(0),
+                reset_after_ms: Some(600 * SECOND),
+                window_ms: None
+            })
+        );
+    }
+
+    #[test]
+    fn github_403_with_requests_left_is_not_a_rate_limit() {
+        let s = read(
+            403,
+            &[
+                ("x-ratelimit-limit", "5000"),
+                ("x-ratelimit-remaining", "4999"),
+                ("x-ratelimit-reset", "1700000600"),
+            ],
+            SERVER_NOW,
+        );
+        assert!(!s.rate_limited);
+        assert_eq!(s.retry_after_ms, None);
+        assert!(!read(403, &[], 0).rate_limited);
+    }
+
+    #[test]
+    fn github_secondary_limit_is_403_or_429_with_retry_after() {
+        for status in [403, 429] {
+            let s = read(
+                status,
+                &[("retry-after", "60"), ("x-ratelimit-remaining", "4000")],
+                0,
+            );
+            assert!(s.rate_limited, "{status}");
+            assert_eq!(s.retry_after_ms, Some(MINUTE));
+        }
+    }
+
+    #[test]
+    fn github_used_stands_in_for_a_missing_remaining() {
+        let q = quota(
+            200,
+            &[("x-ratelimit-limit", "60"), ("x-ratelimit-used", "45")],
+            0,
+        );
+        assert_eq!(q.remaining, Some(15));
+    }
+
+    #[test]
+    fn rate_limited_without_retry_after_waits_for_the_exhausted_quota_reset() {
+        let s = read(
+            429,
+            &[
+                ("X-RateLimit-Limit", "10"),
+                ("X-RateLimit-Remaining", "0"),
+                ("X-RateLimit-Reset", "17"),
+            ],
+            0,
+        );
+        assert_eq!(s.retry_after_ms, Some(17 * SECOND));
+        // Retry-After, when present, wins over the reset.
+        let s = read(429, &[("X-RateLimit-Reset", "17"), ("Retry-After", "3")], 0);
+        assert_eq!(s.retry_after_ms, Some(3 * SECOND));
+        // Not rate limited: the reset is only in the quota.
+        let s = read(200, &[("X-RateLimit-Reset", "17")], 0);
+        assert_eq!(s.retry_after_ms, None);
+    }
+
+    // --- Shopify ------------------------------------------------------------------------
+
+    #[test]
+    fn shopify_call_limit_is_a_leaky_bucket() {
+        let q = quota(200, &[("X-Shopify-Shop-Api-Call-Limit", " 32/40 ")], 0);
+        assert_eq!(
+            q,
+            Quota {
+                limit: Some(40),
+                remaining: Some(8),
+                // 32 calls drain at 2 per second.
+                reset_after_ms: Some(16 * SECOND),
+                window_ms: Some(20 * SECOND)
+            }
+        );
+        let q = quota(200, &[("x-shopify-shop-api-call-limit", "40 / 40")], 0);
+        assert_eq!(q.remaining, Some(0));
+        // Over-full (seen during plan changes): nothing remaining, not an underflow.
+        let q = quota(200, &[("x-shopify-shop-api-call-limit", "45/40")], 0);
+        assert_eq!(q.remaining, Some(0));
+    }
+
+    #[test]
+    fn shopify_429_uses_its_fractional_retry_after() {
+        let s = read(
+            429,
+            &[
+                ("X-Shopify-Shop-Api-Call-Limit", "40/40"),
+                ("Retry-After", "2.0"),
+            ],
+            0,
+        );
+        assert!(s.rate_limited);
+        assert_eq!(s.retry_after_ms, Some(2 * SECOND));
+    }
+
+    // --- IETF structured fields ---------------------------------------------------------
+
+    #[test]
+    fn ietf_single_policy() {
+        let q = quota(
+            200,
+            &[
+                ("RateLimit-Policy", "\"default\";q=100;w=60"),
+                ("RateLimit", "\"default\";r=50;t=30"),
+            ],
+            0,
+        );
+        assert_eq!(
+            q,
+            Quota {
+                limit: Some(100),
+                remaining: Some(50),
+                reset_after_ms: Some(30 * SECOND),
+                window_ms: Some(60 * SECOND)
+            }
+        );
+    }
+
+    #[test]
+    fn ietf_multiple_policies_report_the_one_ratelimit_names() {
+        let q = quota(
+            200,
+            &[
+                (
+                    "RateLimit-Policy",
+                    "\"burst\";q=10;w=1, \"day\";q=1000;w=86400",
+                ),
+                ("RateLimit", "\"day\";r=900;t=3600"),
+            ],
+            0,
+        );
+        assert_eq!(
+            q,
+            Quota {
+                limit: Some(1000),
+                remaining: Some(900),
+                reset_after_ms: Some(3600 * SECOND),
+                window_ms: Some(86_400 * SECOND)
+            }
+        );
+    }
+
+    #[test]
+    fn ietf_several_named_states_report_the_most_restrictive() {
+        // Policies split over two header lines, names as tokens and strings.
+        let q = quota(
+            200,
+            &[
+                ("RateLimit-Policy", "burst;q=10;w=1"),
+                ("ratelimit-policy", "\"hour\";q=1000;w=3600"),
+                ("RateLimit", "\"burst\";r=9;t=1, hour;r=2;t=1800"),
+            ],
+            0,
+        );
+        assert_eq!(q.limit, Some(1000));
+        assert_eq!(q.remaining, Some(2));
+        assert_eq!(q.window_ms, Some(3600 * SECOND));
+    }
+
+    #[test]
+    fn ietf_policies_alone_report_the_lowest_rate() {
+        let q = quota(
+            200,
+            &[(
+                "RateLimit-Policy",
+                "\"burst\";q=10;w=1, \"hour\";q=1000;w=3600",
+            )],
+            0,
+        );
+        assert_eq!(q.limit, Some(1000));
+        assert_eq!(q.window_ms, Some(3600 * SECOND));
+        assert_eq!(q.remaining, None);
+    }
+
+    #[test]
+    fn ietf_state_naming_an_unknown_policy_keeps_its_state() {
+        let q = quota(200, &[("RateLimit", "\"x\";r=3;t=4")], 0);
+        assert_eq!(
+            q,
+            Quota {
+                limit: None,
+                remaining: Some(3),
+                reset_after_ms: Some(4 * SECOND),
+                window_ms: None
+            }
+        );
+    }
+
+    #[test]
+    fn ietf_policy_names_may_contain_commas_semicolons_and_escapes() {
+        let q = quota(
+            200,
+            &[
+                (
+                    "RateLimit-Policy",
+                    r#""a,b;\"c\"";q=5;w=10, "other";q=1;w=1"#,
+                ),
+                ("RateLimit", r#""a,b;\"c\"";r=4;t=2"#),
+            ],
+            0,
+        );
+        assert_eq!(q.limit, Some(5));
+        assert_eq!(q.remaining, Some(4));
+        assert_eq!(q.window_ms, Some(10 * SECOND));
+    }
+
+    #[test]
+    fn ietf_older_combined_form() {
+        let q = quota(
+            200,
+            &[
+                ("RateLimit", "limit=100, remaining=50, reset=5"),
+                ("RateLimit-Policy", "100;w=60"),
+            ],
+            0,
+        );
+        assert_eq!(
+            q,
+            Quota {
+                limit: Some(100),
+                remaining: Some(50),
+                reset_after_ms: Some(5 * SECOND),
+                window_ms: Some(60 * SECOND)
+            }
+        );
+    }
+
+    // --- Priority, case, junk -----------------------------------------------------------
+
+    #[test]
+    fn ietf_wins_over_x_ratelimit_which_wins_over_shopify() {
+        let all = [
+            ("X-Shopify-Shop-Api-Call-Limit", "1/40"),
+            ("X-RateLimit-Limit", "60"),
+            ("X-RateLimit-Remaining", "59"),
+            ("RateLimit-Policy", "\"d\";q=100;w=60"),
+            ("RateLimit", "\"d\";r=50;t=30"),
+        ];
+        assert_eq!(quota(200, &all, 0).limit, Some(100));
+        assert_eq!(quota(200, &all[..3], 0).limit, Some(60));
+        assert_eq!(quota(200, &all[..1], 0).limit, Some(40));
+    }
+
+    #[test]
+    fn a_lower_priority_exhausted_quota_still_makes_a_403_a_rate_limit() {
+        let s = read(
+            403,
+            &[
+                ("RateLimit", "\"d\";r=5;t=30"),
+                ("X-RateLimit-Remaining", "0"),
+                ("X-RateLimit-Reset", "20"),
+            ],
+            0,
+        );
+        assert!(s.rate_limited);
+        assert_eq!(s.retry_after_ms, Some(20 * SECOND));
+        assert_eq!(s.quota.and_then(|q| q.remaining), Some(5));
+    }
+
+    #[test]
+    fn header_names_ignore_case_and_values_ignore_whitespace() {
+        let q = quota(
+            200,
+            &[
+                ("x-RATELIMIT-limit", "  100 "),
+                (" X-RateLimit-Remaining ", "\t5"),
+                ("X-RATELIMIT-RESET", " 9 "),
+            ],
+            0,
+        );
+        assert_eq!(q.limit, Some(100));
+        assert_eq!(q.remaining, Some(5));
+        assert_eq!(q.reset_after_ms, Some(9 * SECOND));
+        let s = read(429, &[("RETRY-AFTER", "  7  ")], 0);
+        assert_eq!(s.retry_after_ms, Some(7 * SECOND));
+    }
+
+    #[test]
+    fn no_rate_limit_headers_means_no_quota() {
+        let s = read(
+            200,
+            &[
+                ("Content-Type", "text/plain"),
+                ("Date", &http_date(SERVER_NOW)),
+            ],
+            0,
+        );
+        assert_eq!(s, ServerSignal::default());
+    }
+
+    #[test]
+    fn garbage_values_are_ignored() {
+        let s = read(
+            200,
+            &[
+                ("X-RateLimit-Limit", "-1"),
+                ("X-RateLimit-Remaining", "NaN"),
+                ("X-RateLimit-Reset", "tomorrow"),
+                ("X-RateLimit-Used", "1e3"),
+                ("RateLimit-Limit", "lots"),
+                ("RateLimit-Remaining", "50.5"),
+                ("RateLimit", "\"unterminated;r=5"),
+                ("RateLimit-Policy", ";;;,,,=;q=;w=-3"),
+                ("X-Shopify-Shop-Api-Call-Limit", "32/"),
+                ("Retry-After", "-60"),
+                ("Date", "not a date"),
+            ],
+            SERVER_NOW,
+        );
+        assert_eq!(s, ServerSignal::default());
+        // Junk in one field doesn't spoil a good neighbour.
+        let q = quota(
+            200,
+            &[
+                ("X-RateLimit-Limit", "100"),
+                ("X-RateLimit-Remaining", "-3"),
+                ("X-RateLimit-Reset", "Infinity"),
+            ],
+            0,
+        );
+        assert_eq!(q.limit, Some(100));
+        assert_eq!(q.remaining, None);
+        assert_eq!(q.reset_after_ms, None);
+        // Zero and over-long windows are not believed.
+        let q = quota(200, &[("RateLimit-Policy", "\"a\";q=5;w=0")], 0);
+        assert_eq!(q.window_ms, None);
+        let q = quota(200, &[("RateLimit-Policy", "\"a\";q=5;w=99999999999")], 0);
+        assert_eq!(q.window_ms, None);
+    }
+
+    #[test]
+    fn repeated_single_valued_headers_use_the_first_readable_one() {
+        let s = read(429, &[("Retry-After", "later"), ("retry-after", "8")], 0);
+        assert_eq!(s.retry_after_ms, Some(8 * SECOND));
+    }
+
+    #[test]
+    fn signals_round_trip_through_json() {
+        let s = read(
+            429,
+            &[
+                ("Retry-After", "3"),
+                ("X-Shopify-Shop-Api-Call-Limit", "40/40"),
+            ],
+            0,
+        );
+        let json = serde_json::to_string(&s).expect("serializes");
+        let back: ServerSignal = serde_json::from_str(&json).expect("deserializes");
+        assert_eq!(back, s);
+    }
+
+    // --- Properties ---------------------------------------------------------------------
+
+    const KNOWN_NAMES: &[&str] = &[
+        "Retry-After",
+        "Date",
+        "RateLimit",
+        "RateLimit-Policy",
+        "RateLimit-Limit",
+        "RateLimit-Remaining",
+        "RateLimit-Reset",
+        "X-RateLimit-Limit",
+        "x-ratelimit-remaining",
+        "X-RATELIMIT-RESET",
+        "x-ratelimit-used",
+        "x-ratelimit-resource",
+        "X-Shopify-Shop-Api-Call-Limit",
+    ];
+
+    fn name() -> impl Strategy<Value = String> {
+        prop_oneof![
+            proptest::sample::select(KNOWN_NAMES).prop_map(str::to_owned),
+            any::<String>(),
+        ]
+    }
+
+    /// Arbitrary text, plus text shaped like what these headers hold, so the parsers' deeper
+    /// paths get exercised and not just their first rejection.
+    fn value() -> impl Strategy<Value = String> {
+        prop_oneof![
+            any::<String>(),
+            "[ \t]*[-+]?[0-9]{0,25}(\\.[0-9]{0,6})?[ \t]*",
+            "[0-9]{1,20}/[0-9]{1,20}",
+            "(\"[a-z,;\\\\\"]{0,6}\"|[a-z0-9]{1,6})(;[a-zA-Z]{1,2}(=[-0-9.\"]{0,22})?){0,4}(, ?(\"[a-z]{0,4}\"|[a-z0-9]{1,4})(;[qrtw]=[0-9]{0,20}){0,3}){0,3}",
+            "(limit|remaining|reset|x)=[-0-9.]{0,22}(, ?(limit|remaining|reset)=[-0-9.]{0,22}){0,3}",
+            any::<u64>().prop_map(|t| http_date(t % (253_402_300_799 * SECOND))),
+        ]
+    }
+
+    fn headers() -> impl Strategy<Value = Vec<(String, String)>> {
+        proptest::collection::vec((name(), value()), 0..8)
+    }
+
+    proptest! {
+        #[test]
+        fn read_signal_never_panics_and_stays_sane(
+            status in prop_oneof![Just(200u16), Just(403), Just(429), Just(503), any::<u16>()],
+            headers in headers(),
+            now in any::<u64>(),
+        ) {
+            let s = read_signal(status, &headers, now);
+            prop_assert!(s.retry_after_ms.is_none_or(|ms| ms <= MAX_WAIT_MS));
+            if status == 429 {
+                prop_assert!(s.rate_limited);
+            }
+            if !matches!(status, 403 | 429 | 503) {
+                prop_assert!(!s.rate_limited);
+            }
+            if let Some(q) = s.quota {
+                prop_assert!(q != Quota::default(), "a matched quota says something");
+                prop_assert!(q.reset_after_ms.is_none_or(|ms| ms <= MAX_WAIT_MS));
+                prop_assert!(q.window_ms.is_none_or(|ms| ms > 0 && ms <= MAX_WINDOW_MS));
+            }
+        }
+
+        #[test]
+        fn arbitrary_names_and_values_never_panic(
+            headers in proptest::collection::vec((any::<String>(), any::<String>()), 0..8),
+            status in any::<u16>(),
+            now in any::<u64>(),
+        ) {
+            let _ = read_signal(status, &headers, now);
+        }
+
+        #[test]
+        fn retry_after_date_wait_does_not_depend_on_the_client_clock(
+            // HTTP-dates end with the year 9999.
+            server_s in 0u64..253_402_000_000,
+            wait_s in 0u64..200_000,
+            now in any::<u64>(),
+        ) {
+            let server = server_s * SECOND;
+            let retry = http_date(server + wait_s * SECOND);
+            let date = http_date(server);
+            let s = read_signal(429, &hs(&[("Retry-After", &retry), ("Date", &date)]), now);
+            prop_assert_eq!(s.retry_after_ms, Some((wait_s * SECOND).min(MAX_WAIT_MS)));
+        }
+
+        #[test]
+        fn retry_after_delta_is_seconds_capped(secs in any::<u64>(), now in any::<u64>()) {
+            let s = read_signal(429, &hs(&[("Retry-After", &secs.to_string())]), now);
+            prop_assert_eq!(
+                s.retry_after_ms,
+                Some(secs.saturating_mul(SECOND).min(MAX_WAIT_MS))
+            );
+        }
+
+        #[test]
+        fn shopify_reads_any_used_and_limit(used in any::<u64>(), limit in any::<u64>()) {
+            let v = format!("{used}/{limit}");
+            let q = read_signal(200, &hs(&[("X-Shopify-Shop-Api-Call-Limit", &v)]), 0)
+                .quota
+                .expect("a quota");
+            prop_assert_eq!(q.limit, Some(limit));
+            prop_assert_eq!(q.remaining, Some(limit.saturating_sub(used)));
+        }
+    }
 }

@@ -209,9 +209,6 @@ pub struct Job {
     pub enqueued_at: Millis,
     /// How many later patches were merged into this one.
     pub coalesced: u32,
-    /// Other callers' job ids that were folded into this job and share its result.
-    #[serde(default)]
-    pub merged_ids: Vec<JobId>,
     pub group_id: Option<String>,
     pub last_error: Option<JobError>,
     /// The final response of a done job.
@@ -220,7 +217,8 @@ pub struct Job {
     /// When it reached a terminal state (for retention).
     #[serde(default)]
     pub finished_at: Option<Millis>,
-    /// When its current attempt started (while sending).
+    /// When its latest attempt started; set once it was first sent, so "was it ever tried" is
+    /// answerable even after a 429 (which does not count as an attempt).
     #[serde(default)]
     pub started_at: Option<Millis>,
     /// Enqueue order, to break ties between jobs enqueued in the same millisecond.
@@ -286,7 +284,6 @@ mod tests {
             not_before: 0,
             enqueued_at: 0,
             coalesced: 0,
-            merged_ids: vec![],
             group_id: None,
             last_error: None,
             outcome: None,

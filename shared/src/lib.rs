@@ -16,3 +16,10 @@ pub mod time;
 pub use config::{Algorithm, BudgetConfig, EngineConfig, Window};
 pub use job::{Job, JobId, JobKind, JobSpec, JobState, Lane};
 pub use time::Millis;
+pub mod budget;
+pub mod engine;
+pub mod protocol;
+pub mod retry;
+pub mod status;
+
+pub use engine::{Changes, Engine, Enqueued, Response, Transmit, TransportError};

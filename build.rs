@@ -1,0 +1,253 @@
+//! Builds the two wasm crates and embeds them, with the demo's static files, in the `sluice`
+//! binary, so that `cargo run --release` alone gives a working demo.
+//!
+//! The wasm crates are built by a nested `cargo` with its own `--target-dir`: sharing the outer
+//! one would deadlock on its lock, and a separate directory keeps the wasm artefacts cached
+//! between host builds of any profile. `wasm-bindgen-cli-support` then runs as a library, which
+//! avoids needing a `wasm-bindgen` binary of exactly the right version on the machine.
+//!
+//! `SLUICE_SKIP_WASM=1` skips the wasm build and embeds empty stand-ins, for quick host-only
+//! checks or while a wasm crate does not compile.
+
+use std::env;
+use std::fmt::Write as _;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use wasm_bindgen_cli_support::Bindgen;
+
+const WASM_TARGET: &str = "wasm32-unknown-unknown";
+const WASM_PROFILE: &str = "wasm-release";
+
+type BoxError = Box<dyn std::error::Error>;
+
+fn main() {
+    if let Err(e) = run() {
+        // A panic prints the whole chain readably; `cargo:warning` would be cut to one line.
+        panic!("sluice build script failed: {e}");
+    }
+}
+
+fn run() -> Result<(), BoxError> {
+    let root = PathBuf::from(env::var("CARGO_MANIFEST_DIR")?);
+    let out_dir = PathBuf::from(env::var("OUT_DIR")?);
+
+    for p in [
+        "Cargo.toml",
+        "Cargo.lock",
+        "rust-toolchain.toml",
+        "shared",
+        "sw",
+        "client",
+        "www",
+    ] {
+        println!("cargo:rerun-if-changed={}", root.join(p).display());
+    }
+    println!("cargo:rerun-if-env-changed=SLUICE_SKIP_WASM");
+
+    let pkg_dir = out_dir.join("pkg");
+    if pkg_dir.exists() {
+        // Stale files from an earlier bindgen run (say a removed snippet) must not be embedded.
+        fs::remove_dir_all(&pkg_dir)?;
+    }
+    fs::create_dir_all(&pkg_dir)?;
+
+    let skip = env::var("SLUICE_SKIP_WASM").is_ok_and(|v| !v.is_empty() && v != "0");
+    if skip {
+        println!("cargo:warning=SLUICE_SKIP_WASM is set: /pkg/ serves empty stand-ins");
+        write_stand_ins(&pkg_dir)?;
+    } else {
+        let wasm_dir = build_wasm(&root, &out_dir)?;
+        bindgen(&wasm_dir.join("sluice_sw.wasm"), &pkg_dir, Flavour::ClassicWorker)?;
+        bindgen(&wasm_dir.join("sluice_client.wasm"), &pkg_dir, Flavour::EsModule)?;
+        report_sizes(&pkg_dir)?;
+    }
+
+    write_listing(&pkg_dir, &out_dir.join("pkg_files.rs"), "PKG_FILES")?;
+    write_listing(&root.join("www"), &out_dir.join("www_files.rs"), "WWW_FILES")?;
+    Ok(())
+}
+
+/// Where the nested build puts its output: beside the outer profiles inside the same target
+/// directory, so `cargo clean` removes it and every host profile reuses it.
+fn wasm_target_dir(root: &Path, out_dir: &Path) -> PathBuf {
+    // OUT_DIR is <target>/[<triple>/]<profile>/build/<pkg>-<hash>/out.
+    let from_out_dir = out_dir
+        .ancestors()
+        .find(|p| p.file_name().is_some_and(|n| n == "build"))
+        .and_then(Path::parent)
+        .and_then(Path::parent);
+    match from_out_dir {
+        Some(target) => target.join("wasm"),
+        None => root.join("target").join("wasm"),
+    }
+}
+
+fn build_wasm(root: &Path, out_dir: &Path) -> Result<PathBuf, BoxError> {
+    let cargo = env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
+    let target_dir = wasm_target_dir(root, out_dir);
+
+    let mut cmd = Command::new(cargo);
+    cmd.current_dir(root)
+        .arg("build")
+        .arg("--manifest-path")
+        .arg(root.join("Cargo.toml"))
+        .args(["-p", "sluice-sw", "-p", "sluice-client"])
+        .args(["--target", WASM_TARGET])
+        .args(["--profile", WASM_PROFILE])
+        .arg("--target-dir")
+        .arg(&target_dir);
+
+    // The outer build hands its build script settings meant for the host crate; passed on, they
+    // would reach the wasm crates' rustc (host RUSTFLAGS, a wrapper like clippy-driver) or
+    // redirect the nested cargo (target dir, target triple).
+    for (key, _) in env::vars_os() {
+        let Some(key) = key.to_str() else { continue };
+        let leaks = key.starts_with("CARGO_CFG_")
+            || key.starts_with("CARGO_FEATURE_")
+            || key.starts_with("CARGO_PKG_")
+            || key.starts_with("CARGO_MANIFEST_")
+            || key.starts_with("DEP_")
+            || matches!(
+                key,
+                "CARGO_ENCODED_RUSTFLAGS"
+                    | "CARGO_BUILD_RUSTFLAGS"
+                    | "CARGO_BUILD_TARGET"
+                    | "CARGO_BUILD_TARGET_DIR"
+                    | "CARGO_TARGET_DIR"
+                    | "CARGO_MAKEFLAGS"
+                    | "CARGO_PRIMARY_PACKAGE"
+                    | "CARGO_CRATE_NAME"
+                    | "RUSTFLAGS"
+                    | "RUSTDOCFLAGS"
+                    | "RUSTC"
+                    | "RUSTDOC"
+                    | "RUSTC_WRAPPER"
+                    | "RUSTC_WORKSPACE_WRAPPER"
+                    | "RUSTC_LINKER"
+                    | "TARGET"
+                    | "HOST"
+                    | "PROFILE"
+                    | "OUT_DIR"
+                    | "OPT_LEVEL"
+                    | "DEBUG"
+                    | "NUM_JOBS"
+                    | "MAKEFLAGS"
+                    | "MFLAGS"
+            );
+        if leaks {
+            cmd.env_remove(key);
+        }
+    }
+
+    let status = cmd.status()?;
+    if !status.success() {
+        return Err(format!(
+            "nested `cargo build --target {WASM_TARGET} --profile {WASM_PROFILE} -p sluice-sw \
+             -p sluice-client` failed ({status}); its errors are above. If the target is \
+             missing: `rustup target add {WASM_TARGET}`. To build the host binary anyway: \
+             SLUICE_SKIP_WASM=1"
+        )
+        .into());
+    }
+    Ok(target_dir.join(WASM_TARGET).join(WASM_PROFILE))
+}
+
+#[derive(Clone, Copy)]
+enum Flavour {
+    /// Loaded by `importScripts` from a classic worker script, which every browser supports.
+    ClassicWorker,
+    /// Imported by pages as an ES module, with TypeScript declarations for page code.
+    EsModule,
+}
+
+fn bindgen(wasm: &Path, pkg_dir: &Path, flavour: Flavour) -> Result<(), BoxError> {
+    if !wasm.exists() {
+        return Err(format!("{} was not produced by the nested build", wasm.display()).into());
+    }
+    let mut b = Bindgen::new();
+    b.input_path(wasm);
+    match flavour {
+        Flavour::ClassicWorker => b.no_modules(true)?.typescript(false),
+        Flavour::EsModule => b.web(true)?.typescript(true),
+    };
+    b.remove_name_section(true)
+        .remove_producers_section(true)
+        .generate(pkg_dir)
+        .map_err(|e| format!("wasm-bindgen on {}: {e:#}", wasm.display()))?;
+    Ok(())
+}
+
+fn write_stand_ins(pkg_dir: &Path) -> Result<(), BoxError> {
+    for name in ["sluice_sw.js", "sluice_client.js", "sluice_client.d.ts"] {
+        fs::write(
+            pkg_dir.join(name),
+            "// built with SLUICE_SKIP_WASM: no wasm here\n",
+        )?;
+    }
+    for name in ["sluice_sw_bg.wasm", "sluice_client_bg.wasm"] {
+        fs::write(pkg_dir.join(name), b"")?;
+    }
+    Ok(())
+}
+
+fn report_sizes(pkg_dir: &Path) -> Result<(), BoxError> {
+    let mut parts = Vec::new();
+    for name in ["sluice_sw_bg.wasm", "sluice_client_bg.wasm"] {
+        let len = fs::metadata(pkg_dir.join(name))?.len();
+        parts.push(format!("{name} {:.1} KiB", len as f64 / 1024.0));
+    }
+    println!("cargo:warning=wasm sizes: {}", parts.join(", "));
+    Ok(())
+}
+
+/// Writes a Rust file holding `pub static NAME: &[(&str, &[u8])]` with every file under `dir`
+/// (relative path with `/` separators, bytes embedded by `include_bytes!`), sorted by path.
+fn write_listing(dir: &Path, dest: &Path, name: &str) -> Result<(), BoxError> {
+    let mut files = Vec::new();
+    if dir.is_dir() {
+        collect_files(dir, dir, &mut files)?;
+    }
+    files.sort();
+    let mut src = String::new();
+    writeln!(src, "pub static {name}: &[(&str, &[u8])] = &[")?;
+    for (rel, abs) in &files {
+        writeln!(src, "    ({rel:?}, include_bytes!({abs:?})),")?;
+    }
+    writeln!(src, "];")?;
+    fs::write(dest, src)?;
+    Ok(())
+}
+
+fn collect_files(
+    base: &Path,
+    dir: &Path,
+    files: &mut Vec<(String, String)>,
+) -> Result<(), BoxError> {
+    for entry in fs::read_dir(dir)? {
+        let path = entry?.path();
+        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+        // Editor droppings and dotfiles are never meant to be served.
+        if name.starts_with('.') || name.ends_with('~') {
+            continue;
+        }
+        if path.is_dir() {
+            collect_files(base, &path, files)?;
+        } else {
+            let rel = path
+                .strip_prefix(base)?
+                .components()
+                .map(|c| c.as_os_str().to_string_lossy().into_owned())
+                .collect::<Vec<_>>()
+                .join("/");
+            let abs = path
+                .canonicalize()?
+                .to_str()
+                .ok_or_else(|| format!("non-UTF-8 path {}", path.display()))?
+                .to_string();
+            files.push((rel, abs));
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,213 @@
+//! One budget's live state: its limiter, the server's view of the quota, a pause, and the
+//! retry budget. All of it is saved, because each part protects the server across restarts:
+//! the limiter's recent starts stop a burst, the pause keeps a 429's promise, the server view
+//! keeps "remaining: 0" from being forgotten, and the retry budget keeps a failing service from
+//! being hammered by a worker that restarts.
+
+use serde::{Deserialize, Serialize};
+
+use crate::config::{BudgetConfig, ConfigError, RetryConfig, Window};
+use crate::headers::Quota;
+use crate::limiter::Limiter;
+use crate::random::Rng;
+use crate::time::{DurationMs, Millis};
+
+/// Longest ramp delay after a pause: resuming at a random point of this second spreads the
+/// restart of many clients (and of our own in-flight retries) instead of bursting at once.
+pub const RESUME_JITTER_MS: DurationMs = 1_000;
+
+/// What the server last said about the quota, in our terms.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ServerView {
+    /// Starts still allowed before `reset_at`, after subtracting ours that the server had not
+    /// yet counted when it answered.
+    pub remaining: u64,
+    pub reset_at: Millis,
+    /// Start time of the request whose response this came from: an older response that arrives
+    /// later must not overwrite a fresher view.
+    pub observed_start: Millis,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BudgetCounters {
+    /// Every start, retries included.
+    pub requests: u64,
+    /// Responses that said "over the limit".
+    pub rate_limited: u64,
+    /// Starts that were retries after a failure.
+    pub retries: u64,
+}
+
+/// The persisted state of one budget.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BudgetState {
+    pub name: String,
+    pub limiter: Limiter,
+    /// The end of a pause the server asked for (what a countdown shows).
+    pub paused_until: Option<Millis>,
+    /// When sending really resumes: the pause's end plus a random ramp delay.
+    pub resume_at: Option<Millis>,
+    pub pause_reason: Option<String>,
+    pub server: Option<ServerView>,
+    /// Retry tokens: each first attempt adds `retry_ratio`, each retry takes one.
+    pub retry_tokens: f64,
+    /// Set when retries ran out: nothing is sent on this budget until the user retries.
+    pub trouble: Option<String>,
+    /// Rate-limit responses in a row without a success, for the pause when none is named.
+    pub consecutive_rate_limits: u32,
+    pub counters: BudgetCounters,
+}
+
+impl BudgetState {
+    pub fn new(config: &BudgetConfig, retry: &RetryConfig) -> Result<Self, ConfigError> {
+        Ok(Self {
+            name: config.name.clone(),
+            limiter: Limiter::new(config.algorithm, &config.windows, config.target_utilization)?,
+            paused_until: None,
+            resume_at: None,
+            pause_reason: None,
+            server: None,
+            retry_tokens: retry.retry_reserve,
+            trouble: None,
+            consecutive_rate_limits: 0,
+            counters: BudgetCounters::default(),
+        })
+    }
+
+    /// Adopts a new configuration. A changed algorithm or set of windows gets a fresh limiter
+    /// that starts empty: it may run a little under the limit for one window, but it can never
+    /// burst above the new limit because of history the old limiter counted differently.
+    pub fn reconfigure(&mut self, config: &BudgetConfig, now: Millis) -> Result<(), ConfigError> {
+        let fresh = Limiter::new(config.algorithm, &config.windows, config.target_utilization)?;
+        if fresh.algorithm() != self.limiter.algorithm() || fresh.windows() != self.limiter.windows() {
+            self.limiter = fresh;
+            self.limiter.start_empty(now);
+        }
+        Ok(())
+    }
+
+    /// When the next request may start, or `None` while the budget is held (trouble) or full.
+    pub fn next_start_at(&self, now: Millis, in_flight: usize, concurrency: u32) -> Option<Millis> {
+        if self.trouble.is_some() || in_flight >= concurrency as usize {
+            return None;
+        }
+        let mut at = self.limiter.next_start_at(now);
+        if let Some(resume) = self.resume_at {
+            at = at.max(resume);
+        }
+        if let Some(server) = &self.server {
+            if server.remaining == 0 && server.reset_at > now {
+                at = at.max(server.reset_at);
+            }
+        }
+        Some(at.max(now))
+    }
+
+    /// The instant the budget is blocked until by a pause or an exhausted server quota.
+    pub fn blocked_until(&self, now: Millis) -> Option<Millis> {
+        let pause = self.resume_at.filter(|&t| t > now);
+        let quota = self
+            .server
+            .as_ref()
+            .filter(|s| s.remaining == 0 && s.reset_at > now)
+            .map(|s| s.reset_at);
+        pause.max(quota)
+    }
+
+    pub fn record_start(&mut self, now: Millis, is_retry: bool, retry: &RetryConfig) {
+        self.limiter.record_start(now);
+        self.counters.requests += 1;
+        if is_retry {
+            self.counters.retries += 1;
+        } else {
+            self.retry_tokens = (self.retry_tokens + retry.retry_ratio).min(retry.retry_reserve);
+        }
+        if let Some(server) = &mut self.server {
+            if server.reset_at > now {
+                server.remaining = server.remaining.saturating_sub(1);
+            } else {
+                self.server = None;
+            }
+        }
+        if self.resume_at.is_some_and(|t| t <= now) {
+            self.resume_at = None;
+            self.paused_until = None;
+            self.pause_reason = None;
+        }
+    }
+
+    /// Pauses the whole budget until `now + wait`; a later pause only ever extends it. When it
+    /// ends, sending resumes after a random ramp delay with the limiter empty, so traffic ramps
+    /// up at the steady rate instead of bursting.
+    pub fn pause(&mut self, now: Millis, wait: DurationMs, reason: String, rng: &mut Rng) -> bool {
+        let until = now.saturating_add(wait);
+        if self.paused_until.is_some_and(|p| p >= until) {
+            return false;
+        }
+        let resume = until.saturating_add(rng.below_or_equal(RESUME_JITTER_MS));
+        self.paused_until = Some(until);
+        self.resume_at = Some(resume);
+        self.pause_reason = Some(reason);
+        self.limiter.start_empty(resume);
+        true
+    }
+
+    /// Takes in a quota the server reported in the response to a request started at
+    /// `request_started`; `later_in_flight` of our requests started after it and are not in the
+    /// server's count yet. The more careful of the server's and our own view wins.
+    pub fn apply_quota(
+        &mut self,
+        quota: &Quota,
+        request_started: Millis,
+        later_in_flight: u64,
+        now: Millis,
+    ) {
+        if let (Some(limit), Some(window_ms)) = (quota.limit, quota.window_ms) {
+            if limit > 0 && window_ms > 0 {
+                let window = Window {
+                    limit: limit.min(u32::MAX as u64) as u32,
+                    length_ms: window_ms,
+                };
+                if !self.limiter.windows().contains(&window) {
+                    self.limiter.retune(window);
+                }
+            }
+        }
+        let (Some(remaining), Some(reset_after)) = (quota.remaining, quota.reset_after_ms) else {
+            return;
+        };
+        if self
+            .server
+            .as_ref()
+            .is_some_and(|s| s.observed_start > request_started && s.reset_at > now)
+        {
+            return;
+        }
+        self.server = Some(ServerView {
+            remaining: remaining.saturating_sub(later_in_flight),
+            // A reset "in 0 s" still means the current second: wait at least until it passes.
+            reset_at: now.saturating_add(reset_after.max(1)),
+            observed_start: request_started,
+        });
+    }
+
+    /// Takes one retry token if there is one.
+    pub fn take_retry_token(&mut self) -> bool {
+        if self.retry_tokens >= 1.0 {
+            self.retry_tokens -= 1.0;
+            true
+        } else {
+            false
+        }
+    }
+
+    /// The user asked to try again: lift the hold and give retries a fresh reserve.
+    pub fn clear_trouble(&mut self, retry: &RetryConfig) {
+        if self.trouble.take().is_some() {
+            self.retry_tokens = retry.retry_reserve;
+        }
+    }
+}

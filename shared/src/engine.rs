@@ -1,0 +1,1352 @@
+//! The scheduler: which job goes next, and when.
+//!
+//! Shaped like `quinn-proto`: the engine owns no clock, socket or timer. Inputs arrive as method
+//! calls that carry `now` ([`Engine::enqueue`], [`Engine::on_response`], ...); outputs are pulled
+//! ([`Engine::poll_transmit`] for the next request to start, [`Engine::take_changes`] for what to
+//! persist and broadcast), and [`Engine::poll_timeout`] names the single next instant at which
+//! anything could start, so the worker arms exactly one timer and never polls.
+//!
+//! Ordering rules, in the order they apply:
+//! 1. Per key, one at a time, in enqueue order: only the oldest unfinished job of a key is
+//!    eligible. A waiting interactive job lends its lane to the head of its key's chain, so a
+//!    person's edit is not stuck behind a bulk job for the same record longer than that one job.
+//! 2. Lanes: interactive, then bulk, then background; a job rises one lane for every
+//!    `aging.step` it waits, so nothing starves (see [`crate::config::AgingConfig::bound`]).
+//! 3. Within a lane, oldest first (a 429'd job keeps its place, so it goes first again).
+//!    Budgets are independent: a pause on one never holds up another.
+
+use std::collections::hash_map::DefaultHasher;
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::hash::{Hash, Hasher};
+
+use serde::{Deserialize, Serialize};
+
+use crate::budget::BudgetState;
+use crate::config::{BudgetConfig, ConfigError, EngineConfig};
+use crate::headers::read_signal;
+use crate::job::{Job, JobError, JobId, JobKind, JobOutcome, JobSpec, JobState, Lane};
+use crate::protocol::ProtocolError;
+use crate::random::Rng;
+use crate::retry::{backoff, classify, default_pause, Verdict};
+use crate::status::{
+    capacity_warning, percentile, BudgetStatus, GroupStatus, LaneStatus, StateCounts, Status,
+};
+use crate::time::{human_duration, DurationMs, Millis};
+
+/// Queue waits remembered per lane for the p50/p95 figures.
+const WAIT_SAMPLES: usize = 1_000;
+/// Longest time between probes while the network is down.
+const OFFLINE_PROBE_MAX_MS: DurationMs = 60_000;
+
+/// A request the worker should start now.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Transmit {
+    pub job_id: JobId,
+    pub method: String,
+    pub url: String,
+    pub headers: Vec<(String, String)>,
+    pub body: Option<String>,
+    /// Abort the request after this long and report [`TransportError::Timeout`].
+    pub timeout_ms: DurationMs,
+}
+
+/// A response as the transport saw it (headers hidden by CORS are simply absent).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Response {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: String,
+}
+
+/// Why no response arrived.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", content = "message", rename_all = "kebab-case")]
+pub enum TransportError {
+    /// The device is offline: the job waits without spending an attempt.
+    Offline,
+    /// No answer within the timeout; the server may have applied the request.
+    Timeout,
+    /// The connection failed (DNS, reset, CORS refusal, ...).
+    Network(String),
+}
+
+/// The result of an enqueue.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Enqueued {
+    /// The job that will carry this action (an earlier one when it was folded into it).
+    pub id: JobId,
+    pub coalesced: bool,
+    pub state: JobState,
+}
+
+/// What changed since the last call to [`Engine::take_changes`]: save it, then broadcast it.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Changes {
+    pub jobs: Vec<Job>,
+    pub removed: Vec<JobId>,
+    pub budgets: Vec<BudgetState>,
+}
+
+impl Changes {
+    pub fn is_empty(&self) -> bool {
+        self.jobs.is_empty() && self.removed.is_empty() && self.budgets.is_empty()
+    }
+}
+
+/// Ready jobs are ordered by (enqueued at, enqueue sequence): oldest first.
+type ReadyKey = (Millis, u64, JobId);
+
+enum Placement {
+    Ready { budget: String, lane: usize, key: ReadyKey },
+    Delayed((Millis, u64, JobId)),
+}
+
+struct Budget {
+    config: BudgetConfig,
+    state: BudgetState,
+    ready: [BTreeSet<ReadyKey>; 3],
+    /// Job id -> start time of the attempt in flight.
+    in_flight: HashMap<JobId, Millis>,
+    /// Smoothed response time, for the ETA when concurrency rather than the limit binds.
+    latency_ms: Option<f64>,
+}
+
+impl Budget {
+    fn has_ready(&self) -> bool {
+        self.ready.iter().any(|r| !r.is_empty())
+    }
+}
+
+pub struct Engine {
+    config: EngineConfig,
+    rng: Rng,
+    jobs: HashMap<JobId, Job>,
+    budgets: BTreeMap<String, Budget>,
+    placed: HashMap<JobId, Placement>,
+    delayed: BTreeSet<(Millis, u64, JobId)>,
+    /// Unfinished jobs per ordering key, in enqueue order.
+    chains: HashMap<String, VecDeque<JobId>>,
+    /// Waiting idempotent jobs by a hash of what they send, to fold identical ones.
+    identical: HashMap<u64, Vec<JobId>>,
+    /// Done and cancelled jobs by finish time, to forget them after the retention time.
+    expiring: BTreeSet<(Millis, JobId)>,
+    next_seq: u64,
+    offline_until: Option<Millis>,
+    offline_streak: u32,
+    changed_jobs: BTreeSet<JobId>,
+    removed_jobs: BTreeSet<JobId>,
+    changed_budgets: BTreeSet<String>,
+    waits: [VecDeque<DurationMs>; 3],
+    finished_jobs: u64,
+    finished_attempts: u64,
+}
+
+impl Engine {
+    /// An empty engine. `rng` supplies all randomness (ids, jitter): seed it from a real source
+    /// in the browser and from a fixed number in tests.
+    pub fn new(config: EngineConfig, rng: Rng) -> Result<Self, ConfigError> {
+        config.validate()?;
+        let mut budgets = BTreeMap::new();
+        for b in &config.budgets {
+            budgets.insert(b.name.clone(), Self::fresh_budget(b, &config)?);
+        }
+        Ok(Self {
+            config,
+            rng,
+            jobs: HashMap::new(),
+            budgets,
+            placed: HashMap::new(),
+            delayed: BTreeSet::new(),
+            chains: HashMap::new(),
+            identical: HashMap::new(),
+            expiring: BTreeSet::new(),
+            next_seq: 0,
+            offline_until: None,
+            offline_streak: 0,
+            changed_jobs: BTreeSet::new(),
+            removed_jobs: BTreeSet::new(),
+            changed_budgets: BTreeSet::new(),
+            waits: Default::default(),
+            finished_jobs: 0,
+            finished_attempts: 0,
+        })
+    }
+
+    fn fresh_budget(config: &BudgetConfig, engine: &EngineConfig) -> Result<Budget, ConfigError> {
+        Ok(Budget {
+            config: config.clone(),
+            state: BudgetState::new(config, &engine.retry)?,
+            ready: Default::default(),
+            in_flight: HashMap::new(),
+            latency_ms: None,
+        })
+    }
+
+    /// Rebuilds an engine from what was saved. Jobs that were sending when the worker stopped
+    /// have an unknown outcome: they go back to the queue and are sent again with the same
+    /// idempotency key, and that interrupted attempt is not counted against them.
+    pub fn restore(
+        config: EngineConfig,
+        rng: Rng,
+        jobs: Vec<Job>,
+        budgets: Vec<BudgetState>,
+        now: Millis,
+    ) -> Result<Self, ConfigError> {
+        let mut engine = Self::new(config, rng)?;
+        for saved in budgets {
+            if let Some(b) = engine.budgets.get_mut(&saved.name) {
+                b.state = saved;
+                b.state.reconfigure(&b.config, now)?;
+            }
+        }
+        let mut jobs = jobs;
+        jobs.sort_by_key(|j| j.seq);
+        for mut job in jobs {
+            engine.next_seq = engine.next_seq.max(job.seq + 1);
+            if job.state == JobState::Sending {
+                job.state = JobState::Queued;
+                engine.changed_jobs.insert(job.id.clone());
+            }
+            engine.admit(job);
+        }
+        engine.replace_all(now);
+        Ok(engine)
+    }
+
+    /// Puts a job into the indexes (not into ready/delayed: see `place`).
+    fn admit(&mut self, job: Job) {
+        let id = job.id.clone();
+        if !job.state.is_terminal() {
+            if let Some(key) = &job.key {
+                self.chains.entry(key.clone()).or_default().push_back(id.clone());
+            }
+        }
+        if job.state.is_waiting() && job.is_idempotent_method() {
+            self.identical.entry(fingerprint(&job)).or_default().push(id.clone());
+        }
+        if matches!(job.state, JobState::Done | JobState::Cancelled) {
+            self.expiring
+                .insert((job.finished_at.unwrap_or(job.enqueued_at), id.clone()));
+        }
+        self.jobs.insert(id, job);
+    }
+
+    /// Replaces the configuration at run time. Refused when it would drop a budget that still
+    /// has unfinished jobs (they would wait forever).
+    pub fn configure(&mut self, config: EngineConfig, now: Millis) -> Result<(), ConfigError> {
+        config.validate()?;
+        for name in self.budgets.keys() {
+            if config.budgets.iter().any(|b| &b.name == name) {
+                continue;
+            }
+            let pending = self
+                .jobs
+                .values()
+                .filter(|j| &j.budget == name && !j.state.is_terminal())
+                .count();
+            if pending > 0 {
+                return Err(ConfigError(format!(
+                    "budget '{name}' still has {pending} unfinished jobs; cancel them before removing it"
+                )));
+            }
+        }
+        let mut budgets = BTreeMap::new();
+        for b in &config.budgets {
+            let budget = match self.budgets.remove(&b.name) {
+                Some(mut old) => {
+                    old.state.reconfigure(b, now)?;
+                    old.config = b.clone();
+                    old
+                }
+                None => Self::fresh_budget(b, &config)?,
+            };
+            self.changed_budgets.insert(b.name.clone());
+            budgets.insert(b.name.clone(), budget);
+        }
+        self.budgets = budgets;
+        self.config = config;
+        self.replace_all(now);
+        Ok(())
+    }
+
+    pub fn config(&self) -> &EngineConfig {
+        &self.config
+    }
+
+    // ----- enqueue -------------------------------------------------------------------------
+
+    /// Accepts one action. The result names the job that will carry it: a new one, or an
+    /// earlier waiting one it was folded into (`coalesced`).
+    pub fn enqueue(&mut self, spec: JobSpec, now: Millis) -> Result<Enqueued, ProtocolError> {
+        let (budget, method) = self.validate(&spec)?;
+        Ok(self.enqueue_valid(spec, budget, method, now))
+    }
+
+    /// Accepts many actions as one group, all or none: if any is invalid nothing is enqueued.
+    /// Also returns a warning when the group needs more than a whole window of its budget.
+    pub fn enqueue_many(
+        &mut self,
+        specs: Vec<JobSpec>,
+        group_id: Option<String>,
+        now: Millis,
+    ) -> Result<(Vec<Enqueued>, Option<String>), ProtocolError> {
+        let total = specs.len();
+        let mut checked = Vec::with_capacity(total);
+        for (i, spec) in specs.into_iter().enumerate() {
+            match self.validate(&spec) {
+                Ok((budget, method)) => checked.push((spec, budget, method)),
+                Err(e) => {
+                    return Err(ProtocolError::InvalidRequest {
+                        message: format!("job {} of {total}: {e}; nothing was enqueued", i + 1),
+                    })
+                }
+            }
+        }
+        let mut per_budget: BTreeMap<String, u64> = BTreeMap::new();
+        let mut results = Vec::with_capacity(total);
+        for (mut spec, budget, method) in checked {
+            if group_id.is_some() {
+                spec.group_id = group_id.clone();
+            }
+            *per_budget.entry(budget.clone()).or_default() += 1;
+            results.push(self.enqueue_valid(spec, budget, method, now));
+        }
+        let warning = per_budget
+            .iter()
+            .filter_map(|(name, n)| {
+                let b = self.budgets.get(name)?;
+                capacity_warning(*n, b.state.limiter.windows())
+            })
+            .next();
+        Ok((results, warning))
+    }
+
+    fn validate(&self, spec: &JobSpec) -> Result<(String, String), ProtocolError> {
+        validate_url(&spec.url)?;
+        let method = if spec.method.trim().is_empty() {
+            "GET".to_string()
+        } else {
+            spec.method.trim().to_ascii_uppercase()
+        };
+        if !method.bytes().all(is_token_byte) {
+            return Err(ProtocolError::InvalidRequest {
+                message: format!("'{}' is not an HTTP method", spec.method),
+            });
+        }
+        if matches!(method.as_str(), "CONNECT" | "TRACE" | "TRACK") {
+            return Err(ProtocolError::InvalidRequest {
+                message: format!("browsers do not allow {method} requests"),
+            });
+        }
+        if matches!(method.as_str(), "GET" | "HEAD") && spec.body.is_some() {
+            return Err(ProtocolError::InvalidRequest {
+                message: format!("a {method} request cannot have a body"),
+            });
+        }
+        if let Some(body) = &spec.body {
+            if body.len() > self.config.max_body_bytes {
+                return Err(ProtocolError::TooLarge {
+                    bytes: body.len(),
+                    max_bytes: self.config.max_body_bytes,
+                });
+            }
+        }
+        for (name, value) in &spec.headers {
+            if name.is_empty() || !name.bytes().all(is_token_byte) {
+                return Err(ProtocolError::InvalidRequest {
+                    message: format!("'{name}' is not a valid header name"),
+                });
+            }
+            if value.bytes().any(|b| b == b'\r' || b == b'\n' || b == 0) {
+                return Err(ProtocolError::InvalidRequest {
+                    message: format!("the value of header '{name}' contains a line break"),
+                });
+            }
+        }
+        let budget = if spec.budget.is_empty() {
+            self.config
+                .budget_for_url(&spec.url)
+                .map(|b| b.name.clone())
+                .ok_or_else(|| ProtocolError::NoBudgetForUrl {
+                    url: spec.url.clone(),
+                })?
+        } else if self.budgets.contains_key(&spec.budget) {
+            spec.budget.clone()
+        } else {
+            return Err(ProtocolError::UnknownBudget {
+                budget: spec.budget.clone(),
+                known: self.budgets.keys().cloned().collect(),
+            });
+        };
+        Ok((budget, method))
+    }
+
+    fn enqueue_valid(
+        &mut self,
+        spec: JobSpec,
+        budget: String,
+        method: String,
+        now: Millis,
+    ) -> Enqueued {
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        let job = Job {
+            id: self.rng.uuid_v4(),
+            budget,
+            lane: spec.lane,
+            key: spec.key.filter(|k| !k.is_empty()),
+            kind: spec.kind,
+            method,
+            url: spec.url,
+            headers: spec.headers,
+            body: spec.body,
+            idempotency_key: self.rng.uuid_v4(),
+            state: JobState::Queued,
+            attempts: 0,
+            not_before: now,
+            enqueued_at: now,
+            coalesced: 0,
+            group_id: spec.group_id,
+            last_error: None,
+            outcome: None,
+            finished_at: None,
+            started_at: None,
+            seq,
+        };
+        if let Some(result) = self.try_cancel_out(&job, now) {
+            return result;
+        }
+        if let Some(id) = self.try_coalesce(&job, now) {
+            return Enqueued {
+                id,
+                coalesced: true,
+                state: JobState::Queued,
+            };
+        }
+        let id = job.id.clone();
+        let key = job.key.clone();
+        self.admit(job);
+        self.changed_jobs.insert(id.clone());
+        match key.and_then(|k| self.chains.get(&k).and_then(|c| c.front().cloned())) {
+            // The chain head may inherit this job's lane.
+            Some(head) => self.place(&head, now),
+            None => self.place(&id, now),
+        }
+        Enqueued {
+            id,
+            coalesced: false,
+            state: JobState::Queued,
+        }
+    }
+
+    /// A delete whose record's create has not been sent: neither needs to be (nor anything
+    /// queued for the record in between).
+    fn try_cancel_out(&mut self, delete: &Job, now: Millis) -> Option<Enqueued> {
+        if delete.kind != JobKind::Delete {
+            return None;
+        }
+        let chain = self.chains.get(delete.key.as_ref()?)?;
+        let create_pos = chain.iter().rposition(|id| {
+            self.jobs
+                .get(id)
+                .is_some_and(|j| j.kind == JobKind::Create && j.budget == delete.budget)
+        })?;
+        let doomed: Vec<JobId> = chain.iter().skip(create_pos).cloned().collect();
+        let untouched = doomed.iter().all(|id| {
+            self.jobs
+                .get(id)
+                .is_some_and(|j| j.state == JobState::Queued && j.started_at.is_none())
+        });
+        if !untouched {
+            return None;
+        }
+        let reason = JobError {
+            status: None,
+            message: "a create and a later delete of the same record cancelled out before either was sent".into(),
+        };
+        for id in &doomed {
+            self.finish(id, JobState::Cancelled, Some(reason.clone()), now);
+        }
+        let mut delete = delete.clone();
+        delete.state = JobState::Cancelled;
+        delete.finished_at = Some(now);
+        delete.last_error = Some(reason);
+        let id = delete.id.clone();
+        self.admit(delete);
+        self.changed_jobs.insert(id.clone());
+        Some(Enqueued {
+            id,
+            coalesced: false,
+            state: JobState::Cancelled,
+        })
+    }
+
+    /// Folds a patch into the newest unsent patch of its key, or an idempotent request into an
+    /// identical waiting one. Returns the id of the job it was folded into.
+    fn try_coalesce(&mut self, job: &Job, now: Millis) -> Option<JobId> {
+        let newest_of_key = job
+            .key
+            .as_ref()
+            .and_then(|k| self.chains.get(k))
+            .and_then(|c| c.back().cloned());
+        if job.kind == JobKind::Patch {
+            if let Some(target) = newest_of_key.clone() {
+                let mergeable = self.jobs.get(&target).is_some_and(|t| {
+                    t.kind == JobKind::Patch
+                        && t.state == JobState::Queued
+                        && t.started_at.is_none()
+                        && t.attempts == 0
+                        && t.budget == job.budget
+                        && t.method == job.method
+                        && t.url == job.url
+                });
+                if mergeable {
+                    self.merge_patch(&target, job, now);
+                    return Some(target);
+                }
+            }
+        }
+        if job.is_idempotent_method() && job.kind != JobKind::Create {
+            let fp = fingerprint(job);
+            let candidates = self.identical.get(&fp)?;
+            let target = candidates.iter().find(|id| {
+                self.jobs.get(*id).is_some_and(|t| {
+                    t.state.is_waiting()
+                        && t.budget == job.budget
+                        && t.method == job.method
+                        && t.url == job.url
+                        && t.body == job.body
+                        && t.headers == job.headers
+                        && t.key == job.key
+                        // Never reorder a key: only the newest job of the key can absorb it.
+                        && (t.key.is_none() || newest_of_key.as_ref() == Some(&t.id))
+                })
+            })?;
+            let target = target.clone();
+            if let Some(t) = self.jobs.get_mut(&target) {
+                t.lane = t.lane.min(job.lane);
+                t.coalesced += 1;
+            }
+            self.changed_jobs.insert(target.clone());
+            self.replace_head_of(&target, now);
+            return Some(target);
+        }
+        None
+    }
+
+    fn merge_patch(&mut self, target: &JobId, later: &Job, now: Millis) {
+        if let Some(t) = self.jobs.get_mut(target) {
+            t.body = merge_bodies(t.body.take(), later.body.clone());
+            for (name, value) in &later.headers {
+                match t
+                    .headers
+                    .iter_mut()
+                    .find(|(n, _)| n.eq_ignore_ascii_case(name))
+                {
+                    Some(existing) => existing.1 = value.clone(),
+                    None => t.headers.push((name.clone(), value.clone())),
+                }
+            }
+            t.lane = t.lane.min(later.lane);
+            t.coalesced += 1 + later.coalesced;
+        }
+        self.changed_jobs.insert(target.clone());
+        self.replace_head_of(target, now);
+    }
+
+    // ----- placement -----------------------------------------------------------------------
+
+    fn unplace(&mut self, id: &JobId) {
+        match self.placed.remove(id) {
+            Some(Placement::Ready { budget, lane, key }) => {
+                if let Some(b) = self.budgets.get_mut(&budget) {
+                    b.ready[lane].remove(&key);
+                }
+            }
+            Some(Placement::Delayed(key)) => {
+                self.delayed.remove(&key);
+            }
+            None => {}
+        }
+    }
+
+    /// Puts a job where the scheduler will find it: ready (per budget and effective lane),
+    /// delayed (until its backoff ends), or nowhere (not waiting, or not the head of its key).
+    fn place(&mut self, id: &JobId, now: Millis) {
+        self.unplace(id);
+        let Some(job) = self.jobs.get(id) else { return };
+        if !job.state.is_waiting() {
+            return;
+        }
+        if let Some(key) = &job.key {
+            if self.chains.get(key).and_then(|c| c.front()) != Some(id) {
+                return;
+            }
+        }
+        if job.not_before > now {
+            let key = (job.not_before, job.seq, id.clone());
+            self.delayed.insert(key.clone());
+            self.placed.insert(id.clone(), Placement::Delayed(key));
+            return;
+        }
+        let lane = self.effective_lane(job).index();
+        let key = (job.enqueued_at, job.seq, id.clone());
+        let budget = job.budget.clone();
+        // A job whose budget is not configured waits (and is reported) until it is.
+        if let Some(b) = self.budgets.get_mut(&budget) {
+            b.ready[lane].insert(key.clone());
+            self.placed
+                .insert(id.clone(), Placement::Ready { budget, lane, key });
+        }
+    }
+
+    /// The most urgent lane among the waiting jobs of a key: the head runs at that priority.
+    fn effective_lane(&self, job: &Job) -> Lane {
+        let Some(chain) = job.key.as_ref().and_then(|k| self.chains.get(k)) else {
+            return job.lane;
+        };
+        chain
+            .iter()
+            .filter_map(|id| self.jobs.get(id))
+            .filter(|j| j.state.is_waiting())
+            .map(|j| j.lane)
+            .min()
+            .unwrap_or(job.lane)
+    }
+
+    fn replace_head_of(&mut self, id: &JobId, now: Millis) {
+        let head = self
+            .jobs
+            .get(id)
+            .and_then(|j| j.key.as_ref())
+            .and_then(|k| self.chains.get(k))
+            .and_then(|c| c.front().cloned());
+        match head {
+            Some(h) => self.place(&h, now),
+            None => self.place(id, now),
+        }
+    }
+
+    fn replace_all(&mut self, now: Millis) {
+        self.placed.clear();
+        self.delayed.clear();
+        for b in self.budgets.values_mut() {
+            b.ready = Default::default();
+        }
+        let ids: Vec<JobId> = self
+            .jobs
+            .values()
+            .filter(|j| j.state.is_waiting())
+            .map(|j| j.id.clone())
+            .collect();
+        for id in ids {
+            self.place(&id, now);
+        }
+    }
+
+    fn promote_due(&mut self, now: Millis) {
+        while let Some(first) = self.delayed.first().cloned() {
+            if first.0 > now {
+                break;
+            }
+            self.delayed.remove(&first);
+            self.placed.remove(&first.2);
+            self.place(&first.2, now);
+        }
+    }
+
+    fn forget_expired(&mut self, now: Millis) {
+        let retention = self.config.retention_ms;
+        while let Some(first) = self.expiring.first().cloned() {
+            if first.0.saturating_add(retention) > now {
+                break;
+            }
+            self.expiring.remove(&first);
+            if self
+                .jobs
+                .get(&first.1)
+                .is_some_and(|j| matches!(j.state, JobState::Done | JobState::Cancelled))
+            {
+                self.jobs.remove(&first.1);
+                self.changed_jobs.remove(&first.1);
+                self.removed_jobs.insert(first.1);
+            }
+        }
+    }
+
+    fn aged_rank(&self, lane: Lane, since: Millis, now: Millis) -> i64 {
+        match self.config.aging.step(lane) {
+            None => lane.rank(),
+            Some(step) => lane.rank() - (now.saturating_sub(since) / step) as i64,
+        }
+    }
+
+    // ----- sending -------------------------------------------------------------------------
+
+    /// The next request to start now, if any may. Call repeatedly until `None`, then arm a timer
+    /// for [`Engine::poll_timeout`]. The start is counted against the budget at once: persist
+    /// [`Engine::take_changes`] before starting the fetch, so a crash cannot forget it.
+    pub fn poll_transmit(&mut self, now: Millis) -> Option<Transmit> {
+        self.forget_expired(now);
+        if self.offline_until.is_some_and(|t| t > now) {
+            return None;
+        }
+        self.offline_until = None;
+        self.promote_due(now);
+        let mut best: Option<((i64, Millis, u64), String, JobId)> = None;
+        for (name, b) in &self.budgets {
+            if !b.has_ready() {
+                continue;
+            }
+            match b
+                .state
+                .next_start_at(now, b.in_flight.len(), b.config.concurrency)
+            {
+                Some(t) if t <= now => {}
+                _ => continue,
+            }
+            for lane in Lane::ALL {
+                if let Some((since, seq, id)) = b.ready[lane.index()].first() {
+                    let rank = (self.aged_rank(lane, *since, now), *since, *seq);
+                    if best.as_ref().is_none_or(|(r, _, _)| rank < *r) {
+                        best = Some((rank, name.clone(), id.clone()));
+                    }
+                }
+            }
+        }
+        let (_, budget_name, id) = best?;
+        self.unplace(&id);
+        let retry_config = self.config.retry.clone();
+        let timeout_ms = retry_config.timeout_ms;
+        let job = self.jobs.get_mut(&id)?;
+        let lane = job.lane;
+        if job.transition(JobState::Sending).is_err() {
+            return None;
+        }
+        if job.started_at.is_none() {
+            let wait = now.saturating_sub(job.enqueued_at);
+            let samples = &mut self.waits[lane.index()];
+            if samples.len() == WAIT_SAMPLES {
+                samples.pop_front();
+            }
+            samples.push_back(wait);
+        }
+        job.started_at = Some(now);
+        let is_retry = job.attempts > 0;
+        let transmit = Transmit {
+            job_id: id.clone(),
+            method: job.method.clone(),
+            url: job.url.clone(),
+            headers: job.request_headers(),
+            body: job.body.clone(),
+            timeout_ms,
+        };
+        let b = self.budgets.get_mut(&budget_name)?;
+        b.state.record_start(now, is_retry, &retry_config);
+        b.in_flight.insert(id.clone(), now);
+        self.changed_jobs.insert(id);
+        self.changed_budgets.insert(budget_name);
+        Some(transmit)
+    }
+
+    /// The next instant at which a request could start (or a backoff ends), if anything waits.
+    /// `Some(t)` with `t <= now` means "call `poll_transmit` now". `None`: nothing can happen
+    /// until an input arrives (a response, an enqueue, a retry).
+    pub fn poll_timeout(&self, now: Millis) -> Option<Millis> {
+        let waiting = !self.placed.is_empty();
+        if let Some(t) = self.offline_until.filter(|&t| t > now) {
+            return waiting.then_some(t);
+        }
+        let mut next = self.delayed.first().map(|d| d.0);
+        for b in self.budgets.values() {
+            if !b.has_ready() {
+                continue;
+            }
+            if let Some(t) = b
+                .state
+                .next_start_at(now, b.in_flight.len(), b.config.concurrency)
+            {
+                next = Some(next.map_or(t, |n| n.min(t)));
+            }
+        }
+        // Forgetting done jobs needs no timer of its own: it rides along with every poll.
+        next
+    }
+
+    /// The response to a job's request arrived.
+    pub fn on_response(&mut self, id: &str, response: Response, now: Millis) {
+        let Some((budget_name, started)) = self.take_in_flight(id, now) else {
+            return;
+        };
+        let id: JobId = id.to_string();
+        let signal = read_signal(response.status, &response.headers, now);
+        if let Some(b) = self.budgets.get_mut(&budget_name) {
+            if let Some(quota) = &signal.quota {
+                let later = b.in_flight.values().filter(|&&s| s > started).count() as u64;
+                b.state.apply_quota(quota, started, later, now);
+            }
+        }
+        self.changed_budgets.insert(budget_name.clone());
+        match classify(response.status, signal.rate_limited) {
+            Verdict::Success => {
+                if let Some(b) = self.budgets.get_mut(&budget_name) {
+                    b.state.consecutive_rate_limits = 0;
+                }
+                if let Some(job) = self.jobs.get_mut(&id) {
+                    job.attempts += 1;
+                    job.outcome = Some(JobOutcome {
+                        status: response.status,
+                        headers: response.headers,
+                        body: response.body,
+                    });
+                }
+                self.finish(&id, JobState::Done, None, now);
+            }
+            Verdict::RateLimited => {
+                let retry = self.config.retry.clone();
+                if let Some(b) = self.budgets.get_mut(&budget_name) {
+                    b.state.counters.rate_limited += 1;
+                    let wait = signal
+                        .retry_after_ms
+                        .unwrap_or_else(|| default_pause(b.state.consecutive_rate_limits, &retry));
+                    b.state.consecutive_rate_limits += 1;
+                    let reason = format!(
+                        "the server asked to wait {} (HTTP {})",
+                        human_duration(wait),
+                        response.status
+                    );
+                    b.state.pause(now, wait, reason, &mut self.rng);
+                }
+                if let Some(job) = self.jobs.get_mut(&id) {
+                    // Back to its place at the front of its lane; a 429 is not an attempt.
+                    let _ = job.transition(JobState::Queued);
+                }
+                self.changed_jobs.insert(id.clone());
+                self.place(&id, now);
+            }
+            Verdict::Retryable => {
+                let error = JobError {
+                    status: Some(response.status),
+                    message: server_message(response.status, &response.body),
+                };
+                self.fail_or_retry(&id, &budget_name, error, now);
+            }
+            Verdict::Fatal => {
+                if let Some(job) = self.jobs.get_mut(&id) {
+                    job.attempts += 1;
+                }
+                let error = JobError {
+                    status: Some(response.status),
+                    message: server_message(response.status, &response.body),
+                };
+                self.finish(&id, JobState::Failed, Some(error), now);
+            }
+        }
+    }
+
+    /// The job's request got no response.
+    pub fn on_transport_error(&mut self, id: &str, error: TransportError, now: Millis) {
+        let Some((budget_name, _)) = self.take_in_flight(id, now) else {
+            return;
+        };
+        let id: JobId = id.to_string();
+        match error {
+            TransportError::Offline => {
+                if let Some(job) = self.jobs.get_mut(&id) {
+                    let _ = job.transition(JobState::Queued);
+                }
+                let probe = (2_000u64 << self.offline_streak.min(5)).min(OFFLINE_PROBE_MAX_MS);
+                self.offline_streak += 1;
+                self.offline_until = Some(now + probe);
+                self.changed_jobs.insert(id.clone());
+                self.place(&id, now);
+            }
+            TransportError::Timeout => {
+                let error = JobError {
+                    status: None,
+                    message: format!(
+                        "no response within {}",
+                        human_duration(self.config.retry.timeout_ms)
+                    ),
+                };
+                self.fail_or_retry(&id, &budget_name, error, now);
+            }
+            TransportError::Network(message) => {
+                let error = JobError {
+                    status: None,
+                    message: format!("network error: {message}"),
+                };
+                self.fail_or_retry(&id, &budget_name, error, now);
+            }
+        }
+    }
+
+    /// The network is back (the browser said so): stop waiting for the next probe.
+    pub fn set_online(&mut self) {
+        self.offline_until = None;
+        self.offline_streak = 0;
+    }
+
+    pub fn is_offline(&self, now: Millis) -> bool {
+        self.offline_until.is_some_and(|t| t > now)
+    }
+
+    fn take_in_flight(&mut self, id: &str, now: Millis) -> Option<(String, Millis)> {
+        let job = self.jobs.get(id)?;
+        if job.state != JobState::Sending {
+            return None;
+        }
+        let budget_name = job.budget.clone();
+        let b = self.budgets.get_mut(&budget_name)?;
+        let started = b.in_flight.remove(id)?;
+        let sample = now.saturating_sub(started) as f64;
+        b.latency_ms = Some(match b.latency_ms {
+            Some(avg) => avg * 0.8 + sample * 0.2,
+            None => sample,
+        });
+        Some((budget_name, started))
+    }
+
+    fn fail_or_retry(&mut self, id: &JobId, budget_name: &str, error: JobError, now: Millis) {
+        let max_attempts = self.config.retry.max_attempts;
+        let Some(job) = self.jobs.get_mut(id) else { return };
+        job.attempts += 1;
+        let attempts = job.attempts;
+        if attempts >= max_attempts {
+            let error = JobError {
+                message: format!("{} (gave up after {attempts} attempts)", error.message),
+                ..error
+            };
+            self.finish(id, JobState::Failed, Some(error), now);
+            return;
+        }
+        let has_token = self
+            .budgets
+            .get_mut(budget_name)
+            .is_some_and(|b| b.state.take_retry_token());
+        if !has_token {
+            if let Some(b) = self.budgets.get_mut(budget_name) {
+                b.state.trouble = Some(format!(
+                    "the service behind '{budget_name}' is having trouble (last error: {}); sending is stopped until you retry",
+                    error.message
+                ));
+            }
+            self.changed_budgets.insert(budget_name.to_string());
+            let error = JobError {
+                message: format!("{} (retries stopped: the service is having trouble)", error.message),
+                ..error
+            };
+            self.finish(id, JobState::Failed, Some(error), now);
+            return;
+        }
+        let delay = backoff(attempts, &self.config.retry, &mut self.rng);
+        if let Some(job) = self.jobs.get_mut(id) {
+            let _ = job.transition(JobState::RetryWait);
+            job.not_before = now + delay;
+            job.last_error = Some(error);
+        }
+        self.changed_jobs.insert(id.clone());
+        self.place(id, now);
+    }
+
+    /// Moves a job to a terminal state and lets the next job of its key go.
+    fn finish(&mut self, id: &JobId, state: JobState, error: Option<JobError>, now: Millis) {
+        self.unplace(id);
+        let Some(job) = self.jobs.get_mut(id) else { return };
+        if job.transition(state).is_err() {
+            return;
+        }
+        job.finished_at = Some(now);
+        if error.is_some() {
+            job.last_error = error;
+        }
+        if matches!(state, JobState::Done | JobState::Failed) {
+            self.finished_jobs += 1;
+            self.finished_attempts += job.attempts as u64;
+        }
+        if matches!(state, JobState::Done | JobState::Cancelled) {
+            self.expiring.insert((now, id.clone()));
+        }
+        let key = job.key.clone();
+        self.changed_jobs.insert(id.clone());
+        self.leave_chain(id, key, now);
+    }
+
+    fn leave_chain(&mut self, id: &JobId, key: Option<String>, now: Millis) {
+        let Some(key) = key else { return };
+        let Some(chain) = self.chains.get_mut(&key) else { return };
+        if let Some(pos) = chain.iter().position(|x| x == id) {
+            chain.remove(pos);
+        }
+        match chain.front().cloned() {
+            Some(head) => self.place(&head, now),
+            None => {
+                self.chains.remove(&key);
+            }
+        }
+    }
+
+    // ----- user actions --------------------------------------------------------------------
+
+    /// Cancels a waiting job, or every waiting job of a group. Jobs already sending cannot be
+    /// called back; they are left out of the returned list.
+    pub fn cancel(&mut self, target: &str, now: Millis) -> Result<Vec<JobId>, ProtocolError> {
+        let ids: Vec<JobId> = if self.jobs.contains_key(target) {
+            vec![target.to_string()]
+        } else {
+            let mut ids: Vec<&Job> = self
+                .jobs
+                .values()
+                .filter(|j| j.group_id.as_deref() == Some(target))
+                .collect();
+            if ids.is_empty() {
+                return Err(ProtocolError::NotFound { id: target.into() });
+            }
+            ids.sort_by_key(|j| j.seq);
+            ids.into_iter().map(|j| j.id.clone()).collect()
+        };
+        if ids.len() == 1 && ids[0] == target {
+            let state = self.jobs.get(target).map(|j| j.state);
+            if let Some(state) = state.filter(|s| !s.is_waiting()) {
+                return Err(ProtocolError::IllegalTransition {
+                    message: format!("job {target} is {state} and can no longer be cancelled"),
+                });
+            }
+        }
+        let mut cancelled = Vec::new();
+        for id in ids.into_iter().rev() {
+            if self.jobs.get(&id).is_some_and(|j| j.state.is_waiting()) {
+                self.finish(&id, JobState::Cancelled, None, now);
+                cancelled.push(id);
+            }
+        }
+        cancelled.reverse();
+        Ok(cancelled)
+    }
+
+    /// Sends a failed job again from scratch (attempts reset), and lifts a budget's hold.
+    pub fn retry(&mut self, id: &str, now: Millis) -> Result<(), ProtocolError> {
+        let retry = self.config.retry.clone();
+        let job = self
+            .jobs
+            .get_mut(id)
+            .ok_or_else(|| ProtocolError::NotFound { id: id.into() })?;
+        job.transition(JobState::Queued)
+            .map_err(|e| ProtocolError::IllegalTransition {
+                message: format!("{e}: only failed jobs can be retried"),
+            })?;
+        job.attempts = 0;
+        job.not_before = now;
+        job.finished_at = None;
+        job.last_error = None;
+        let (key, budget) = (job.key.clone(), job.budget.clone());
+        let id: JobId = id.to_string();
+        if let Some(key) = key {
+            self.chains.entry(key).or_default().push_back(id.clone());
+        }
+        if let Some(b) = self.budgets.get_mut(&budget) {
+            b.state.clear_trouble(&retry);
+        }
+        self.changed_budgets.insert(budget);
+        self.changed_jobs.insert(id.clone());
+        self.replace_head_of(&id, now);
+        Ok(())
+    }
+
+    /// Forgets a finished job (a failed one the user does not want to retry).
+    pub fn dismiss(&mut self, id: &str) -> Result<(), ProtocolError> {
+        let job = self
+            .jobs
+            .get(id)
+            .ok_or_else(|| ProtocolError::NotFound { id: id.into() })?;
+        if !job.state.is_terminal() {
+            return Err(ProtocolError::IllegalTransition {
+                message: format!("job {id} is {} and cannot be dismissed; cancel it first", job.state),
+            });
+        }
+        self.jobs.remove(id);
+        self.changed_jobs.remove(id);
+        self.removed_jobs.insert(id.to_string());
+        Ok(())
+    }
+
+    // ----- observation ---------------------------------------------------------------------
+
+    /// Everything that changed since the last call, to save (then broadcast).
+    pub fn take_changes(&mut self) -> Changes {
+        let jobs = std::mem::take(&mut self.changed_jobs)
+            .into_iter()
+            .filter_map(|id| self.jobs.get(&id).cloned())
+            .collect();
+        let removed = std::mem::take(&mut self.removed_jobs).into_iter().collect();
+        let budgets = std::mem::take(&mut self.changed_budgets)
+            .into_iter()
+            .filter_map(|name| self.budgets.get(&name).map(|b| b.state.clone()))
+            .collect();
+        Changes {
+            jobs,
+            removed,
+            budgets,
+        }
+    }
+
+    pub fn job(&self, id: &str) -> Option<&Job> {
+        self.jobs.get(id)
+    }
+
+    pub fn jobs(&self) -> impl Iterator<Item = &Job> {
+        self.jobs.values()
+    }
+
+    pub fn budget_state(&self, name: &str) -> Option<&BudgetState> {
+        self.budgets.get(name).map(|b| &b.state)
+    }
+
+    pub fn budget_states(&self) -> impl Iterator<Item = &BudgetState> {
+        self.budgets.values().map(|b| &b.state)
+    }
+
+    /// A status snapshot for every tab.
+    pub fn snapshot(&self, now: Millis) -> Status {
+        let mut counts = StateCounts::default();
+        let mut pending_per_budget: HashMap<&str, u64> = HashMap::new();
+        let mut groups: BTreeMap<&str, GroupStatus> = BTreeMap::new();
+        let mut waiting_per_lane = [0u64; 3];
+        let mut orphans: BTreeMap<&str, u64> = BTreeMap::new();
+        for job in self.jobs.values() {
+            match job.state {
+                JobState::Queued => counts.queued += 1,
+                JobState::Sending => counts.sending += 1,
+                JobState::RetryWait => counts.retry_wait += 1,
+                JobState::Done => counts.done += 1,
+                JobState::Failed => counts.failed += 1,
+                JobState::Cancelled => counts.cancelled += 1,
+            }
+            let pending = matches!(
+                job.state,
+                JobState::Queued | JobState::Sending | JobState::RetryWait
+            );
+            if pending {
+                *pending_per_budget.entry(job.budget.as_str()).or_default() += 1;
+                if !self.budgets.contains_key(&job.budget) {
+                    *orphans.entry(job.budget.as_str()).or_default() += 1;
+                }
+            }
+            if job.state.is_waiting() {
+                waiting_per_lane[job.lane.index()] += 1;
+            }
+            if let Some(g) = &job.group_id {
+                let entry = groups.entry(g.as_str()).or_insert_with(|| GroupStatus {
+                    id: g.clone(),
+                    total: 0,
+                    done: 0,
+                    failed: 0,
+                    cancelled: 0,
+                    pending: 0,
+                    warning: None,
+                });
+                entry.total += 1;
+                match job.state {
+                    JobState::Done => entry.done += 1,
+                    JobState::Failed => entry.failed += 1,
+                    JobState::Cancelled => entry.cancelled += 1,
+                    _ => entry.pending += 1,
+                }
+            }
+        }
+        let mut budgets = Vec::new();
+        let mut eta_all: Option<DurationMs> = None;
+        for (name, b) in &self.budgets {
+            let pending = pending_per_budget.get(name.as_str()).copied().unwrap_or(0);
+            let blocked = b.state.blocked_until(now);
+            let eta_ms = if b.state.trouble.is_some() {
+                None
+            } else if pending == 0 {
+                Some(0)
+            } else {
+                let mut rate = b.state.limiter.sustained_rate_per_ms();
+                if let Some(latency) = b.latency_ms.filter(|l| *l > 0.0) {
+                    rate = rate.min(b.config.concurrency as f64 / latency);
+                }
+                let wait = blocked.map_or(0, |t| t - now);
+                (rate > 0.0).then(|| wait + (pending as f64 / rate).ceil() as u64)
+            };
+            if let Some(e) = eta_ms {
+                eta_all = Some(eta_all.map_or(e, |a| a.max(e)));
+            }
+            let tightest = b.state.limiter.windows().iter().min_by(|x, y| {
+                let rx = x.limit as f64 / x.length_ms as f64;
+                let ry = y.limit as f64 / y.length_ms as f64;
+                rx.total_cmp(&ry)
+            });
+            let achieved_share = tightest.map_or(0.0, |w| {
+                b.state.limiter.starts_within(now, w.length_ms) as f64 / w.limit as f64
+            });
+            let c = &b.state.counters;
+            let server = b.state.server.as_ref().filter(|s| s.reset_at > now);
+            budgets.push(BudgetStatus {
+                name: name.clone(),
+                windows: b.state.limiter.windows().to_vec(),
+                concurrency: b.config.concurrency,
+                in_flight: b.in_flight.len() as u64,
+                pending,
+                paused_until: b.state.paused_until.filter(|&t| t > now).or_else(|| {
+                    b.state
+                        .server
+                        .as_ref()
+                        .filter(|s| s.remaining == 0 && s.reset_at > now)
+                        .map(|s| s.reset_at)
+                }),
+                pause_reason: if b.state.paused_until.is_some_and(|t| t > now) {
+                    b.state.pause_reason.clone()
+                } else if server.is_some_and(|s| s.remaining == 0) {
+                    Some("the server reports no requests left until its limit resets".into())
+                } else {
+                    None
+                },
+                trouble: b.state.trouble.clone(),
+                server_remaining: server.map(|s| s.remaining),
+                server_reset_at: server.map(|s| s.reset_at),
+                eta_ms,
+                requests: c.requests,
+                rate_limited: c.rate_limited,
+                retries: c.retries,
+                rate_limited_per_1000: if c.requests == 0 {
+                    0.0
+                } else {
+                    c.rate_limited as f64 * 1000.0 / c.requests as f64
+                },
+                achieved_share,
+            });
+        }
+        let mut warnings: Vec<String> = orphans
+            .iter()
+            .map(|(budget, n)| {
+                format!("{n} jobs wait for budget '{budget}', which is not configured")
+            })
+            .collect();
+        let groups: Vec<GroupStatus> = groups
+            .into_values()
+            .map(|mut g| {
+                if g.pending > 0 {
+                    let budget = self
+                        .jobs
+                        .values()
+                        .find(|j| j.group_id.as_deref() == Some(g.id.as_str()))
+                        .and_then(|j| self.budgets.get(&j.budget));
+                    if let Some(b) = budget {
+                        g.warning = capacity_warning(g.pending, b.state.limiter.windows());
+                    }
+                }
+                g
+            })
+            .collect();
+        warnings.extend(groups.iter().filter_map(|g| g.warning.clone()));
+        let lanes = Lane::ALL
+            .iter()
+            .map(|&lane| {
+                let samples: Vec<DurationMs> = self.waits[lane.index()].iter().copied().collect();
+                LaneStatus {
+                    lane,
+                    waiting: waiting_per_lane[lane.index()],
+                    wait_p50_ms: percentile(&samples, 50.0),
+                    wait_p95_ms: percentile(&samples, 95.0),
+                }
+            })
+            .collect();
+        Status {
+            now,
+            counts,
+            budgets,
+            groups,
+            lanes,
+            eta_ms: eta_all,
+            attempts_per_job: if self.finished_jobs == 0 {
+                0.0
+            } else {
+                self.finished_attempts as f64 / self.finished_jobs as f64
+            },
+            offline: self.is_offline(now),
+            warnings,
+        }
+    }
+}
+
+/// What identifies "the same request" for folding identical idempotent jobs.
+fn fingerprint(job: &Job) -> u64 {
+    let mut h = DefaultHasher::new();
+    (&job.budget, &job.method, &job.url, &job.body, &job.headers, &job.key).hash(&mut h);
+    h.finish()
+}
+
+/// Later patch fields win. Both JSON objects: merged field by field; otherwise the later body
+/// replaces the earlier one (it is the newer statement of what the record should be).
+fn merge_bodies(earlier: Option<String>, later: Option<String>) -> Option<String> {
+    let (Some(a), Some(b)) = (&earlier, &later) else {
+        return later.or(earlier);
+    };
+    match (
+        serde_json::from_str::<serde_json::Value>(a),
+        serde_json::from_str::<serde_json::Value>(b),
+    ) {
+        (Ok(serde_json::Value::Object(mut base)), Ok(serde_json::Value::Object(update))) => {
+            for (k, v) in update {
+                base.insert(k, v);
+            }
+            Some(serde_json::Value::Object(base).to_string())
+        }
+        _ => later,
+    }
+}
+
+/// The server's own words where it gave any (a JSON `message` or `error`, or the text), short.
+fn server_message(status: u16, body: &str) -> String {
+    let from_json = serde_json::from_str::<serde_json::Value>(body).ok().and_then(|v| {
+        ["message", "error", "detail", "title"]
+            .iter()
+            .find_map(|k| v.get(k).and_then(|m| m.as_str()).map(str::to_owned))
+    });
+    let text = from_json.unwrap_or_else(|| body.trim().to_string());
+    let short: String = text.chars().take(300).collect();
+    if short.is_empty() {
+        format!("HTTP {status}")
+    } else {
+        format!("HTTP {status}: {short}")
+    }
+}
+
+fn is_token_byte(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
+}
+
+/// An absolute http(s) URL with a host and no spaces or control characters. (The worker has
+/// already resolved relative URLs against its origin.)
+pub fn validate_url(url: &str) -> Result<(), ProtocolError> {
+    let invalid = |message: &str| ProtocolError::InvalidUrl {
+        url: url.chars().take(200).collect(),
+        message: message.into(),
+    };
+    if url.len() > 16_384 {
+        return Err(invalid("longer than 16,384 characters"));
+    }
+    let rest = if let Some(r) = url.strip_prefix("https://") {
+        r
+    } else if let Some(r) = url.strip_prefix("http://") {
+        r
+    } else {
+        return Err(invalid("only absolute http:// and https:// URLs can be sent"));
+    };
+    if url.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(invalid("contains spaces or control characters"));
+    }
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
+    let host = authority.rsplit('@').next().unwrap_or("");
+    if host.is_empty() || host.starts_with(':') {
+        return Err(invalid("has no host"));
+    }
+    Ok(())
+}

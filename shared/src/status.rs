@@ -1,0 +1,181 @@
+//! The status snapshot every tab shows: what is waiting, why, and for how long.
+//!
+//! Everything here is derived from the engine's state on request; nothing is counted twice.
+//! Times are absolute (`paused_until`) rather than "seconds left", so that a page computes its
+//! countdown from its own clock and the value never goes stale in transit.
+
+use serde::{Deserialize, Serialize};
+
+use crate::config::Window;
+use crate::job::Lane;
+use crate::time::{human_duration, DurationMs, Millis};
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StateCounts {
+    pub queued: u64,
+    pub sending: u64,
+    pub retry_wait: u64,
+    pub done: u64,
+    pub failed: u64,
+    pub cancelled: u64,
+}
+
+impl StateCounts {
+    pub fn waiting(&self) -> u64 {
+        self.queued + self.retry_wait
+    }
+
+    pub fn pending(&self) -> u64 {
+        self.queued + self.retry_wait + self.sending
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BudgetStatus {
+    pub name: String,
+    pub windows: Vec<Window>,
+    pub concurrency: u32,
+    pub in_flight: u64,
+    /// Jobs waiting or sending on this budget.
+    pub pending: u64,
+    /// End of a server-requested pause, for a countdown.
+    pub paused_until: Option<Millis>,
+    pub pause_reason: Option<String>,
+    /// Sending is held until the user retries (retries ran out).
+    pub trouble: Option<String>,
+    pub server_remaining: Option<u64>,
+    pub server_reset_at: Option<Millis>,
+    /// Time until every pending job of this budget could be done at the achievable rate.
+    pub eta_ms: Option<DurationMs>,
+    pub requests: u64,
+    pub rate_limited: u64,
+    pub retries: u64,
+    /// 429s per 1,000 requests.
+    pub rate_limited_per_1000: f64,
+    /// Starts in the last tightest window as a share of its limit.
+    pub achieved_share: f64,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GroupStatus {
+    pub id: String,
+    pub total: u64,
+    pub done: u64,
+    pub failed: u64,
+    pub cancelled: u64,
+    pub pending: u64,
+    /// Set when the group needs more than a whole window's budget.
+    pub warning: Option<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LaneStatus {
+    pub lane: Lane,
+    pub waiting: u64,
+    /// Time from enqueue to first start, over recent jobs.
+    pub wait_p50_ms: Option<DurationMs>,
+    pub wait_p95_ms: Option<DurationMs>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Status {
+    pub now: Millis,
+    pub counts: StateCounts,
+    pub budgets: Vec<BudgetStatus>,
+    pub groups: Vec<GroupStatus>,
+    pub lanes: Vec<LaneStatus>,
+    /// Until every pending job could be done (the slowest budget).
+    pub eta_ms: Option<DurationMs>,
+    /// Attempts per finished job (1.0 when nothing needed a retry).
+    pub attempts_per_job: f64,
+    /// Set while the network is known to be down.
+    pub offline: bool,
+    pub warnings: Vec<String>,
+}
+
+/// Percentile of a sample (nearest rank); `None` when empty.
+pub fn percentile(samples: &[DurationMs], p: f64) -> Option<DurationMs> {
+    if samples.is_empty() {
+        return None;
+    }
+    let mut sorted = samples.to_vec();
+    sorted.sort_unstable();
+    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
+    sorted.get(rank.clamp(1, sorted.len()) - 1).copied()
+}
+
+fn window_name(w: &Window) -> String {
+    match w.length_ms {
+        1_000 => "per-second limit".into(),
+        60_000 => "per-minute limit".into(),
+        3_600_000 => "hourly limit".into(),
+        86_400_000 => "daily limit".into(),
+        ms => format!("limit per {}", human_duration(ms)),
+    }
+}
+
+/// "6,000 jobs need more than the hourly limit of 5,000: at least 1 h 12 min" when `jobs`
+/// exceeds a window's whole budget; the longest such wait is reported.
+pub fn capacity_warning(jobs: u64, windows: &[Window]) -> Option<String> {
+    windows
+        .iter()
+        .filter(|w| jobs > w.limit as u64)
+        .map(|w| {
+            let least = (jobs as u128 * w.length_ms as u128 / w.limit.max(1) as u128) as u64;
+            (least, w)
+        })
+        .max_by_key(|(least, _)| *least)
+        .map(|(least, w)| {
+            format!(
+                "{} jobs need more than the {} of {}: at least {}",
+                thousands(jobs),
+                window_name(w),
+                thousands(w.limit as u64),
+                human_duration(least)
+            )
+        })
+}
+
+/// 6000 -> "6,000".
+pub fn thousands(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn warns_when_a_group_exceeds_a_window() {
+        let windows = [
+            Window { limit: 10, length_ms: 1_000 },
+            Window { limit: 5_000, length_ms: 3_600_000 },
+        ];
+        assert_eq!(
+            capacity_warning(6_000, &windows).as_deref(),
+            Some("6,000 jobs need more than the hourly limit of 5,000: at least 1 h 12 min")
+        );
+        assert_eq!(capacity_warning(5, &windows), None);
+    }
+
+    #[test]
+    fn percentiles_use_nearest_rank() {
+        let s: Vec<u64> = (1..=100).collect();
+        assert_eq!(percentile(&s, 50.0), Some(50));
+        assert_eq!(percentile(&s, 95.0), Some(95));
+        assert_eq!(percentile(&[], 50.0), None);
+    }
+}

@@ -1,0 +1,10 @@
+//! `sluice`: the demo server around Sluice's service worker, usable in-process by tests.
+//!
+//! - [`api`]: a strict, rate-limited demo API that records every arrival, with a control API
+//!   for tests and the demo page.
+//! - [`assets`]: the wasm bundles and `www/` files embedded at build time.
+//! - [`server`]: the whole same-origin site (static files, `/pkg/`, API) as one router.
+
+pub mod api;
+pub mod assets;
+pub mod server;
