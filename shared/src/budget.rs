@@ -59,13 +59,17 @@ pub struct BudgetState {
     /// Rate-limit responses in a row without a success, for the pause when none is named.
     pub consecutive_rate_limits: u32,
     pub counters: BudgetCounters,
+    /// Windows the server reported (RateLimit-Policy and the like): they outlive a restart and a
+    /// reconfiguration, since the server keeps enforcing them.
+    #[serde(default)]
+    pub learned: Vec<Window>,
 }
 
 impl BudgetState {
     pub fn new(config: &BudgetConfig, retry: &RetryConfig) -> Result<Self, ConfigError> {
         Ok(Self {
             name: config.name.clone(),
-            limiter: Limiter::new(config.algorithm, &config.windows, config.target_utilization)?,
+            limiter: limiter_for(config)?,
             paused_until: None,
             resume_at: None,
             pause_reason: None,
@@ -74,18 +78,33 @@ impl BudgetState {
             trouble: None,
             consecutive_rate_limits: 0,
             counters: BudgetCounters::default(),
+            learned: Vec::new(),
         })
     }
 
-    /// Adopts a new configuration. A changed algorithm or set of windows gets a fresh limiter
-    /// that starts empty: it may run a little under the limit for one window, but it can never
-    /// burst above the new limit because of history the old limiter counted differently.
+    /// Adopts a configuration (at every restore, and when a page changes it). The limiter is
+    /// rebuilt from the configured windows plus those the server taught us, and the recorded
+    /// starts are replayed into it, so neither a new algorithm nor a new window can allow a
+    /// burst on top of requests already made.
     pub fn reconfigure(&mut self, config: &BudgetConfig, now: Millis) -> Result<(), ConfigError> {
-        let fresh = Limiter::new(config.algorithm, &config.windows, config.target_utilization)?;
-        if fresh.algorithm() != self.limiter.algorithm() || fresh.windows() != self.limiter.windows() {
-            self.limiter = fresh;
-            self.limiter.start_empty(now);
+        let mut fresh = limiter_for(config)?;
+        for w in &self.learned {
+            fresh.retune(*w);
         }
+        fresh.set_pacing(config.pacing);
+        if fresh.algorithm() == self.limiter.algorithm()
+            && fresh.windows() == self.limiter.windows()
+            && fresh.pacing_ms() == self.limiter.pacing_ms()
+        {
+            return Ok(());
+        }
+        fresh.replay_starts_of(&self.limiter);
+        if self.resume_at.is_some_and(|t| t > now) {
+            if let Some(resume) = self.resume_at {
+                fresh.start_empty(resume);
+            }
+        }
+        self.limiter = fresh;
         Ok(())
     }
 
@@ -172,7 +191,13 @@ impl BudgetState {
                     length_ms: window_ms,
                 };
                 if !self.limiter.windows().contains(&window) {
+                    let pacing = self.limiter.pacing_ms() > 0;
                     self.limiter.retune(window);
+                    self.limiter.set_pacing(pacing);
+                    // Remember it the way the limiter does: one window per length (within 10%).
+                    self.learned
+                        .retain(|w| w.length_ms.abs_diff(window_ms) * 10 > window_ms);
+                    self.learned.push(window);
                 }
             }
         }
@@ -210,4 +235,10 @@ impl BudgetState {
             self.retry_tokens = retry.retry_reserve;
         }
     }
+}
+
+fn limiter_for(config: &BudgetConfig) -> Result<Limiter, ConfigError> {
+    let mut limiter = Limiter::new(config.algorithm, &config.windows, config.target_utilization)?;
+    limiter.set_pacing(config.pacing);
+    Ok(limiter)
 }

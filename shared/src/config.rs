@@ -48,6 +48,9 @@ pub struct BudgetConfig {
     /// little, which absorbs the jitter between when we start a request and when the server
     /// counts its arrival (see `limiter`).
     pub target_utilization: f64,
+    /// Spread starts evenly over the shortest window instead of allowing its whole limit as a
+    /// burst (see `Limiter::set_pacing`): interactive jobs then start within one token interval.
+    pub pacing: bool,
 }
 
 impl Default for BudgetConfig {
@@ -59,6 +62,7 @@ impl Default for BudgetConfig {
             algorithm: Algorithm::SlidingLog,
             match_prefixes: vec![],
             target_utilization: 0.98,
+            pacing: true,
         }
     }
 }
@@ -185,7 +189,10 @@ impl BudgetConfig {
             }
         }
         if self.concurrency == 0 {
-            return err(format!("budget '{}': concurrency must be at least 1", self.name));
+            return err(format!(
+                "budget '{}': concurrency must be at least 1",
+                self.name
+            ));
         }
         if !(self.target_utilization > 0.0 && self.target_utilization <= 1.0) {
             return err(format!(

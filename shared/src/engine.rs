@@ -101,7 +101,11 @@ impl Changes {
 type ReadyKey = (Millis, u64, JobId);
 
 enum Placement {
-    Ready { budget: String, lane: usize, key: ReadyKey },
+    Ready {
+        budget: String,
+        lane: usize,
+        key: ReadyKey,
+    },
     Delayed((Millis, u64, JobId)),
 }
 
@@ -222,11 +226,17 @@ impl Engine {
         let id = job.id.clone();
         if !job.state.is_terminal() {
             if let Some(key) = &job.key {
-                self.chains.entry(key.clone()).or_default().push_back(id.clone());
+                self.chains
+                    .entry(key.clone())
+                    .or_default()
+                    .push_back(id.clone());
             }
         }
         if job.state.is_waiting() && job.is_idempotent_method() {
-            self.identical.entry(fingerprint(&job)).or_default().push(id.clone());
+            self.identical
+                .entry(fingerprint(&job))
+                .or_default()
+                .push(id.clone());
         }
         if matches!(job.state, JobState::Done | JobState::Cancelled) {
             self.expiring
@@ -913,7 +923,9 @@ impl Engine {
 
     fn fail_or_retry(&mut self, id: &JobId, budget_name: &str, error: JobError, now: Millis) {
         let max_attempts = self.config.retry.max_attempts;
-        let Some(job) = self.jobs.get_mut(id) else { return };
+        let Some(job) = self.jobs.get_mut(id) else {
+            return;
+        };
         job.attempts += 1;
         let attempts = job.attempts;
         if attempts >= max_attempts {
@@ -937,7 +949,10 @@ impl Engine {
             }
             self.changed_budgets.insert(budget_name.to_string());
             let error = JobError {
-                message: format!("{} (retries stopped: the service is having trouble)", error.message),
+                message: format!(
+                    "{} (retries stopped: the service is having trouble)",
+                    error.message
+                ),
                 ..error
             };
             self.finish(id, JobState::Failed, Some(error), now);
@@ -956,7 +971,9 @@ impl Engine {
     /// Moves a job to a terminal state and lets the next job of its key go.
     fn finish(&mut self, id: &JobId, state: JobState, error: Option<JobError>, now: Millis) {
         self.unplace(id);
-        let Some(job) = self.jobs.get_mut(id) else { return };
+        let Some(job) = self.jobs.get_mut(id) else {
+            return;
+        };
         if job.transition(state).is_err() {
             return;
         }
@@ -978,7 +995,9 @@ impl Engine {
 
     fn leave_chain(&mut self, id: &JobId, key: Option<String>, now: Millis) {
         let Some(key) = key else { return };
-        let Some(chain) = self.chains.get_mut(&key) else { return };
+        let Some(chain) = self.chains.get_mut(&key) else {
+            return;
+        };
         if let Some(pos) = chain.iter().position(|x| x == id) {
             chain.remove(pos);
         }
@@ -1065,7 +1084,10 @@ impl Engine {
             .ok_or_else(|| ProtocolError::NotFound { id: id.into() })?;
         if !job.state.is_terminal() {
             return Err(ProtocolError::IllegalTransition {
-                message: format!("job {id} is {} and cannot be dismissed; cancel it first", job.state),
+                message: format!(
+                    "job {id} is {} and cannot be dismissed; cancel it first",
+                    job.state
+                ),
             });
         }
         self.jobs.remove(id);
@@ -1279,7 +1301,15 @@ impl Engine {
 /// What identifies "the same request" for folding identical idempotent jobs.
 fn fingerprint(job: &Job) -> u64 {
     let mut h = DefaultHasher::new();
-    (&job.budget, &job.method, &job.url, &job.body, &job.headers, &job.key).hash(&mut h);
+    (
+        &job.budget,
+        &job.method,
+        &job.url,
+        &job.body,
+        &job.headers,
+        &job.key,
+    )
+        .hash(&mut h);
     h.finish()
 }
 
@@ -1305,11 +1335,13 @@ fn merge_bodies(earlier: Option<String>, later: Option<String>) -> Option<String
 
 /// The server's own words where it gave any (a JSON `message` or `error`, or the text), short.
 fn server_message(status: u16, body: &str) -> String {
-    let from_json = serde_json::from_str::<serde_json::Value>(body).ok().and_then(|v| {
-        ["message", "error", "detail", "title"]
-            .iter()
-            .find_map(|k| v.get(k).and_then(|m| m.as_str()).map(str::to_owned))
-    });
+    let from_json = serde_json::from_str::<serde_json::Value>(body)
+        .ok()
+        .and_then(|v| {
+            ["message", "error", "detail", "title"]
+                .iter()
+                .find_map(|k| v.get(k).and_then(|m| m.as_str()).map(str::to_owned))
+        });
     let text = from_json.unwrap_or_else(|| body.trim().to_string());
     let short: String = text.chars().take(300).collect();
     if short.is_empty() {
@@ -1338,7 +1370,9 @@ pub fn validate_url(url: &str) -> Result<(), ProtocolError> {
     } else if let Some(r) = url.strip_prefix("http://") {
         r
     } else {
-        return Err(invalid("only absolute http:// and https:// URLs can be sent"));
+        return Err(invalid(
+            "only absolute http:// and https:// URLs can be sent",
+        ));
     };
     if url.chars().any(|c| c.is_whitespace() || c.is_control()) {
         return Err(invalid("contains spaces or control characters"));

@@ -13,7 +13,9 @@ use crate::time::Millis;
 pub type JobId = String;
 
 /// Which queue a job waits in. Declared from most to least urgent; the order is the priority.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, Default)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, Default,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum Lane {
     /// A person is waiting for this (one edit, a chat message).
@@ -88,7 +90,10 @@ impl JobState {
 
     /// Done and cancelled are final; failed is final unless the user asks for a retry.
     pub fn is_terminal(self) -> bool {
-        matches!(self, JobState::Done | JobState::Failed | JobState::Cancelled)
+        matches!(
+            self,
+            JobState::Done | JobState::Failed | JobState::Cancelled
+        )
     }
 
     /// Waiting to be sent (now or later).
@@ -144,7 +149,11 @@ pub struct IllegalTransition {
 
 impl fmt::Display for IllegalTransition {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "job {} cannot go from {} to {}", self.job, self.from, self.to)
+        write!(
+            f,
+            "job {} cannot go from {} to {}",
+            self.job, self.from, self.to
+        )
     }
 }
 
@@ -296,14 +305,19 @@ mod tests {
     #[test]
     fn cancelled_is_never_retried_and_done_never_goes_back() {
         for to in JobState::ALL {
-            assert!(job(JobState::Cancelled).transition(to).is_err(), "cancelled -> {to}");
+            assert!(
+                job(JobState::Cancelled).transition(to).is_err(),
+                "cancelled -> {to}"
+            );
             assert!(job(JobState::Done).transition(to).is_err(), "done -> {to}");
         }
     }
 
     #[test]
     fn illegal_transition_is_a_typed_error() {
-        let err = job(JobState::Done).transition(JobState::Sending).unwrap_err();
+        let err = job(JobState::Done)
+            .transition(JobState::Sending)
+            .unwrap_err();
         assert_eq!(err.from, JobState::Done);
         assert_eq!(err.to, JobState::Sending);
         assert_eq!(err.to_string(), "job j cannot go from done to sending");

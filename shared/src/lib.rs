@@ -23,3 +23,5 @@ pub mod retry;
 pub mod status;
 
 pub use engine::{Changes, Engine, Enqueued, Response, Transmit, TransportError};
+#[cfg(any(test, feature = "sim"))]
+pub mod sim;

@@ -17,19 +17,38 @@ use crate::time::Millis;
 pub const MAX_MESSAGE_BYTES: usize = 32 << 20;
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "type", rename_all = "camelCase", rename_all_fields = "camelCase")]
+#[serde(
+    tag = "type",
+    rename_all = "camelCase",
+    rename_all_fields = "camelCase"
+)]
 pub enum Request {
-    Enqueue { job: JobSpec },
-    EnqueueMany { jobs: Vec<JobSpec>, group_id: Option<String> },
+    Enqueue {
+        job: JobSpec,
+    },
+    EnqueueMany {
+        jobs: Vec<JobSpec>,
+        group_id: Option<String>,
+    },
     /// A job id or a group id.
-    Cancel { target: String },
-    Retry { id: String },
+    Cancel {
+        target: String,
+    },
+    Retry {
+        id: String,
+    },
     /// Forget a failed job without retrying it.
-    Dismiss { id: String },
-    Configure { config: EngineConfig },
+    Dismiss {
+        id: String,
+    },
+    Configure {
+        config: EngineConfig,
+    },
     Snapshot,
     /// Lists jobs, optionally of one group, to show a table after a reload.
-    Jobs { group_id: Option<String> },
+    Jobs {
+        group_id: Option<String>,
+    },
     /// Sent periodically by pages with pending work: keeps the worker alive.
     KeepAlive,
 }
@@ -44,7 +63,11 @@ pub struct Envelope {
 
 /// The answer to one request.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "type", rename_all = "camelCase", rename_all_fields = "camelCase")]
+#[serde(
+    tag = "type",
+    rename_all = "camelCase",
+    rename_all_fields = "camelCase"
+)]
 pub enum ReplyBody {
     Enqueued {
         id: JobId,
@@ -53,25 +76,52 @@ pub enum ReplyBody {
         /// Set when the job ended at once (a create and a delete that cancelled out).
         state: JobState,
     },
-    EnqueuedMany { ids: Vec<JobId>, warning: Option<String> },
-    Cancelled { ids: Vec<JobId> },
-    Retried { id: JobId },
-    Dismissed { id: JobId },
+    EnqueuedMany {
+        ids: Vec<JobId>,
+        warning: Option<String>,
+    },
+    Cancelled {
+        ids: Vec<JobId>,
+    },
+    Retried {
+        id: JobId,
+    },
+    Dismissed {
+        id: JobId,
+    },
     Configured,
-    Snapshot { status: Status },
-    Jobs { jobs: Vec<JobUpdate> },
+    Snapshot {
+        status: Status,
+    },
+    Jobs {
+        jobs: Vec<JobUpdate>,
+    },
     Alive,
 }
 
 /// Everything the worker sends to pages.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "type", rename_all = "camelCase", rename_all_fields = "camelCase")]
+#[serde(
+    tag = "type",
+    rename_all = "camelCase",
+    rename_all_fields = "camelCase"
+)]
 pub enum WorkerMessage {
-    Reply { request_id: String, body: ReplyBody },
-    Error { request_id: Option<String>, error: ProtocolError },
+    Reply {
+        request_id: String,
+        body: ReplyBody,
+    },
+    Error {
+        request_id: Option<String>,
+        error: ProtocolError,
+    },
     /// Job state changes since the last broadcast, batched.
-    Jobs { updates: Vec<JobUpdate> },
-    Status { status: Status },
+    Jobs {
+        updates: Vec<JobUpdate>,
+    },
+    Status {
+        status: Status,
+    },
 }
 
 /// What a page needs to know about a job (never the body it sent).
@@ -111,21 +161,50 @@ impl From<&Job> for JobUpdate {
 
 /// Why a request was refused. Each says what to change.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "code", rename_all = "kebab-case", rename_all_fields = "camelCase")]
+#[serde(
+    tag = "code",
+    rename_all = "kebab-case",
+    rename_all_fields = "camelCase"
+)]
 pub enum ProtocolError {
     /// Not JSON, or not the shape of any request.
-    Malformed { message: String },
-    UnknownType { found: String },
-    TooLarge { bytes: usize, max_bytes: usize },
-    InvalidUrl { url: String, message: String },
-    InvalidRequest { message: String },
-    UnknownBudget { budget: String, known: Vec<String> },
-    NoBudgetForUrl { url: String },
-    InvalidConfig { message: String },
-    NotFound { id: String },
-    IllegalTransition { message: String },
+    Malformed {
+        message: String,
+    },
+    UnknownType {
+        found: String,
+    },
+    TooLarge {
+        bytes: usize,
+        max_bytes: usize,
+    },
+    InvalidUrl {
+        url: String,
+        message: String,
+    },
+    InvalidRequest {
+        message: String,
+    },
+    UnknownBudget {
+        budget: String,
+        known: Vec<String>,
+    },
+    NoBudgetForUrl {
+        url: String,
+    },
+    InvalidConfig {
+        message: String,
+    },
+    NotFound {
+        id: String,
+    },
+    IllegalTransition {
+        message: String,
+    },
     /// Storage failed; the request had no effect and can be sent again.
-    Storage { message: String },
+    Storage {
+        message: String,
+    },
 }
 
 impl fmt::Display for ProtocolError {
@@ -236,7 +315,9 @@ pub fn decode_request(text: &str) -> Result<Envelope, (Option<String>, ProtocolE
 pub fn encode(message: &WorkerMessage) -> String {
     // Serializing these plain data types cannot fail (no maps with non-string keys).
     serde_json::to_string(message).unwrap_or_else(|e| {
-        format!(r#"{{"type":"error","requestId":null,"error":{{"code":"malformed","message":"{e}"}}}}"#)
+        format!(
+            r#"{{"type":"error","requestId":null,"error":{{"code":"malformed","message":"{e}"}}}}"#
+        )
     })
 }
 
@@ -293,7 +374,9 @@ mod tests {
     fn messages_round_trip() {
         let msg = WorkerMessage::Reply {
             request_id: "r".into(),
-            body: ReplyBody::Cancelled { ids: vec!["a".into()] },
+            body: ReplyBody::Cancelled {
+                ids: vec!["a".into()],
+            },
         };
         let text = encode(&msg);
         assert!(text.contains(r#""type":"reply""#), "{text}");

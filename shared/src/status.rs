@@ -161,8 +161,14 @@ mod tests {
     #[test]
     fn warns_when_a_group_exceeds_a_window() {
         let windows = [
-            Window { limit: 10, length_ms: 1_000 },
-            Window { limit: 5_000, length_ms: 3_600_000 },
+            Window {
+                limit: 10,
+                length_ms: 1_000,
+            },
+            Window {
+                limit: 5_000,
+                length_ms: 3_600_000,
+            },
         ];
         assert_eq!(
             capacity_warning(6_000, &windows).as_deref(),

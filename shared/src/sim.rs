@@ -1,0 +1,574 @@
+//! A deterministic simulation of the engine against a strict server.
+//!
+//! This is how the engine's promises are proven: a fake clock, a server that counts arrivals
+//! in an exact sliding window and answers 429 the moment a request would exceed it, network
+//! latency with jitter between our start and the server's count, an idempotency store that
+//! counts applied creates, injected 5xx and "applied, then the response was lost" timeouts,
+//! other callers spending the same quota, and rebuilds of the engine from its saved state at
+//! random moments — the browser killing the worker. Everything is driven by one seed, so a
+//! failing run can be replayed exactly.
+
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap, HashMap, VecDeque};
+
+use serde::{Deserialize, Serialize};
+
+use crate::budget::BudgetState;
+use crate::config::{EngineConfig, Window};
+use crate::engine::{Engine, Response, TransportError};
+use crate::job::{Job, JobId, JobKind, JobSpec, JobState, Lane};
+use crate::random::Rng;
+use crate::time::{DurationMs, Millis};
+
+/// How the simulated server writes `Retry-After`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RetryAfterForm {
+    Delta,
+    HttpDate,
+    None,
+}
+
+/// Which rate-limit headers the simulated server sends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum HeaderStyle {
+    None,
+    XRateLimit,
+    Ietf,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ServerModel {
+    /// The real limit, enforced on arrivals.
+    pub limit: u32,
+    pub window_ms: DurationMs,
+    /// One-way network delay: base plus uniform jitter, each way.
+    pub one_way_ms: DurationMs,
+    pub jitter_ms: DurationMs,
+    /// Time the server takes to handle a request.
+    pub service_ms: DurationMs,
+    pub retry_after: RetryAfterForm,
+    pub headers: HeaderStyle,
+    /// Share of requests answered 503 without applying them.
+    pub fault_rate: f64,
+    /// Share of requests applied whose response is then lost (the client times out).
+    pub lost_response_rate: f64,
+    /// Requests per second that other callers spend from the same quota.
+    pub other_callers_per_s: f64,
+    /// How far the client's clock runs ahead of the server's.
+    pub client_clock_ahead_ms: i64,
+}
+
+impl Default for ServerModel {
+    fn default() -> Self {
+        Self {
+            limit: 100,
+            window_ms: 1_000,
+            one_way_ms: 15,
+            jitter_ms: 5,
+            service_ms: 0,
+            retry_after: RetryAfterForm::Delta,
+            headers: HeaderStyle::None,
+            fault_rate: 0.0,
+            lost_response_rate: 0.0,
+            other_callers_per_s: 0.0,
+            client_clock_ahead_ms: 0,
+        }
+    }
+}
+
+/// One batch of work handed to the engine at a moment.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Arrival {
+    pub at: Millis,
+    pub specs: Vec<JobSpec>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Scenario {
+    pub seed: u64,
+    pub engine: EngineConfig,
+    pub server: ServerModel,
+    pub arrivals: Vec<Arrival>,
+    /// Moments at which the worker is killed and the engine rebuilt from its saved state.
+    pub rebuilds: Vec<Millis>,
+    /// Give up after this much simulated time.
+    pub horizon_ms: DurationMs,
+}
+
+/// What the server and the engine did, for assertions and the `simulate` report.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Report {
+    pub jobs: u64,
+    pub done: u64,
+    pub failed: u64,
+    pub cancelled: u64,
+    /// Jobs not in a terminal state when the run ended.
+    pub unfinished: u64,
+    /// Jobs that were enqueued but are nowhere any more (must be 0).
+    pub lost: u64,
+    pub requests: u64,
+    pub rate_limited: u64,
+    pub rate_limited_per_1000: f64,
+    /// The most of our arrivals the server counted in any window of its length.
+    pub max_arrivals_in_window: u32,
+    /// The most of our starts in any window of the limit's length.
+    pub max_starts_in_window: u32,
+    /// Extra records: creates the server applied more than once (must be 0).
+    pub duplicate_creates: u64,
+    /// Repeated creates the server's idempotency store recognised and did not apply again.
+    pub deduplicated_retries: u64,
+    pub finished_at_ms: Millis,
+    /// Time the jobs would take at exactly the limit.
+    pub ideal_ms: DurationMs,
+    /// Achieved rate over the limit while work was waiting.
+    pub share_of_limit: f64,
+    pub rebuilds: u64,
+    /// Start times of every request we sent, for property checks.
+    #[serde(skip)]
+    pub starts: Vec<Millis>,
+    /// Ordering keys in the order their jobs were first applied by the server.
+    #[serde(skip)]
+    pub applied_per_key: BTreeMap<String, Vec<u64>>,
+    /// Every job at the end.
+    #[serde(skip)]
+    pub final_jobs: Vec<Job>,
+    /// (enqueued, first start, lane) for each job that started.
+    #[serde(skip)]
+    pub waits: Vec<(Millis, Millis, Lane)>,
+}
+
+enum Event {
+    Enqueue(usize),
+    Arrive(u64),
+    Respond(u64),
+    Timeout(u64),
+    Rebuild,
+    OtherCaller,
+}
+
+struct InFlight {
+    job_id: JobId,
+    /// Which incarnation of the engine sent it: responses to a dead one are lost.
+    generation: u64,
+    idempotency_key: Option<String>,
+    key: Option<String>,
+    seq_tag: u64,
+    response: Option<Response>,
+    lost: bool,
+    settled: bool,
+}
+
+/// Runs a scenario to completion (or the horizon) and reports.
+impl Report {
+    /// The figures as one line of JSON (without the per-request detail), for messages.
+    pub fn summary(&self) -> String {
+        serde_json::to_string(self).unwrap_or_default()
+    }
+}
+
+pub fn run(scenario: &Scenario) -> Report {
+    let mut rng = Rng::seeded(scenario.seed);
+    let server = &scenario.server;
+    let mut engine = Engine::new(scenario.engine.clone(), Rng::seeded(rng.next_u64()))
+        .expect("scenario configuration must be valid");
+    let mut generation = 0u64;
+    // The "IndexedDB" of the simulated worker: what it persisted.
+    let mut saved_jobs: HashMap<JobId, Job> = HashMap::new();
+    let mut saved_budgets: HashMap<String, BudgetState> = HashMap::new();
+    let mut events: BinaryHeap<Reverse<(Millis, u64, usize)>> = BinaryHeap::new();
+    let mut payloads: Vec<Option<Event>> = Vec::new();
+    let mut seq = 0u64;
+    let mut push = |events: &mut BinaryHeap<_>, payloads: &mut Vec<Option<Event>>, at, e| {
+        payloads.push(Some(e));
+        events.push(Reverse((at, seq, payloads.len() - 1)));
+        seq += 1;
+    };
+    for (i, a) in scenario.arrivals.iter().enumerate() {
+        push(&mut events, &mut payloads, a.at, Event::Enqueue(i));
+    }
+    for &at in &scenario.rebuilds {
+        push(&mut events, &mut payloads, at, Event::Rebuild);
+    }
+    if server.other_callers_per_s > 0.0 {
+        push(&mut events, &mut payloads, 0, Event::OtherCaller);
+    }
+    let mut report = Report::default();
+    let mut requests: Vec<InFlight> = Vec::new();
+    let mut server_log: VecDeque<Millis> = VecDeque::new();
+    let mut our_log: VecDeque<Millis> = VecDeque::new();
+    let mut applied: HashMap<String, u64> = HashMap::new();
+    let mut records_per_job: HashMap<u64, u64> = HashMap::new();
+    let mut enqueued_ids: Vec<JobId> = Vec::new();
+    let mut first_start: HashMap<JobId, Millis> = HashMap::new();
+    let mut tag = 0u64;
+    let timeout_ms = scenario.engine.retry.timeout_ms;
+    let mut now: Millis = 0;
+    let mut enqueues_left = scenario.arrivals.len();
+    let mut busy_from: Option<Millis> = None;
+
+    let persist = |engine: &mut Engine,
+                   saved_jobs: &mut HashMap<JobId, Job>,
+                   saved_budgets: &mut HashMap<String, BudgetState>| {
+        let changes = engine.take_changes();
+        for j in changes.jobs {
+            saved_jobs.insert(j.id.clone(), j);
+        }
+        for id in changes.removed {
+            saved_jobs.remove(&id);
+        }
+        for b in changes.budgets {
+            saved_budgets.insert(b.name.clone(), b);
+        }
+    };
+
+    loop {
+        // Start everything the engine allows now.
+        while let Some(t) = engine.poll_transmit(now) {
+            // Persist before the fetch starts, as the worker does.
+            persist(&mut engine, &mut saved_jobs, &mut saved_budgets);
+            report.requests += 1;
+            report.starts.push(now);
+            first_start.entry(t.job_id.clone()).or_insert_with(|| {
+                if let Some(j) = engine.job(&t.job_id) {
+                    report.waits.push((j.enqueued_at, now, j.lane));
+                }
+                now
+            });
+            busy_from.get_or_insert(now);
+            let job = engine.job(&t.job_id);
+            let idem = t
+                .headers
+                .iter()
+                .find(|(n, _)| n.eq_ignore_ascii_case("idempotency-key"))
+                .map(|(_, v)| v.clone());
+            let key = job.and_then(|j| j.key.clone());
+            let seq_tag = job.map_or(0, |j| j.seq);
+            requests.push(InFlight {
+                job_id: t.job_id.clone(),
+                generation,
+                idempotency_key: idem,
+                key,
+                seq_tag,
+                response: None,
+                lost: false,
+                settled: false,
+            });
+            let id = tag;
+            tag += 1;
+            let up = server.one_way_ms + rng.below_or_equal(server.jitter_ms);
+            push(&mut events, &mut payloads, now + up, Event::Arrive(id));
+            push(
+                &mut events,
+                &mut payloads,
+                now + t.timeout_ms.min(timeout_ms),
+                Event::Timeout(id),
+            );
+        }
+        persist(&mut engine, &mut saved_jobs, &mut saved_budgets);
+
+        let next_event = events.peek().map(|Reverse((t, _, _))| *t);
+        let next_timer = engine.poll_timeout(now).map(|t| t.max(now + 1));
+        let next = match (next_event, next_timer) {
+            (Some(a), Some(b)) => a.min(b),
+            (Some(a), None) => a,
+            (None, Some(b)) => b,
+            (None, None) => break,
+        };
+        if next > scenario.horizon_ms {
+            break;
+        }
+        now = next;
+        if next_event != Some(now) {
+            continue; // the engine's timer fired: loop back to poll_transmit
+        }
+        let Some(Reverse((_, _, idx))) = events.pop() else {
+            break;
+        };
+        let Some(event) = payloads.get_mut(idx).and_then(Option::take) else {
+            continue;
+        };
+        match event {
+            Event::Enqueue(i) => {
+                enqueues_left -= 1;
+                let specs = scenario.arrivals[i].specs.clone();
+                for spec in specs {
+                    if let Ok(e) = engine.enqueue(spec, now) {
+                        if !e.coalesced {
+                            enqueued_ids.push(e.id);
+                        }
+                    }
+                }
+            }
+            Event::OtherCaller => {
+                server_log.push_back(now);
+                let gap = (1000.0 / server.other_callers_per_s).max(1.0) as u64;
+                let jitter = rng.below_or_equal(gap / 2);
+                push(
+                    &mut events,
+                    &mut payloads,
+                    now + gap / 2 + jitter,
+                    Event::OtherCaller,
+                );
+            }
+            Event::Arrive(id) => {
+                let server_now = now;
+                while server_log
+                    .front()
+                    .is_some_and(|&t| t + server.window_ms <= server_now)
+                {
+                    server_log.pop_front();
+                }
+                while our_log
+                    .front()
+                    .is_some_and(|&t| t + server.window_ms <= server_now)
+                {
+                    our_log.pop_front();
+                }
+                let req = &mut requests[id as usize];
+                let over = server_log.len() as u32 >= server.limit;
+                let server_clock = now as i64 - server.client_clock_ahead_ms;
+                let mut headers = vec![("Date".to_string(), http_date(server_clock))];
+                let response = if over {
+                    report.rate_limited += 1;
+                    let wait_ms = server_log
+                        .front()
+                        .map_or(1000, |&t| (t + server.window_ms).saturating_sub(server_now));
+                    match server.retry_after {
+                        RetryAfterForm::Delta => headers.push((
+                            "Retry-After".into(),
+                            wait_ms.div_ceil(1000).max(1).to_string(),
+                        )),
+                        RetryAfterForm::HttpDate => headers.push((
+                            "Retry-After".into(),
+                            // HTTP dates have whole seconds: round up so it is never early.
+                            http_date(server_clock + wait_ms as i64 + 999),
+                        )),
+                        RetryAfterForm::None => {}
+                    }
+                    Response {
+                        status: 429,
+                        headers,
+                        body: "{\"message\":\"rate limited\"}".into(),
+                    }
+                } else {
+                    server_log.push_back(server_now);
+                    our_log.push_back(server_now);
+                    report.max_arrivals_in_window =
+                        report.max_arrivals_in_window.max(our_log.len() as u32);
+                    if rng.unit() < server.fault_rate {
+                        Response {
+                            status: 503,
+                            headers,
+                            body: "{\"message\":\"try later\"}".into(),
+                        }
+                    } else {
+                        // The idempotency store applies a key once; a create that came with
+                        // a second key for the same job would make a second record.
+                        let count = match &req.idempotency_key {
+                            Some(k) => {
+                                let c = applied.entry(k.clone()).or_insert(0);
+                                *c += 1;
+                                if *c == 1 {
+                                    *records_per_job.entry(req.seq_tag).or_insert(0) += 1;
+                                }
+                                *c
+                            }
+                            None => 1,
+                        };
+                        if count == 1 {
+                            if let Some(key) = &req.key {
+                                report
+                                    .applied_per_key
+                                    .entry(key.clone())
+                                    .or_default()
+                                    .push(req.seq_tag);
+                            }
+                        }
+                        if rng.unit() < server.lost_response_rate {
+                            req.lost = true;
+                        }
+                        Response {
+                            status: if count == 1 { 201 } else { 200 },
+                            headers,
+                            body: "{}".into(),
+                        }
+                    }
+                };
+                let mut response = response;
+                let remaining = server.limit.saturating_sub(server_log.len() as u32);
+                let reset_s = server_log
+                    .front()
+                    .map_or(0, |&t| (t + server.window_ms).saturating_sub(server_now))
+                    .div_ceil(1000);
+                match server.headers {
+                    HeaderStyle::None => {}
+                    HeaderStyle::XRateLimit => {
+                        response
+                            .headers
+                            .push(("X-RateLimit-Limit".into(), server.limit.to_string()));
+                        response
+                            .headers
+                            .push(("X-RateLimit-Remaining".into(), remaining.to_string()));
+                        response
+                            .headers
+                            .push(("X-RateLimit-Reset".into(), reset_s.to_string()));
+                    }
+                    HeaderStyle::Ietf => {
+                        response.headers.push((
+                            "RateLimit-Policy".into(),
+                            format!(
+                                "\"default\";q={};w={}",
+                                server.limit,
+                                server.window_ms.div_ceil(1000)
+                            ),
+                        ));
+                        response.headers.push((
+                            "RateLimit".into(),
+                            format!("\"default\";r={remaining};t={reset_s}"),
+                        ));
+                    }
+                }
+                if !req.lost {
+                    req.response = Some(response);
+                    let down = server.service_ms
+                        + server.one_way_ms
+                        + rng.below_or_equal(server.jitter_ms);
+                    push(&mut events, &mut payloads, now + down, Event::Respond(id));
+                }
+            }
+            Event::Respond(id) => {
+                let req = &mut requests[id as usize];
+                if req.settled || req.generation != generation {
+                    continue;
+                }
+                req.settled = true;
+                if let Some(r) = req.response.take() {
+                    engine.on_response(&req.job_id, r, now);
+                }
+            }
+            Event::Timeout(id) => {
+                let req = &mut requests[id as usize];
+                if req.settled || req.generation != generation {
+                    continue;
+                }
+                req.settled = true;
+                engine.on_transport_error(&req.job_id, TransportError::Timeout, now);
+            }
+            Event::Rebuild => {
+                // The browser killed the worker: memory is gone, IndexedDB remains.
+                report.rebuilds += 1;
+                generation += 1;
+                let jobs: Vec<Job> = saved_jobs.values().cloned().collect();
+                let budgets: Vec<BudgetState> = saved_budgets.values().cloned().collect();
+                engine = Engine::restore(
+                    scenario.engine.clone(),
+                    Rng::seeded(rng.next_u64()),
+                    jobs,
+                    budgets,
+                    now,
+                )
+                .expect("saved state must restore");
+            }
+        }
+        if enqueues_left == 0 && engine.jobs().all(|j| j.state.is_terminal()) {
+            break;
+        }
+    }
+
+    // ---- the report ----
+    let jobs: Vec<Job> = engine.jobs().cloned().collect();
+    let present: std::collections::HashSet<&str> = jobs.iter().map(|j| j.id.as_str()).collect();
+    report.lost = enqueued_ids
+        .iter()
+        .filter(|id| !present.contains(id.as_str()))
+        .count() as u64;
+    report.jobs = enqueued_ids.len() as u64;
+    for j in &jobs {
+        match j.state {
+            JobState::Done => report.done += 1,
+            JobState::Failed => report.failed += 1,
+            JobState::Cancelled => report.cancelled += 1,
+            _ => report.unfinished += 1,
+        }
+    }
+    report.duplicate_creates = records_per_job.values().map(|c| c - 1).sum();
+    report.deduplicated_retries = applied.values().map(|c| c - 1).sum();
+    report.finished_at_ms = jobs
+        .iter()
+        .filter_map(|j| j.finished_at)
+        .max()
+        .unwrap_or(now);
+    report.rate_limited_per_1000 = if report.requests == 0 {
+        0.0
+    } else {
+        report.rate_limited as f64 * 1000.0 / report.requests as f64
+    };
+    report.max_starts_in_window = max_in_window(&report.starts, server.window_ms);
+    let window = Window {
+        limit: server.limit,
+        length_ms: server.window_ms,
+    };
+    report.ideal_ms = ideal_time(report.requests.saturating_sub(report.rate_limited), window);
+    let busy = busy_from.map_or(0, |b| report.finished_at_ms.saturating_sub(b));
+    report.share_of_limit = if busy == 0 {
+        0.0
+    } else {
+        let rate = report.requests.saturating_sub(report.rate_limited) as f64 / busy as f64;
+        rate / (server.limit as f64 / server.window_ms as f64)
+    };
+    report.final_jobs = jobs;
+    report
+}
+
+/// The most timestamps in any half-open window `[t, t + length)`.
+pub fn max_in_window(times: &[Millis], length: DurationMs) -> u32 {
+    let mut sorted = times.to_vec();
+    sorted.sort_unstable();
+    let mut best = 0;
+    let mut lo = 0;
+    for hi in 0..sorted.len() {
+        while sorted[hi] >= sorted[lo] + length {
+            lo += 1;
+        }
+        best = best.max(hi - lo + 1);
+    }
+    best as u32
+}
+
+/// Time to send `n` requests at exactly the limit, the first window's burst included.
+pub fn ideal_time(n: u64, w: Window) -> DurationMs {
+    if n == 0 {
+        return 0;
+    }
+    // A sliding window allows a burst of `limit` at once, then `limit` more per window.
+    (n - 1) / w.limit as u64 * w.length_ms
+}
+
+fn http_date(ms: i64) -> String {
+    let secs = (ms.max(0) / 1000) as u64;
+    httpdate::fmt_http_date(std::time::UNIX_EPOCH + std::time::Duration::from_secs(secs))
+}
+
+/// A bulk job of `n` creates on one budget, all enqueued at `at`.
+pub fn bulk_creates(budget: &str, n: usize, at: Millis) -> Arrival {
+    Arrival {
+        at,
+        specs: (0..n)
+            .map(|i| JobSpec {
+                budget: budget.into(),
+                lane: Lane::Bulk,
+                kind: JobKind::Create,
+                method: "POST".into(),
+                url: format!("https://api.example/contacts?n={i}"),
+                body: Some(format!("{{\"n\":{i}}}")),
+                ..JobSpec::default()
+            })
+            .collect(),
+    }
+}

@@ -1,0 +1,768 @@
+//! Named scenarios: the tricky cases, each driven through the engine's public surface with a
+//! fake clock.
+
+use sluice_shared::config::{BudgetConfig, EngineConfig, RetryConfig, Window};
+use sluice_shared::engine::{Engine, Response, Transmit, TransportError};
+use sluice_shared::job::{JobKind, JobSpec, JobState, Lane};
+use sluice_shared::random::Rng;
+use sluice_shared::sim::{self, HeaderStyle, RetryAfterForm, Scenario, ServerModel};
+
+fn budget(limit: u32, window_ms: u64, concurrency: u32) -> BudgetConfig {
+    BudgetConfig {
+        name: "api".into(),
+        windows: vec![Window {
+            limit,
+            length_ms: window_ms,
+        }],
+        concurrency,
+        match_prefixes: vec!["https://api.example/".into()],
+        ..BudgetConfig::default()
+    }
+}
+
+/// Without pacing, so a test can start several requests at the same instant.
+fn burst(mut b: BudgetConfig) -> BudgetConfig {
+    b.pacing = false;
+    b
+}
+
+fn engine_with(b: BudgetConfig) -> Engine {
+    Engine::new(
+        EngineConfig {
+            budgets: vec![b],
+            ..EngineConfig::default()
+        },
+        Rng::seeded(42),
+    )
+    .unwrap()
+}
+
+fn spec(kind: JobKind, method: &str, url: &str, lane: Lane) -> JobSpec {
+    JobSpec {
+        lane,
+        kind,
+        method: method.into(),
+        url: url.into(),
+        ..JobSpec::default()
+    }
+}
+
+fn post(n: usize) -> JobSpec {
+    JobSpec {
+        body: Some(format!("{{\"n\":{n}}}")),
+        ..spec(
+            JobKind::Create,
+            "POST",
+            "https://api.example/contacts",
+            Lane::Bulk,
+        )
+    }
+}
+
+fn ok() -> Response {
+    Response {
+        status: 201,
+        headers: vec![],
+        body: "{}".into(),
+    }
+}
+
+fn with_headers(status: u16, headers: &[(&str, &str)]) -> Response {
+    Response {
+        status,
+        headers: headers
+            .iter()
+            .map(|(a, b)| (a.to_string(), b.to_string()))
+            .collect(),
+        body: String::new(),
+    }
+}
+
+fn drain(engine: &mut Engine, now: u64) -> Vec<Transmit> {
+    std::iter::from_fn(|| engine.poll_transmit(now)).collect()
+}
+
+#[test]
+fn global_pause_holds_the_whole_budget_then_the_limited_job_goes_first() {
+    let mut e = engine_with(burst(budget(100, 1_000, 4)));
+    let ids: Vec<_> = (0..10).map(|i| e.enqueue(post(i), 0).unwrap().id).collect();
+    let sent = drain(&mut e, 0);
+    assert_eq!(sent.len(), 4);
+    e.on_response(
+        &sent[0].job_id,
+        with_headers(429, &[("Retry-After", "2")]),
+        30,
+    );
+    for t in &sent[1..] {
+        e.on_response(&t.job_id, ok(), 30);
+    }
+    assert_eq!(
+        e.job(&ids[0]).unwrap().attempts,
+        0,
+        "a 429 is not an attempt"
+    );
+    for now in [30, 500, 1_999, 2_029] {
+        assert!(e.poll_transmit(now).is_none(), "nothing may start at {now}");
+    }
+    let resume = e.poll_timeout(2_029).unwrap();
+    assert!(
+        (2_030..=3_030).contains(&resume),
+        "resumes after a 0-1 s ramp, got {resume}"
+    );
+    let first = e.poll_transmit(resume).unwrap();
+    assert_eq!(first.job_id, ids[0], "the rate-limited job goes first");
+    let snap = e.snapshot(resume);
+    assert_eq!(snap.budgets[0].rate_limited, 1);
+}
+
+#[test]
+fn in_flight_429s_extend_the_pause_only_when_they_ask_for_later() {
+    let mut e = engine_with(burst(budget(100, 1_000, 4)));
+    for i in 0..4 {
+        e.enqueue(post(i), 0).unwrap();
+    }
+    let sent = drain(&mut e, 0);
+    e.on_response(
+        &sent[0].job_id,
+        with_headers(429, &[("Retry-After", "5")]),
+        10,
+    );
+    let until = e.budget_state("api").unwrap().paused_until;
+    e.on_response(
+        &sent[1].job_id,
+        with_headers(429, &[("Retry-After", "1")]),
+        20,
+    );
+    assert_eq!(e.budget_state("api").unwrap().paused_until, until);
+    e.on_response(
+        &sent[2].job_id,
+        with_headers(429, &[("Retry-After", "9")]),
+        30,
+    );
+    assert_eq!(e.budget_state("api").unwrap().paused_until, Some(9_030));
+}
+
+#[test]
+fn retry_after_both_forms_with_a_client_clock_three_minutes_fast() {
+    let server_now = 1_700_000_000_000u64; // the server's clock, ms
+    let client_now = server_now + 180_000;
+    let date = |ms: u64| {
+        httpdate::fmt_http_date(std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms))
+    };
+    for retry_after in ["5".to_string(), date(server_now + 5_000)] {
+        let mut e = engine_with(budget(100, 1_000, 4));
+        e.enqueue(post(0), client_now).unwrap();
+        let t = e.poll_transmit(client_now).unwrap();
+        e.on_response(
+            &t.job_id,
+            with_headers(
+                429,
+                &[("Retry-After", &retry_after), ("Date", &date(server_now))],
+            ),
+            client_now,
+        );
+        let paused = e.budget_state("api").unwrap().paused_until.unwrap();
+        assert_eq!(paused, client_now + 5_000, "Retry-After: {retry_after}");
+    }
+}
+
+#[test]
+fn header_sync_server_remaining_two_allows_two_starts_before_the_reset() {
+    let mut e = engine_with(budget(10, 1_000, 1));
+    for i in 0..8 {
+        e.enqueue(post(i), 0).unwrap();
+    }
+    let t = e.poll_transmit(0).unwrap();
+    e.on_response(
+        &t.job_id,
+        with_headers(
+            201,
+            &[
+                ("X-RateLimit-Limit", "10"),
+                ("X-RateLimit-Remaining", "2"),
+                ("X-RateLimit-Reset", "3"),
+            ],
+        ),
+        10,
+    );
+    let mut starts = Vec::new();
+    let mut now = 10;
+    while now < 3_010 {
+        if let Some(t) = e.poll_transmit(now) {
+            starts.push(now);
+            e.on_response(&t.job_id, ok(), now + 5);
+            now += 5;
+        } else {
+            now = e.poll_timeout(now).unwrap_or(now + 1).max(now + 1);
+        }
+    }
+    assert_eq!(
+        starts.len(),
+        2,
+        "the server said 2 remain until the reset: {starts:?}"
+    );
+    assert!(
+        e.poll_transmit(3_010).is_some(),
+        "sending resumes at the reset"
+    );
+}
+
+#[test]
+fn remaining_zero_pauses_until_the_reset_and_shows_a_countdown() {
+    let mut e = engine_with(budget(10, 1_000, 1));
+    e.enqueue(post(0), 0).unwrap();
+    e.enqueue(post(1), 0).unwrap();
+    let t = e.poll_transmit(0).unwrap();
+    e.on_response(
+        &t.job_id,
+        with_headers(
+            201,
+            &[("X-RateLimit-Remaining", "0"), ("X-RateLimit-Reset", "20")],
+        ),
+        10,
+    );
+    assert!(e.poll_transmit(15_000).is_none());
+    assert_eq!(e.snapshot(100).budgets[0].paused_until, Some(20_010));
+    assert_eq!(e.poll_timeout(100), Some(20_010));
+}
+
+#[test]
+fn idempotent_retry_after_a_timeout_reuses_the_key_and_leaves_one_record() {
+    let mut e = engine_with(budget(100, 1_000, 4));
+    let id = e.enqueue(post(0), 0).unwrap().id;
+    let first = e.poll_transmit(0).unwrap();
+    e.on_transport_error(&id, TransportError::Timeout, 15_000);
+    assert_eq!(e.job(&id).unwrap().state, JobState::RetryWait);
+    let at = e.poll_timeout(15_000).unwrap();
+    let second = e.poll_transmit(at).unwrap();
+    let key = |t: &Transmit| {
+        t.headers
+            .iter()
+            .find(|(n, _)| n == "Idempotency-Key")
+            .map(|(_, v)| v.clone())
+            .unwrap()
+    };
+    assert_eq!(key(&first), key(&second));
+
+    // And end to end against the strict server, where every first response is lost.
+    let report = sim::run(&Scenario {
+        seed: 7,
+        engine: EngineConfig {
+            budgets: vec![budget(50, 1_000, 4)],
+            retry: RetryConfig {
+                timeout_ms: 2_000,
+                ..RetryConfig::default()
+            },
+            ..EngineConfig::default()
+        },
+        server: ServerModel {
+            limit: 50,
+            lost_response_rate: 0.05,
+            ..ServerModel::default()
+        },
+        arrivals: vec![sim::bulk_creates("api", 200, 0)],
+        rebuilds: vec![],
+        horizon_ms: 3_600_000,
+    });
+    assert_eq!(report.duplicate_creates, 0);
+    assert!(
+        report.deduplicated_retries > 0,
+        "some responses were lost and retried"
+    );
+    assert_eq!(report.done + report.failed, 200, "{}", report.summary());
+    assert!(report.done >= 190, "{}", report.summary());
+}
+
+#[test]
+fn five_patches_while_paused_become_one_request_with_the_last_values() {
+    let mut e = engine_with(burst(budget(100, 1_000, 4)));
+    // Pause the budget with a 429 first.
+    e.enqueue(post(0), 0).unwrap();
+    let t = e.poll_transmit(0).unwrap();
+    e.on_response(&t.job_id, with_headers(429, &[("Retry-After", "10")]), 5);
+    let mut ids = Vec::new();
+    for i in 0..5 {
+        let mut p = spec(
+            JobKind::Patch,
+            "PATCH",
+            "https://api.example/contacts/42",
+            Lane::Bulk,
+        );
+        p.key = Some("contact:42".into());
+        p.body = Some(format!("{{\"owner\":\"o{i}\",\"n{i}\":true}}"));
+        if i == 3 {
+            p.lane = Lane::Interactive;
+        }
+        ids.push(e.enqueue(p, 100 + i).unwrap());
+    }
+    assert!(ids[1..].iter().all(|r| r.coalesced && r.id == ids[0].id));
+    let sent = drain(&mut e, 12_000);
+    let patches: Vec<_> = sent.iter().filter(|t| t.method == "PATCH").collect();
+    assert_eq!(patches.len(), 1);
+    let body: serde_json::Value = serde_json::from_str(patches[0].body.as_ref().unwrap()).unwrap();
+    assert_eq!(body["owner"], "o4");
+    assert_eq!(body["n0"], true);
+    assert_eq!(body["n4"], true);
+    let job = e.job(&ids[0].id).unwrap();
+    assert_eq!(job.coalesced, 4);
+    assert_eq!(
+        job.lane,
+        Lane::Interactive,
+        "the lane rises to the higher one"
+    );
+}
+
+#[test]
+fn patches_never_merge_into_a_tried_job_or_across_a_delete() {
+    let mut e = engine_with(budget(100, 1_000, 4));
+    let mut patch = spec(
+        JobKind::Patch,
+        "PATCH",
+        "https://api.example/c/1",
+        Lane::Bulk,
+    );
+    patch.key = Some("c:1".into());
+    let a = e.enqueue(patch.clone(), 0).unwrap();
+    let t = e.poll_transmit(0).unwrap();
+    assert_eq!(t.job_id, a.id);
+    let b = e.enqueue(patch.clone(), 1).unwrap();
+    assert!(!b.coalesced, "the first patch is in flight");
+    let mut delete = spec(
+        JobKind::Delete,
+        "DELETE",
+        "https://api.example/c/1",
+        Lane::Bulk,
+    );
+    delete.key = Some("c:1".into());
+    e.enqueue(delete, 2).unwrap();
+    let c = e.enqueue(patch, 3).unwrap();
+    assert!(!c.coalesced, "never across a delete");
+}
+
+#[test]
+fn identical_idempotent_jobs_waiting_at_once_become_one() {
+    let mut e = engine_with(budget(100, 1_000, 4));
+    let put = JobSpec {
+        body: Some("{\"a\":1}".into()),
+        ..spec(JobKind::Custom, "PUT", "https://api.example/x", Lane::Bulk)
+    };
+    let a = e.enqueue(put.clone(), 0).unwrap();
+    let b = e.enqueue(put, 0).unwrap();
+    assert!(b.coalesced);
+    assert_eq!(a.id, b.id);
+    assert_eq!(drain(&mut e, 0).len(), 1);
+}
+
+#[test]
+fn a_create_and_a_later_delete_neither_sent_cancel_out() {
+    let mut e = engine_with(budget(1, 60_000, 1));
+    e.enqueue(post(99), 0).unwrap();
+    let _busy = e.poll_transmit(0).unwrap();
+    let mut create = post(1);
+    create.key = Some("contact:new".into());
+    let c = e.enqueue(create, 1).unwrap();
+    let mut delete = spec(
+        JobKind::Delete,
+        "DELETE",
+        "https://api.example/contacts/new",
+        Lane::Bulk,
+    );
+    delete.key = Some("contact:new".into());
+    let d = e.enqueue(delete, 2).unwrap();
+    assert_eq!(d.state, JobState::Cancelled);
+    assert_eq!(e.job(&c.id).unwrap().state, JobState::Cancelled);
+    assert!(e
+        .job(&c.id)
+        .unwrap()
+        .last_error
+        .as_ref()
+        .unwrap()
+        .message
+        .contains("cancelled out"));
+}
+
+#[test]
+fn interactive_never_overtakes_bulk_for_the_same_key_but_lends_it_priority() {
+    let mut e = engine_with(budget(1, 1_000, 1));
+    for i in 0..5 {
+        e.enqueue(post(i), 0).unwrap();
+    }
+    let mut bulk = spec(
+        JobKind::Patch,
+        "PATCH",
+        "https://api.example/c/7",
+        Lane::Bulk,
+    );
+    bulk.key = Some("c:7".into());
+    bulk.body = Some("{\"a\":1}".into());
+    let b = e.enqueue(bulk, 1).unwrap();
+    let mut inter = spec(
+        JobKind::Custom,
+        "POST",
+        "https://api.example/c/7/notes",
+        Lane::Interactive,
+    );
+    inter.key = Some("c:7".into());
+    let i = e.enqueue(inter, 2).unwrap();
+    let t = e.poll_transmit(2).unwrap();
+    assert_eq!(
+        t.job_id, b.id,
+        "the bulk head goes first, lifted by the interactive job behind it"
+    );
+    e.on_response(&t.job_id, ok(), 10);
+    let at = e.poll_timeout(10).unwrap();
+    assert_eq!(e.poll_transmit(at).unwrap().job_id, i.id);
+}
+
+#[test]
+fn interactive_overtakes_a_bulk_job_within_one_token_interval() {
+    let mut e = engine_with(budget(10, 1_000, 4));
+    for i in 0..100 {
+        e.enqueue(post(i), 0).unwrap();
+    }
+    let mut now = 0;
+    let mut interactive = None;
+    let mut started_at = None;
+    while now < 5_000 {
+        if now >= 2_000 && interactive.is_none() {
+            let s = spec(
+                JobKind::Custom,
+                "POST",
+                "https://api.example/chat",
+                Lane::Interactive,
+            );
+            interactive = Some((e.enqueue(s, now).unwrap().id, now));
+        }
+        while let Some(t) = e.poll_transmit(now) {
+            if interactive.as_ref().is_some_and(|(id, _)| *id == t.job_id) {
+                started_at = Some(now);
+            }
+            e.on_response(&t.job_id, ok(), now);
+        }
+        now = e
+            .poll_timeout(now)
+            .unwrap_or(now + 1)
+            .max(now + 1)
+            .min(now + 50);
+    }
+    let (_, enq) = interactive.unwrap();
+    let waited = started_at.unwrap() - enq;
+    assert!(
+        waited <= 1_000 / 10 + 20,
+        "started {waited} ms after enqueue"
+    );
+}
+
+#[test]
+fn starvation_background_starts_within_its_aging_bound_under_endless_interactive_load() {
+    let mut e = engine_with(budget(10, 1_000, 10));
+    let bg = e
+        .enqueue(
+            spec(
+                JobKind::Custom,
+                "GET",
+                "https://api.example/refresh",
+                Lane::Background,
+            ),
+            0,
+        )
+        .unwrap();
+    let bound = e.config().aging.bound(Lane::Background).unwrap();
+    let mut now = 0;
+    let mut started = None;
+    let mut n = 0;
+    while now < bound * 2 && started.is_none() {
+        // Twice what the limit allows, forever.
+        for _ in 0..2 {
+            let s = JobSpec {
+                body: Some(format!("{n}")),
+                ..spec(
+                    JobKind::Custom,
+                    "POST",
+                    "https://api.example/chat",
+                    Lane::Interactive,
+                )
+            };
+            e.enqueue(s, now).unwrap();
+            n += 1;
+        }
+        while let Some(t) = e.poll_transmit(now) {
+            if t.job_id == bg.id {
+                started = Some(now);
+            }
+            e.on_response(&t.job_id, ok(), now);
+        }
+        now += 100;
+    }
+    let started = started.expect("the background job starved");
+    assert!(
+        started <= bound + 1_000,
+        "started at {started}, bound {bound}"
+    );
+}
+
+#[test]
+fn a_rebuild_keeps_the_pause_and_retries_in_flight_jobs_with_the_same_key() {
+    let config = EngineConfig {
+        budgets: vec![burst(budget(100, 1_000, 4))],
+        ..EngineConfig::default()
+    };
+    let mut e = Engine::new(config.clone(), Rng::seeded(1)).unwrap();
+    for i in 0..3 {
+        e.enqueue(post(i), 0).unwrap();
+    }
+    let sent = drain(&mut e, 0);
+    e.on_response(
+        &sent[0].job_id,
+        with_headers(429, &[("Retry-After", "30")]),
+        10,
+    );
+    let changes = e.take_changes();
+    // Killed here: the other two were in flight.
+    let jobs: Vec<_> = e.jobs().cloned().collect();
+    assert_eq!(
+        jobs.iter().filter(|j| j.state == JobState::Sending).count(),
+        2
+    );
+    let mut r = Engine::restore(config, Rng::seeded(2), jobs, changes.budgets, 1_000).unwrap();
+    assert!(r.poll_transmit(20_000).is_none(), "the pause survived");
+    let at = r.poll_timeout(20_000).unwrap();
+    assert!(at >= 30_010);
+    let resent = drain(&mut r, at + 5_000);
+    assert_eq!(resent.len(), 3);
+    for t in &sent[1..] {
+        let again = resent.iter().find(|x| x.job_id == t.job_id).unwrap();
+        assert_eq!(again.headers, t.headers, "same idempotency key");
+    }
+}
+
+#[test]
+fn non_retryable_4xx_fails_at_once_with_the_server_message() {
+    let mut e = engine_with(budget(100, 1_000, 4));
+    let id = e.enqueue(post(0), 0).unwrap().id;
+    let t = e.poll_transmit(0).unwrap();
+    e.on_response(
+        &t.job_id,
+        Response {
+            status: 422,
+            headers: vec![],
+            body: "{\"message\":\"email is invalid\"}".into(),
+        },
+        5,
+    );
+    let job = e.job(&id).unwrap();
+    assert_eq!(job.state, JobState::Failed);
+    let err = job.last_error.as_ref().unwrap();
+    assert_eq!(err.status, Some(422));
+    assert_eq!(err.message, "HTTP 422: email is invalid");
+    assert!(e.retry(&id, 10).is_ok());
+    assert_eq!(e.job(&id).unwrap().state, JobState::Queued);
+}
+
+#[test]
+fn retries_back_off_and_give_up_after_the_attempt_limit() {
+    let mut e = engine_with(budget(100, 1_000, 4));
+    let id = e.enqueue(post(0), 0).unwrap().id;
+    let mut now = 0;
+    for attempt in 1..=3 {
+        let t = e.poll_transmit(now).unwrap();
+        e.on_response(&t.job_id, with_headers(503, &[]), now + 5);
+        now = e.poll_timeout(now + 5).unwrap_or(now + 5);
+        assert_eq!(e.job(&id).unwrap().attempts, attempt);
+    }
+    assert_eq!(e.job(&id).unwrap().state, JobState::Failed);
+    assert!(e
+        .job(&id)
+        .unwrap()
+        .last_error
+        .as_ref()
+        .unwrap()
+        .message
+        .contains("gave up after 3"));
+}
+
+#[test]
+fn when_retries_run_out_the_budget_holds_until_the_user_retries() {
+    let mut b = budget(1_000, 1_000, 50);
+    b.name = "api".into();
+    let mut e = engine_with(b);
+    for i in 0..60 {
+        e.enqueue(post(i), 0).unwrap();
+    }
+    let mut now = 0;
+    for _ in 0..200 {
+        let sent = drain(&mut e, now);
+        for t in sent {
+            e.on_response(&t.job_id, with_headers(500, &[]), now + 1);
+        }
+        now = e.poll_timeout(now + 1).unwrap_or(now + 1).max(now + 1);
+    }
+    let snap = e.snapshot(now);
+    let trouble = snap.budgets[0]
+        .trouble
+        .clone()
+        .expect("the budget should be held");
+    assert!(trouble.contains("having trouble"), "{trouble}");
+    let c = &snap.budgets[0];
+    assert!(c.retries as f64 <= 0.1 * c.requests as f64 + 10.0, "{c:?}");
+    assert!(
+        snap.counts.queued > 0,
+        "the rest wait, nothing is lost: {:?}",
+        snap.counts
+    );
+    let failed = e
+        .jobs()
+        .find(|j| j.state == JobState::Failed)
+        .unwrap()
+        .id
+        .clone();
+    e.retry(&failed, now).unwrap();
+    assert!(e.snapshot(now).budgets[0].trouble.is_none());
+    assert!(e.poll_transmit(now + 1_000).is_some());
+}
+
+#[test]
+fn offline_jobs_wait_without_spending_attempts() {
+    let mut e = engine_with(budget(100, 1_000, 4));
+    let id = e.enqueue(post(0), 0).unwrap().id;
+    e.poll_transmit(0).unwrap();
+    e.on_transport_error(&id, TransportError::Offline, 5);
+    assert_eq!(e.job(&id).unwrap().attempts, 0);
+    assert!(e.poll_transmit(10).is_none());
+    assert!(e.snapshot(10).offline);
+    e.set_online();
+    assert!(e.poll_transmit(10).is_some());
+}
+
+#[test]
+fn cancel_by_group_and_bad_input_errors() {
+    let mut e = engine_with(budget(1, 60_000, 1));
+    let specs: Vec<_> = (0..5).map(post).collect();
+    let (ids, _) = e.enqueue_many(specs, Some("g1".into()), 0).unwrap();
+    let sent = e.poll_transmit(0).unwrap();
+    let cancelled = e.cancel("g1", 1).unwrap();
+    assert_eq!(cancelled.len(), 4);
+    assert!(!cancelled.contains(&sent.job_id));
+    assert!(
+        e.cancel(&ids[0].id, 2).is_err(),
+        "a sending job cannot be cancelled"
+    );
+    assert!(
+        e.retry(&ids[1].id, 3).is_err(),
+        "a cancelled job is never retried"
+    );
+
+    let mut bad = post(0);
+    bad.url = "ftp://x".into();
+    assert!(e.enqueue(bad, 0).is_err());
+    let mut unknown = post(0);
+    unknown.budget = "nope".into();
+    let err = e.enqueue(unknown, 0).unwrap_err().to_string();
+    assert!(err.contains("unknown budget 'nope'"), "{err}");
+    let mut nobody = post(0);
+    nobody.url = "https://elsewhere.example/".into();
+    assert!(e
+        .enqueue(nobody, 0)
+        .unwrap_err()
+        .to_string()
+        .contains("no budget covers"));
+    let mut many: Vec<_> = (0..3).map(post).collect();
+    many[2].method = "BAD METHOD".into();
+    let before = e.jobs().count();
+    assert!(e.enqueue_many(many, None, 0).is_err());
+    assert_eq!(e.jobs().count(), before, "all or nothing");
+}
+
+#[test]
+fn a_group_larger_than_a_window_gets_a_warning() {
+    let mut b = budget(10, 1_000, 4);
+    b.windows.push(Window {
+        limit: 5_000,
+        length_ms: 3_600_000,
+    });
+    let mut e = engine_with(b);
+    let specs: Vec<_> = (0..6_000).map(post).collect();
+    let (_, warning) = e.enqueue_many(specs, Some("big".into()), 0).unwrap();
+    assert_eq!(
+        warning.as_deref(),
+        Some("6,000 jobs need more than the hourly limit of 5,000: at least 1 h 12 min")
+    );
+}
+
+#[test]
+fn bulk_runs_close_to_the_limit_with_no_429s() {
+    for (latency, jitter) in [(15, 5), (150, 20)] {
+        let report = sim::run(&Scenario {
+            seed: 3,
+            engine: EngineConfig {
+                budgets: vec![budget(100, 1_000, 4)],
+                ..EngineConfig::default()
+            },
+            server: ServerModel {
+                limit: 100,
+                one_way_ms: latency,
+                jitter_ms: jitter,
+                ..ServerModel::default()
+            },
+            arrivals: vec![sim::bulk_creates("api", 2_000, 0)],
+            rebuilds: vec![],
+            horizon_ms: 600_000,
+        });
+        assert_eq!(report.done, 2_000);
+        assert_eq!(report.rate_limited, 0, "{}", report.summary());
+        assert!(report.max_arrivals_in_window <= 100);
+        if latency == 15 {
+            assert!(
+                report.share_of_limit >= 0.97,
+                "share {}",
+                report.share_of_limit
+            );
+        }
+    }
+}
+
+#[test]
+fn learns_the_limit_from_ietf_headers_and_stays_under_it() {
+    // We were told 200/s, the server really allows 50/s and says so in its headers.
+    let report = sim::run(&Scenario {
+        seed: 11,
+        engine: EngineConfig {
+            budgets: vec![budget(200, 1_000, 4)],
+            ..EngineConfig::default()
+        },
+        server: ServerModel {
+            limit: 50,
+            headers: HeaderStyle::Ietf,
+            retry_after: RetryAfterForm::HttpDate,
+            ..ServerModel::default()
+        },
+        arrivals: vec![sim::bulk_creates("api", 1_000, 0)],
+        rebuilds: vec![],
+        horizon_ms: 600_000,
+    });
+    assert_eq!(report.done, 1_000);
+    assert!(report.rate_limited_per_1000 <= 5.0, "{}", report.summary());
+}
+
+#[test]
+fn other_callers_on_the_same_quota_cost_few_429s() {
+    let report = sim::run(&Scenario {
+        seed: 5,
+        engine: EngineConfig {
+            budgets: vec![budget(100, 1_000, 4)],
+            ..EngineConfig::default()
+        },
+        server: ServerModel {
+            limit: 100,
+            other_callers_per_s: 20.0,
+            headers: HeaderStyle::XRateLimit,
+            ..ServerModel::default()
+        },
+        arrivals: vec![sim::bulk_creates("api", 2_000, 0)],
+        rebuilds: vec![],
+        horizon_ms: 600_000,
+    });
+    assert_eq!(report.done, 2_000);
+    println!("{}", report.summary());
+    assert!(report.rate_limited_per_1000 <= 20.0, "{}", report.summary());
+}
