@@ -6,7 +6,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::{BudgetConfig, ConfigError, RetryConfig, Window};
+use crate::config::{Algorithm, BudgetConfig, ConfigError, RetryConfig, Window};
 use crate::headers::Quota;
 use crate::limiter::Limiter;
 use crate::random::Rng;
@@ -201,6 +201,12 @@ impl BudgetState {
                 }
             }
         }
+        if let (Some(reset_after), Algorithm::FixedWindow) =
+            (quota.reset_after_ms, self.limiter.algorithm())
+        {
+            // A fixed window only mirrors the server if its boundaries fall where the server's do.
+            self.limiter.align_to(now.saturating_add(reset_after));
+        }
         let (Some(remaining), Some(reset_after)) = (quota.remaining, quota.reset_after_ms) else {
             return;
         };
@@ -211,12 +217,52 @@ impl BudgetState {
         {
             return;
         }
+        if !self.server_is_stricter(quota, remaining, request_started) {
+            // Our own limiter already explains what the server sees, and it knows to the
+            // millisecond when a slot frees up, where a reset in whole seconds would make us wait
+            // up to a second for nothing. Drop any older, stricter view: this one is fresher.
+            self.server = None;
+            return;
+        }
         self.server = Some(ServerView {
             remaining: remaining.saturating_sub(later_in_flight),
             // A reset "in 0 s" still means the current second: wait at least until it passes.
             reset_at: now.saturating_add(reset_after.max(1)),
             observed_start: request_started,
         });
+    }
+
+    /// Whether the server counts more of the quota as spent than our own starts explain (other
+    /// callers share it, or we were told a limit that is too high). Only then is its view
+    /// worth obeying on top of the limiter.
+    ///
+    /// The server counts arrivals, which trail our starts by a varying network delay, so its
+    /// count may differ from ours by the few requests that crossed the window's edge on the
+    /// way; that much difference is no evidence of anything.
+    fn server_is_stricter(&self, quota: &Quota, remaining: u64, request_started: Millis) -> bool {
+        let windows = self.limiter.windows();
+        let window = quota
+            .window_ms
+            .and_then(|len| {
+                windows
+                    .iter()
+                    .find(|w| w.length_ms.abs_diff(len) * 10 <= len)
+            })
+            .or_else(|| {
+                quota
+                    .limit
+                    .and_then(|limit| windows.iter().find(|w| u64::from(w.limit) == limit))
+            })
+            .or_else(|| windows.iter().min_by_key(|w| w.length_ms));
+        let Some(window) = window else { return true };
+        let limit = quota.limit.unwrap_or(u64::from(window.limit));
+        let ours = u64::from(
+            self.limiter
+                .starts_within(request_started, window.length_ms),
+        );
+        let expected_remaining = limit.saturating_sub(ours);
+        let edge_slack = (limit / 50).max(1);
+        remaining.saturating_add(edge_slack) < expected_remaining
     }
 
     /// Takes one retry token if there is one.
