@@ -24,8 +24,10 @@ type BoxError = Box<dyn std::error::Error>;
 
 fn main() {
     if let Err(e) = run() {
-        // A panic prints the whole chain readably; `cargo:warning` would be cut to one line.
-        panic!("sluice build script failed: {e}");
+        // Cargo shows a failed build script's stderr; a panic would bury the message under a
+        // backtrace of this script, which is never the interesting part.
+        eprintln!("sluice build script failed: {e}");
+        std::process::exit(1);
     }
 }
 
@@ -59,13 +61,25 @@ fn run() -> Result<(), BoxError> {
         write_stand_ins(&pkg_dir)?;
     } else {
         let wasm_dir = build_wasm(&root, &out_dir)?;
-        bindgen(&wasm_dir.join("sluice_sw.wasm"), &pkg_dir, Flavour::ClassicWorker)?;
-        bindgen(&wasm_dir.join("sluice_client.wasm"), &pkg_dir, Flavour::EsModule)?;
+        bindgen(
+            &wasm_dir.join("sluice_sw.wasm"),
+            &pkg_dir,
+            Flavour::ClassicWorker,
+        )?;
+        bindgen(
+            &wasm_dir.join("sluice_client.wasm"),
+            &pkg_dir,
+            Flavour::EsModule,
+        )?;
         report_sizes(&pkg_dir)?;
     }
 
     write_listing(&pkg_dir, &out_dir.join("pkg_files.rs"), "PKG_FILES")?;
-    write_listing(&root.join("www"), &out_dir.join("www_files.rs"), "WWW_FILES")?;
+    write_listing(
+        &root.join("www"),
+        &out_dir.join("www_files.rs"),
+        "WWW_FILES",
+    )?;
     Ok(())
 }
 

@@ -4,7 +4,9 @@
 //!   for tests and the demo page.
 //! - [`assets`]: the wasm bundles and `www/` files embedded at build time.
 //! - [`server`]: the whole same-origin site (static files, `/pkg/`, API) as one router.
+//! - [`simulate`]: the engine against the simulated strict server (`sluice simulate`).
 
 pub mod api;
 pub mod assets;
 pub mod server;
+pub mod simulate;

@@ -1,4 +1,309 @@
-//! `sluice`: demo server, simulator and benchmark.
-fn main() {
-    println!("sluice: subcommands serve, simulate and bench are being built");
+//! `sluice`: demo server (and, later, simulator and benchmark).
+
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand};
+use sluice::api::{self, ApiConfig, ApiHandle, HeaderMode, RetryAfterForm};
+use sluice::server::{self, WwwSource};
+
+#[derive(Parser)]
+#[command(
+    name = "sluice",
+    version,
+    about,
+    args_conflicts_with_subcommands = true
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+    /// Options of `serve`, accepted without the subcommand so `cargo run` starts the demo.
+    #[command(flatten)]
+    serve: ServeArgs,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Serve the demo page, the worker and the rate-limited demo API (the default).
+    Serve(ServeArgs),
+    /// Run the engine against a simulated strict server on a fake clock; prints a JSON report.
+    Simulate(SimulateArgs),
+}
+
+#[derive(Args, Clone)]
+struct SimulateArgs {
+    /// Creates enqueued at once as one bulk job.
+    #[arg(long, default_value_t = 2_000)]
+    jobs: usize,
+    /// The server's real limit per window.
+    #[arg(long, default_value_t = 100)]
+    limit: u32,
+    #[arg(long, default_value_t = 1_000)]
+    window_ms: u64,
+    /// The limit the engine is told (defaults to the real one).
+    #[arg(long)]
+    configured_limit: Option<u32>,
+    /// Requests in flight at once.
+    #[arg(long, default_value_t = 4)]
+    concurrency: u32,
+    /// Round-trip latency; each way is half of it plus up to --jitter-ms.
+    #[arg(long, default_value_t = 30)]
+    latency_ms: u64,
+    #[arg(long, default_value_t = 5)]
+    jitter_ms: u64,
+    #[arg(long, value_enum, default_value_t = SimRetryAfter::Delta)]
+    retry_after: SimRetryAfter,
+    #[arg(long, value_enum, default_value_t = SimHeaders::Xrate)]
+    headers: SimHeaders,
+    /// Share (0..1) of requests answered 503.
+    #[arg(long, default_value_t = 0.0)]
+    fault_rate: f64,
+    /// Share (0..1) of requests applied whose response is lost (the client times out).
+    #[arg(long, default_value_t = 0.0)]
+    lost_rate: f64,
+    /// Requests per second other callers spend from the same quota.
+    #[arg(long, default_value_t = 0.0)]
+    other_callers: f64,
+    /// Times the worker is killed and the engine rebuilt from its saved state, spread over the run.
+    #[arg(long, default_value_t = 0)]
+    rebuilds: usize,
+    /// Share of the limit to aim for.
+    #[arg(long, default_value_t = 0.98)]
+    target_utilization: f64,
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Also write the report to this file.
+    #[arg(long)]
+    out: Option<PathBuf>,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum SimRetryAfter {
+    Delta,
+    Date,
+    None,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum SimHeaders {
+    None,
+    Xrate,
+    Ietf,
+}
+
+fn simulate(args: SimulateArgs) -> Result<(), MainError> {
+    use sluice::simulate::{run, SimulateOptions};
+    use sluice_shared::sim::{HeaderStyle, RetryAfterForm as SimForm};
+    let options = SimulateOptions {
+        jobs: args.jobs,
+        limit: args.limit,
+        window_ms: args.window_ms,
+        concurrency: args.concurrency,
+        one_way_ms: args.latency_ms / 2,
+        jitter_ms: args.jitter_ms,
+        retry_after: match args.retry_after {
+            SimRetryAfter::Delta => SimForm::Delta,
+            SimRetryAfter::Date => SimForm::HttpDate,
+            SimRetryAfter::None => SimForm::None,
+        },
+        headers: match args.headers {
+            SimHeaders::None => HeaderStyle::None,
+            SimHeaders::Xrate => HeaderStyle::XRateLimit,
+            SimHeaders::Ietf => HeaderStyle::Ietf,
+        },
+        fault_rate: args.fault_rate,
+        lost_response_rate: args.lost_rate,
+        other_callers_per_s: args.other_callers,
+        configured_limit: args.configured_limit,
+        target_utilization: args.target_utilization,
+        rebuilds: args.rebuilds,
+        seed: args.seed,
+    };
+    let report = run(&options).map_err(MainError::Simulate)?;
+    let json =
+        serde_json::to_string_pretty(&report).map_err(|e| MainError::Simulate(e.to_string()))?;
+    if let Some(path) = &args.out {
+        std::fs::write(path, &json).map_err(|source| MainError::Write {
+            path: path.clone(),
+            source,
+        })?;
+    }
+    println!("{json}");
+    Ok(())
+}
+
+#[derive(Args, Clone)]
+struct ServeArgs {
+    #[arg(long, default_value = "127.0.0.1")]
+    host: IpAddr,
+    #[arg(long, default_value_t = 8080)]
+    port: u16,
+    /// Also serve the demo API alone on this port, for trying the worker against a
+    /// cross-origin API. It shares state with the same-origin API.
+    #[arg(long)]
+    api_port: Option<u16>,
+    /// Serve www/ files from this directory instead of the copy embedded at build time.
+    #[arg(long)]
+    www: Option<PathBuf>,
+    #[command(flatten)]
+    api: ApiArgs,
+}
+
+#[derive(Args, Clone)]
+struct ApiArgs {
+    /// Requests admitted per window.
+    #[arg(long, default_value_t = 10)]
+    limit: u32,
+    /// Sliding window length.
+    #[arg(long, default_value_t = 1000)]
+    window_ms: u64,
+    #[arg(long, default_value_t = 300)]
+    latency_ms: u64,
+    /// Latency varies uniformly within latency ± jitter.
+    #[arg(long, default_value_t = 0)]
+    jitter_ms: u64,
+    /// Share (0..1) of admitted requests answered 500/503 without being applied.
+    #[arg(long, default_value_t = 0.0)]
+    fault_rate: f64,
+    /// Share (0..1) of admitted requests applied but answered only after --hang-ms.
+    #[arg(long, default_value_t = 0.0)]
+    hang_rate: f64,
+    #[arg(long, default_value_t = 120_000)]
+    hang_ms: u64,
+    #[arg(long, value_enum, default_value_t = RetryAfterForm::Delta)]
+    retry_after_form: RetryAfterForm,
+    #[arg(long, value_enum, default_value_t = HeaderMode::Xrate)]
+    headers: HeaderMode,
+    /// Count rejected arrivals against the limit too (a punitive server).
+    #[arg(long)]
+    count_rejected: bool,
+    /// Seed for jitter and fault rolls (random if absent).
+    #[arg(long)]
+    seed: Option<u64>,
+}
+
+impl From<&ApiArgs> for ApiConfig {
+    fn from(a: &ApiArgs) -> Self {
+        ApiConfig {
+            limit: a.limit,
+            window_ms: a.window_ms,
+            latency_ms: a.latency_ms,
+            jitter_ms: a.jitter_ms,
+            fault_rate: a.fault_rate,
+            hang_rate: a.hang_rate,
+            hang_ms: a.hang_ms,
+            retry_after_form: a.retry_after_form,
+            headers: a.headers,
+            count_rejected: a.count_rejected,
+            seed: a.seed,
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+enum MainError {
+    #[error("invalid API settings: {0}")]
+    Config(#[from] api::ConfigError),
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("server failed: {0}")]
+    Serve(std::io::Error),
+    #[error("cannot start the async runtime: {0}")]
+    Runtime(std::io::Error),
+    #[error("simulation: {0}")]
+    Simulate(String),
+    #[error("cannot write {path}: {source}")]
+    Write {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Some(Command::Serve(args)) => run(serve(args)),
+        Some(Command::Simulate(args)) => simulate(args),
+        None => run(serve(cli.serve)),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("sluice: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(fut: impl std::future::Future<Output = Result<(), MainError>>) -> Result<(), MainError> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(MainError::Runtime)?
+        .block_on(fut)
+}
+
+async fn serve(args: ServeArgs) -> Result<(), MainError> {
+    let config = ApiConfig::from(&args.api);
+    config.validate()?;
+    let api = ApiHandle::new(config);
+    let www = match args.www {
+        Some(dir) => WwwSource::Dir(dir),
+        None => WwwSource::Embedded,
+    };
+
+    let addr = SocketAddr::new(args.host, args.port);
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|source| MainError::Bind { addr, source })?;
+    let local = listener.local_addr().map_err(MainError::Serve)?;
+    println!("sluice demo: http://{local}/");
+
+    if let Some(port) = args.api_port {
+        let api_addr = SocketAddr::new(args.host, port);
+        let bound = server::serve_in_background(api_addr, api::router(api.clone()))
+            .await
+            .map_err(|source| MainError::Bind {
+                addr: api_addr,
+                source,
+            })?;
+        println!("sluice API (cross-origin): http://{bound}/api/");
+    }
+
+    let app = server::router(api, www);
+    // No graceful shutdown: held-back ("hanging") responses would delay Ctrl-C by minutes.
+    tokio::select! {
+        r = axum::serve(listener, app) => r.map_err(MainError::Serve),
+        _ = tokio::signal::ctrl_c() => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn cli_definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn serve_is_the_default_and_takes_the_same_flags() {
+        let bare =
+            Cli::try_parse_from(["sluice", "--port", "8099", "--limit", "3"]).expect("parse");
+        assert!(bare.command.is_none());
+        assert_eq!((bare.serve.port, bare.serve.api.limit), (8099, 3));
+        let sub =
+            Cli::try_parse_from(["sluice", "serve", "--retry-after-form", "date"]).expect("parse");
+        let Some(Command::Serve(args)) = sub.command else {
+            panic!("serve expected");
+        };
+        assert_eq!(args.api.retry_after_form, RetryAfterForm::Date);
+        assert!(Cli::try_parse_from(["sluice", "--port", "1", "serve"]).is_err());
+    }
 }

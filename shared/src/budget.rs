@@ -63,6 +63,10 @@ pub struct BudgetState {
     /// reconfiguration, since the server keeps enforcing them.
     #[serde(default)]
     pub learned: Vec<Window>,
+    /// Estimated starts per shortest window that other callers spend from the same quota; the
+    /// limiter leaves that much headroom.
+    #[serde(default)]
+    pub others: f64,
 }
 
 impl BudgetState {
@@ -79,6 +83,7 @@ impl BudgetState {
             consecutive_rate_limits: 0,
             counters: BudgetCounters::default(),
             learned: Vec::new(),
+            others: 0.0,
         })
     }
 
@@ -92,6 +97,7 @@ impl BudgetState {
             fresh.retune(*w);
         }
         fresh.set_pacing(config.pacing);
+        fresh.set_headroom(self.limiter.headroom());
         if fresh.algorithm() == self.limiter.algorithm()
             && fresh.windows() == self.limiter.windows()
             && fresh.pacing_ms() == self.limiter.pacing_ms()
@@ -138,6 +144,7 @@ impl BudgetState {
 
     pub fn record_start(&mut self, now: Millis, is_retry: bool, retry: &RetryConfig) {
         self.limiter.record_start(now);
+        self.forget_others_slowly();
         self.counters.requests += 1;
         if is_retry {
             self.counters.retries += 1;
@@ -217,7 +224,28 @@ impl BudgetState {
         {
             return;
         }
-        if !self.server_is_stricter(quota, remaining, request_started) {
+        // Judge the server's view against our expectation before this reading moves it.
+        let stricter = self.server_is_stricter(quota, remaining, request_started);
+        let shortest = self
+            .limiter
+            .windows()
+            .iter()
+            .min_by_key(|w| w.length_ms)
+            .copied();
+        if let Some(w) = shortest {
+            let describes_shortest = quota
+                .window_ms
+                .is_none_or(|len| w.length_ms.abs_diff(len) * 10 <= len)
+                && quota.limit.is_none_or(|l| l == u64::from(w.limit));
+            if describes_shortest {
+                self.observe_others(
+                    quota.limit.unwrap_or(u64::from(w.limit)),
+                    remaining,
+                    request_started,
+                );
+            }
+        }
+        if !stricter {
             // Our own limiter already explains what the server sees, and it knows to the
             // millisecond when a slot frees up, where a reset in whole seconds would make us wait
             // up to a second for nothing. Drop any older, stricter view: this one is fresher.
@@ -260,9 +288,111 @@ impl BudgetState {
             self.limiter
                 .starts_within(request_started, window.length_ms),
         );
-        let expected_remaining = limit.saturating_sub(ours);
+        let expected_remaining = limit
+            .saturating_sub(ours)
+            .saturating_sub(u64::from(self.limiter.headroom()));
         let edge_slack = (limit / 50).max(1);
         remaining.saturating_add(edge_slack) < expected_remaining
+    }
+
+    /// The shortest window (the one headroom applies to) and our starts in it up to `at`.
+    fn shortest_window_use(&self, at: Millis) -> Option<(Window, u64)> {
+        let w = *self.limiter.windows().iter().min_by_key(|w| w.length_ms)?;
+        Some((w, u64::from(self.limiter.starts_within(at, w.length_ms))))
+    }
+
+    /// A response reported `remaining` for the shortest window: whatever of the limit is spent
+    /// beyond our own starts was spent by others. Rising estimates are taken at once (they
+    /// cost 429s), falling ones only through the slow decay of [`Self::forget_others_slowly`].
+    fn observe_others(&mut self, limit: u64, remaining: u64, request_started: Millis) {
+        let Some((_, ours)) = self.shortest_window_use(request_started) else {
+            return;
+        };
+        // A difference of a request or two is noise, not others: the server counts arrivals,
+        // which trail our starts by a varying delay, so a few of ours sit on the other side of
+        // its window's edge (the same allowance `server_is_stricter` makes).
+        let edge_slack = (limit / 50).max(1);
+        let others = limit
+            .saturating_sub(remaining)
+            .saturating_sub(ours)
+            .saturating_sub(edge_slack) as f64;
+        // Others' traffic is bursty: leaving room for its average still collides with its peaks,
+        // and each collision costs a pause. So hold the peak, and let it decay as we probe.
+        self.others = self.others.max(others);
+        self.apply_headroom();
+    }
+
+    /// A 429: others must have spent what we did not. Grow the estimate at least to that and by
+    /// a quarter (multiplicative decrease of our
+    /// rate), so a handful of 429s finds the real share; it decays back as we probe.
+    ///
+    /// Only the first 429 of an episode counts: the requests that were in flight with it say
+    /// nothing new, and escalating on each would shut the budget down for nothing.
+    ///
+    /// A 429 that asks for a wait longer than the window is about a longer quota (or an outage),
+    /// not about others sharing this window: the pause covers it and it teaches nothing here.
+    pub fn observe_rate_limited(
+        &mut self,
+        request_started: Millis,
+        retry_after: Option<DurationMs>,
+        now: Millis,
+    ) {
+        if self.paused_until.is_some_and(|p| p > now) {
+            return;
+        }
+        let shortest = self.limiter.windows().iter().map(|w| w.length_ms).min();
+        // Retry-After comes in whole seconds: "1" is the least a server can say.
+        if retry_after
+            .zip(shortest)
+            .is_some_and(|(wait, len)| wait > len.max(1_000))
+        {
+            return;
+        }
+        let Some((w, ours)) = self.shortest_window_use(request_started) else {
+            return;
+        };
+        let implied = u64::from(w.limit).saturating_sub(ours) as f64 + 1.0;
+        self.others = implied.max(self.others * 1.25 + 1.0);
+        self.apply_headroom();
+    }
+
+    /// Each start is a probe: the estimate halves over about twenty windows' worth of our starts,
+    /// so we find our way back up when the others stop, without inviting a 429 every window.
+    fn forget_others_slowly(&mut self) {
+        if self.others <= 0.0 {
+            return;
+        }
+        let limit = self
+            .limiter
+            .windows()
+            .iter()
+            .min_by_key(|w| w.length_ms)
+            .map_or(1, |w| w.limit);
+        let ours = limit.saturating_sub(self.limiter.headroom()).max(1);
+        let per_start = 0.5f64.powf(1.0 / (20.0 * f64::from(ours)));
+        self.others *= per_start;
+        if self.others < 0.5 {
+            self.others = 0.0;
+        }
+        self.apply_headroom();
+    }
+
+    fn apply_headroom(&mut self) {
+        let limit = self
+            .limiter
+            .windows()
+            .iter()
+            .min_by_key(|w| w.length_ms)
+            .map_or(1, |w| w.limit);
+        // Others' traffic arrives at random: leave room for its spread too (about one standard
+        // deviation of a count, as for arrivals at random), since every collision costs a pause.
+        let spread = if self.others > 0.0 {
+            self.others.sqrt()
+        } else {
+            0.0
+        };
+        let headroom = ((self.others + spread).ceil() as u32).min(limit.saturating_sub(1));
+        self.limiter.set_headroom(headroom);
     }
 
     /// Takes one retry token if there is one.

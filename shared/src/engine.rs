@@ -820,6 +820,8 @@ impl Engine {
                 let retry = self.config.retry.clone();
                 if let Some(b) = self.budgets.get_mut(&budget_name) {
                     b.state.counters.rate_limited += 1;
+                    b.state
+                        .observe_rate_limited(started, signal.retry_after_ms, now);
                     let wait = signal
                         .retry_after_ms
                         .unwrap_or_else(|| default_pause(b.state.consecutive_rate_limits, &retry));

@@ -98,6 +98,10 @@ pub struct Limiter {
     /// Spread starts at least this far apart (0: off). See [`Limiter::set_pacing`].
     #[serde(default)]
     pacing_ms: DurationMs,
+    /// Starts of the shortest window left to others who share the quota. See
+    /// [`Limiter::set_headroom`].
+    #[serde(default)]
+    headroom: u32,
 }
 
 impl Limiter {
@@ -138,6 +142,7 @@ impl Limiter {
                 .collect(),
             starts: VecDeque::new(),
             pacing_ms: 0,
+            headroom: 0,
         })
     }
 
@@ -151,13 +156,37 @@ impl Limiter {
     /// quota would be far too careful while the per-second window allows more.
     pub fn set_pacing(&mut self, on: bool) {
         self.pacing_ms = if on {
-            self.meters
-                .iter()
-                .min_by_key(|m| m.length)
-                .map_or(0, |m| m.length / u64::from(m.limit.max(1)))
+            self.shortest()
+                .map_or(0, |m| m.length / u64::from(self.own_share(m)))
         } else {
             0
         };
+    }
+
+    /// Leaves `n` starts of every shortest window to other callers of the same quota (other
+    /// devices, a server-side job) that the budget has learned about: we may start at most
+    /// `limit - n` in any such window (never fewer than one). Exact for every algorithm: it is
+    /// checked against the log of real starts, which every algorithm keeps.
+    pub fn set_headroom(&mut self, n: u32) {
+        if n != self.headroom {
+            self.headroom = n;
+            if self.pacing_ms > 0 {
+                self.set_pacing(true);
+            }
+        }
+    }
+
+    pub fn headroom(&self) -> u32 {
+        self.headroom
+    }
+
+    fn shortest(&self) -> Option<&Meter> {
+        self.meters.iter().min_by_key(|m| m.length)
+    }
+
+    /// The starts of a window that are ours to use.
+    fn own_share(&self, meter: &Meter) -> u32 {
+        meter.limit.saturating_sub(self.headroom).max(1)
     }
 
     pub fn pacing_ms(&self) -> DurationMs {
@@ -172,6 +201,17 @@ impl Limiter {
             (0, _) | (_, None) => now,
             (gap, Some(&last)) => last.saturating_add(gap),
         };
+        let shared = match self.shortest() {
+            Some(m) if self.headroom > 0 => {
+                let ours = self.own_share(m) as usize;
+                self.starts
+                    .len()
+                    .checked_sub(ours)
+                    .map_or(now, |i| self.starts[i].saturating_add(m.length))
+            }
+            _ => now,
+        };
+        let paced = paced.max(shared);
         self.meters
             .iter()
             .map(|m| m.earliest(&self.starts))

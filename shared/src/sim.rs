@@ -541,13 +541,9 @@ pub fn max_in_window(times: &[Millis], length: DurationMs) -> u32 {
     best as u32
 }
 
-/// Time to send `n` requests at exactly the limit, the first window's burst included.
+/// Time from the first to the last of `n` starts at exactly the limit's rate.
 pub fn ideal_time(n: u64, w: Window) -> DurationMs {
-    if n == 0 {
-        return 0;
-    }
-    // A sliding window allows a burst of `limit` at once, then `limit` more per window.
-    (n - 1) / w.limit as u64 * w.length_ms
+    n.saturating_sub(1) * w.length_ms / u64::from(w.limit.max(1))
 }
 
 fn http_date(ms: i64) -> String {

@@ -764,7 +764,9 @@ fn other_callers_on_the_same_quota_cost_few_429s() {
     });
     assert_eq!(report.done, 2_000);
     println!("{}", report.summary());
-    assert!(report.rate_limited_per_1000 <= 20.0, "{}", report.summary());
+    assert!(report.rate_limited_per_1000 <= 1.0, "{}", report.summary());
+    // Others take about a quarter of the quota; most of the rest is ours.
+    assert!(report.share_of_limit >= 0.6, "{}", report.summary());
 }
 
 #[test]

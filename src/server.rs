@@ -1,0 +1,112 @@
+//! The whole demo site as one same-origin router: `www/` files, the worker shim at `/sw.js`,
+//! the wasm bundles under `/pkg/`, and the demo and control APIs.
+
+use std::net::SocketAddr;
+use std::path::{Component, Path, PathBuf};
+
+use axum::body::Body;
+use axum::http::{header, HeaderValue, Method, StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+use axum::Router;
+
+use crate::api::{self, ApiConfig, ApiHandle};
+use crate::assets;
+
+/// Where `www/` files come from.
+#[derive(Clone, Debug, Default)]
+pub enum WwwSource {
+    /// The copy embedded at build time: the binary needs no files beside it.
+    #[default]
+    Embedded,
+    /// Read from this directory on every request, for editing the page without rebuilding.
+    Dir(PathBuf),
+}
+
+/// The demo site and API on one origin.
+pub fn router(api: ApiHandle, www: WwwSource) -> Router {
+    api::router(api).fallback(move |method: Method, uri: Uri| static_file(www.clone(), method, uri))
+}
+
+/// Serves the whole site on `127.0.0.1` at a free port in the background of the current tokio
+/// runtime (it stops with the runtime): what end-to-end tests load in a browser.
+pub async fn spawn(config: ApiConfig) -> std::io::Result<(SocketAddr, ApiHandle)> {
+    config
+        .validate()
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+    let api = ApiHandle::new(config);
+    let addr = serve_in_background(
+        SocketAddr::from(([127, 0, 0, 1], 0)),
+        router(api.clone(), WwwSource::Embedded),
+    )
+    .await?;
+    Ok((addr, api))
+}
+
+/// Binds `addr` now (so the port is known and a bind error is returned) and serves `router`
+/// on a spawned task.
+pub async fn serve_in_background(addr: SocketAddr, router: Router) -> std::io::Result<SocketAddr> {
+    let listener = tokio::net::TcpListener::bind(addr).await?;
+    let local = listener.local_addr()?;
+    tokio::spawn(async move {
+        if let Err(e) = axum::serve(listener, router).await {
+            eprintln!("sluice: server on {local} stopped: {e}");
+        }
+    });
+    Ok(local)
+}
+
+async fn static_file(www: WwwSource, method: Method, uri: Uri) -> Response {
+    if method != Method::GET && method != Method::HEAD {
+        return StatusCode::METHOD_NOT_ALLOWED.into_response();
+    }
+    let path = uri.path();
+    if let Some(rest) = path.strip_prefix("/pkg/") {
+        return match assets::pkg(rest) {
+            Some(bytes) => file_response(rest, bytes.to_vec()),
+            None => not_found(),
+        };
+    }
+    let mut rel = path.trim_start_matches('/').to_owned();
+    if rel.is_empty() || rel.ends_with('/') {
+        rel.push_str("index.html");
+    }
+    let bytes = match &www {
+        WwwSource::Embedded => assets::www(&rel).map(<[u8]>::to_vec),
+        WwwSource::Dir(dir) => read_under(dir, &rel).await,
+    };
+    let Some(bytes) = bytes else {
+        return not_found();
+    };
+    let mut res = file_response(&rel, bytes);
+    if rel == "sw.js" {
+        // Lets the worker control the whole origin even if the shim moves into a subfolder.
+        res.headers_mut()
+            .insert("service-worker-allowed", HeaderValue::from_static("/"));
+    }
+    res
+}
+
+/// Reads `rel` inside `dir`, refusing anything that would climb out of it.
+async fn read_under(dir: &Path, rel: &str) -> Option<Vec<u8>> {
+    let rel = Path::new(rel);
+    if !rel.components().all(|c| matches!(c, Component::Normal(_))) {
+        return None;
+    }
+    tokio::fs::read(dir.join(rel)).await.ok()
+}
+
+fn file_response(name: &str, bytes: Vec<u8>) -> Response {
+    let mut res = Body::from(bytes).into_response();
+    let h = res.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static(assets::content_type(name)),
+    );
+    // A demo under development: a stale worker or wasm bundle is the worst kind of confusing.
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    res
+}
+
+fn not_found() -> Response {
+    (StatusCode::NOT_FOUND, "not found\n").into_response()
+}
