@@ -1,19 +1,86 @@
-// Placeholder shim until the real worker lands. Classic worker: importScripts works in every
-// browser, module workers do not yet. Listeners must be added synchronously while this script
-// first runs, so wasm initialisation is started here and awaited inside each event.
-importScripts('/pkg/sluice_sw.js');
-const ready = wasm_bindgen({ module_or_path: '/pkg/sluice_sw_bg.wasm' });
+// Sluice service worker: a thin shim around the Rust/wasm worker (crate `sluice-sw`).
+//
+// A classic worker (importScripts works in every browser; module workers do not yet).
+// Listeners must be added synchronously while this script first runs, but wasm starts
+// asynchronously: `ready` is started here and every listener waits on it inside its event.
+//
+// Configuration. The engine part (budgets, retry, aging, retentionMs, maxBodyBytes) can be
+// replaced at run time by a page (`configure` request); that is saved in IndexedDB and wins
+// over this script's for as long as this script's engine configuration stays the same. A
+// deploy that changes the configuration below wins over an older page-saved one.
+// Relative prefixes ("/api/") are resolved against this worker's origin.
+self.SLUICE_CONFIG = {
+  budgets: [
+    {
+      name: 'demo',
+      windows: [{ limit: 10, lengthMs: 1000 }],
+      concurrency: 4,
+      algorithm: 'sliding-log',
+      matchPrefixes: ['/api/'],
+    },
+  ],
+  // Done and cancelled jobs are forgotten this long after they finished.
+  retentionMs: 60 * 60 * 1000,
+  // Plain fetch() calls taken off the network path and queued, answered 202 {jobId}.
+  // `header`: only requests carrying it (page code opts in per request, so ordinary calls to
+  // the same API pass untouched). X-Sluice-Lane / -Key / -Budget / -Group / -Kind steer the job.
+  intercept: [{ method: '*', prefix: '/api/', header: 'X-Sluice-Lane' }],
+};
 
+importScripts('/pkg/sluice_sw.js');
+
+let started = false;
+const ready = wasm_bindgen({ module_or_path: '/pkg/sluice_sw_bg.wasm' }).then(() => {
+  wasm_bindgen.start(self.SLUICE_CONFIG);
+  started = true;
+});
+
+// A broken build must never replace a working worker: install fails if the wasm does not load.
 self.addEventListener('install', (event) => {
-  event.waitUntil(ready.then(() => self.skipWaiting()));
+  event.waitUntil(ready.then(() => wasm_bindgen.on_install(event)));
 });
 
 self.addEventListener('activate', (event) => {
-  event.waitUntil(ready.then(() => self.clients.claim()));
+  event.waitUntil(ready.then(() => wasm_bindgen.on_activate(event)));
 });
 
+// Replies and broadcasts are sent from inside; the promise resolves when the queue is idle
+// (at the latest after 90 s), keeping the worker alive while it works.
 self.addEventListener('message', (event) => {
-  event.waitUntil(ready.then(() => {
-    if (event.source) event.source.postMessage({ version: wasm_bindgen.version() });
-  }));
+  event.waitUntil(ready.then(() => wasm_bindgen.on_message(event)));
+});
+
+self.addEventListener('sync', (event) => {
+  event.waitUntil(ready.then(() => wasm_bindgen.on_sync(event)));
+});
+
+// Whether to intercept must be decided synchronously. Once the wasm runs, Rust decides
+// (`should_intercept`). In the first milliseconds of a cold start, before it runs, this mirror
+// of the same rule (method, URL prefix, required header) picks candidates, and Rust confirms
+// once ready; a candidate it declines is fetched as it was.
+function mightIntercept(request) {
+  const routes = (self.SLUICE_CONFIG && self.SLUICE_CONFIG.intercept) || [];
+  return routes.some((route) => {
+    try {
+      const method = (route.method || '*').trim().toUpperCase();
+      if (method !== '*' && method !== request.method.toUpperCase()) return false;
+      if (!route.prefix) return false;
+      const prefix = new URL(route.prefix.trim(), self.location.origin).href;
+      if (!request.url.startsWith(prefix)) return false;
+      return !route.header || request.headers.has(route.header.trim());
+    } catch (_) {
+      return false;
+    }
+  });
+}
+
+self.addEventListener('fetch', (event) => {
+  const request = event.request;
+  if (request.mode === 'navigate') return;
+  const candidate = started ? wasm_bindgen.should_intercept(request) : mightIntercept(request);
+  if (!candidate) return; // not ours: the browser handles it untouched
+  const response = ready.then(() =>
+    wasm_bindgen.should_intercept(request) ? wasm_bindgen.on_fetch(event) : fetch(request));
+  event.respondWith(response);
+  event.waitUntil(response.then(() => wasm_bindgen.settled(), () => undefined));
 });

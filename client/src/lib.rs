@@ -1,4 +1,25 @@
-//! Sluice page client.
+//! Sluice page client: registers the service worker and talks to it.
+//!
+//! Every tab of an origin hands its HTTP actions to the worker, which alone sends them within
+//! the configured rate limits. This crate is what a page loads (as wasm, through
+//! `/pkg/sluice_client.js`): a `Sluice` class for JavaScript and the same type for Rust code.
+//!
+//! - [`core`]: the request table, resends, keep-alives and `done` tracking, sans-IO.
+//! - [`job`]: turning a page's job object into the wire [`JobSpec`](sluice_shared::JobSpec).
+//! - `web` (wasm only): the browser glue and the exported JS API.
+
+pub mod core;
+pub mod job;
+pub mod oneshot;
+
+#[cfg(target_arch = "wasm32")]
+mod web;
+#[cfg(target_arch = "wasm32")]
+pub use web::{RegisterOptions, Sluice, Subscription};
+
+pub use crate::core::{ClientError, Done, DoneResult, JobEnd, Timing};
+pub use sluice_shared::protocol::{JobUpdate, WorkerMessage};
+pub use sluice_shared::status::Status;
 
 use wasm_bindgen::prelude::*;
 

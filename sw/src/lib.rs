@@ -1,9 +1,246 @@
-//! Sluice service worker (see issue: built on the engine in `sluice-shared`).
+//! Sluice's service worker: the I/O shell around [`sluice_shared::Engine`].
+//!
+//! The engine decides what to send and when; this crate only carries it out: IndexedDB
+//! ([`store`]), `fetch` ([`transport`]), the timer and the run loop ([`pump`]), messages to
+//! tabs ([`broadcast`]), fetch interception ([`intercept`]) and configuration ([`config`]).
+//! [`worker`] ties one running instance together. Browser-only code is compiled for
+//! `wasm32` only, so `cargo test -p sluice-sw` runs the pure parts natively.
+//!
+//! # Used by `www/sw.js` (global `wasm_bindgen`, a classic worker)
+//! - `start(config)`: once, after the wasm loaded, with `self.SLUICE_CONFIG`.
+//! - `on_install(event)`, `on_activate(event)`, `on_message(event)`, `on_sync(event)`: each
+//!   returns a promise for `event.waitUntil`; the message and sync ones resolve once the queue
+//!   is idle (at the latest after 90 s), which keeps the worker alive while it works.
+//! - `should_intercept(request)`: synchronous; whether a fetch is to be queued.
+//! - `on_fetch(event)`: a promise of the `Response` (`202 Accepted` with the job id) for
+//!   `event.respondWith`; then `settled()` for `event.waitUntil`.
+
+pub mod broadcast;
+pub mod config;
+pub mod error;
+pub mod intercept;
+pub mod store;
+pub mod transport;
+
+#[cfg(target_arch = "wasm32")]
+mod pump;
+#[cfg(target_arch = "wasm32")]
+pub mod worker;
 
 use wasm_bindgen::prelude::*;
+
+/// The Background Sync tag the worker registers while offline.
+pub const SYNC_TAG: &str = "sluice";
 
 /// Lets the page and build checks tell which build of the worker is running.
 #[wasm_bindgen]
 pub fn version() -> String {
     env!("CARGO_PKG_VERSION").to_string()
+}
+
+#[cfg(target_arch = "wasm32")]
+pub use exports::*;
+
+#[cfg(target_arch = "wasm32")]
+mod exports {
+    use js_sys::{Object, Promise, Reflect, JSON};
+    use sluice_shared::protocol::{decode_request, ProtocolError, WorkerMessage};
+    use wasm_bindgen::prelude::*;
+    use wasm_bindgen::JsCast;
+    use wasm_bindgen_futures::{future_to_promise, JsFuture};
+    use web_sys::{ExtendableEvent, ExtendableMessageEvent, FetchEvent, Headers, ResponseInit};
+
+    use crate::config::Setup;
+    use crate::intercept::{accepted_body, error_response, spec_from_request};
+    use crate::pump::settled as settle_promise;
+    use crate::worker::{self, reply_to, scope, setup, warn};
+
+    /// Takes the worker script's configuration (`self.SLUICE_CONFIG`, may be undefined).
+    #[wasm_bindgen]
+    pub fn start(config: JsValue) {
+        console_error_panic_hook::set_once();
+        let json = if config.is_undefined() || config.is_null() {
+            None
+        } else {
+            match JSON::stringify(&config) {
+                Ok(s) => s.as_string(),
+                Err(e) => {
+                    warn(&format!(
+                        "self.SLUICE_CONFIG cannot be read as JSON: {}",
+                        crate::error::describe(&e)
+                    ));
+                    Some("{\"budgets\":\"unreadable\"}".into())
+                }
+            }
+        };
+        worker::set_setup(Setup::new(json.as_deref(), &scope().origin()));
+    }
+
+    #[wasm_bindgen]
+    pub fn on_install(_event: ExtendableEvent) -> Promise {
+        // A new version takes over at once; its queue starts from storage on activation.
+        scope()
+            .skip_waiting()
+            .unwrap_or_else(|e| Promise::reject(&e))
+    }
+
+    #[wasm_bindgen]
+    pub fn on_activate(_event: ExtendableEvent) -> Promise {
+        future_to_promise(async {
+            JsFuture::from(scope().clients().claim()).await?;
+            // Resume the queue now, but do not hold activation (events wait for it) until idle.
+            match worker::worker().await {
+                Ok(w) => w.pump.wake(),
+                Err(e) => warn(&format!("queue not started on activation: {e}")),
+            }
+            Ok(JsValue::UNDEFINED)
+        })
+    }
+
+    fn request_id_of(data: &JsValue) -> Option<String> {
+        if !data.is_object() {
+            return None;
+        }
+        Reflect::get(data, &JsValue::from_str("requestId"))
+            .ok()
+            .and_then(|v| v.as_string())
+    }
+
+    fn reply_error(source: Option<&Object>, request_id: Option<String>, error: ProtocolError) {
+        reply_to(source, &WorkerMessage::Error { request_id, error });
+    }
+
+    #[wasm_bindgen]
+    pub fn on_message(event: ExtendableMessageEvent) -> Promise {
+        future_to_promise(async move {
+            let source = event.source();
+            let data = event.data();
+            worker::mark("on_message");
+            let Some(text) = data.as_string() else {
+                reply_error(
+                    source.as_ref(),
+                    request_id_of(&data),
+                    ProtocolError::Malformed {
+                        message: "messages must be JSON text: send JSON.stringify(request)".into(),
+                    },
+                );
+                return Ok(JsValue::UNDEFINED);
+            };
+            let envelope = match decode_request(&text) {
+                Ok(e) => e,
+                Err((request_id, error)) => {
+                    reply_error(source.as_ref(), request_id, error);
+                    return Ok(JsValue::UNDEFINED);
+                }
+            };
+            drop(text);
+            worker::mark("decoded");
+            let request_id = envelope.request_id;
+            let w = match worker::worker().await {
+                Ok(w) => w,
+                Err(e) => {
+                    reply_error(source.as_ref(), Some(request_id), e.into());
+                    return Ok(JsValue::UNDEFINED);
+                }
+            };
+            let message = match w.handle(envelope.request).await {
+                Ok(body) => WorkerMessage::Reply { request_id, body },
+                Err(error) => WorkerMessage::Error {
+                    request_id: Some(request_id),
+                    error,
+                },
+            };
+            reply_to(source.as_ref(), &message);
+            JsFuture::from(settle_promise(worker::current().as_ref())).await?;
+            Ok(JsValue::UNDEFINED)
+        })
+    }
+
+    fn request_headers(headers: &Headers) -> Vec<(String, String)> {
+        let mut out = Vec::new();
+        if let Ok(Some(iter)) = js_sys::try_iter(headers) {
+            for entry in iter.flatten() {
+                let pair: js_sys::Array = entry.unchecked_into();
+                if let (Some(n), Some(v)) = (pair.get(0).as_string(), pair.get(1).as_string()) {
+                    out.push((n, v));
+                }
+            }
+        }
+        out
+    }
+
+    /// Whether a fetch goes to the queue (synchronous: `respondWith` must be called at once).
+    #[wasm_bindgen]
+    pub fn should_intercept(request: web_sys::Request) -> bool {
+        let navigation = request.mode() == web_sys::RequestMode::Navigate;
+        let headers = request.headers();
+        setup()
+            .routes
+            .matches(&request.method(), &request.url(), navigation, |name| {
+                headers.has(name).unwrap_or(false)
+            })
+    }
+
+    fn json_response(status: u16, body: &str) -> Result<web_sys::Response, JsValue> {
+        let headers = Headers::new()?;
+        headers.set("content-type", "application/json")?;
+        headers.set("cache-control", "no-store")?;
+        let init = ResponseInit::new();
+        init.set_status(status);
+        init.set_headers(&headers);
+        web_sys::Response::new_with_opt_str_and_init(Some(body), &init)
+    }
+
+    /// Queues an intercepted request; resolves to `202 Accepted` with `{jobId, coalesced,
+    /// state}`, or to a JSON error (400, 413, or 503 when storage failed: nothing was queued).
+    #[wasm_bindgen]
+    pub fn on_fetch(event: FetchEvent) -> Promise {
+        future_to_promise(async move {
+            let request = event.request();
+            let method = request.method();
+            let url = request.url();
+            let headers = request_headers(&request.headers());
+            let body = if matches!(method.as_str(), "GET" | "HEAD") {
+                None
+            } else {
+                JsFuture::from(request.text()?).await?.as_string()
+            };
+            let outcome = async {
+                let w = worker::worker().await.map_err(ProtocolError::from)?;
+                let spec = spec_from_request(&method, &url, &headers, body)?;
+                w.enqueue(spec).await
+            }
+            .await;
+            let response = match outcome {
+                Ok(e) => json_response(202, &accepted_body(&e.id, e.coalesced, e.state))?,
+                Err(error) => {
+                    let (status, body) = error_response(&error);
+                    json_response(status, &body)?
+                }
+            };
+            Ok(response.into())
+        })
+    }
+
+    /// Resolves once the queue is idle (at the latest after 90 s): for `event.waitUntil`.
+    #[wasm_bindgen]
+    pub fn settled() -> Promise {
+        settle_promise(worker::current().as_ref())
+    }
+
+    #[wasm_bindgen]
+    pub fn on_sync(event: ExtendableEvent) -> Promise {
+        future_to_promise(async move {
+            let tag = Reflect::get(&event, &JsValue::from_str("tag"))
+                .ok()
+                .and_then(|t| t.as_string());
+            if tag.as_deref() != Some(crate::SYNC_TAG) {
+                return Ok(JsValue::UNDEFINED);
+            }
+            let w = worker::worker().await?;
+            w.on_sync();
+            JsFuture::from(settle_promise(Some(&w))).await?;
+            Ok(JsValue::UNDEFINED)
+        })
+    }
 }
