@@ -25,7 +25,7 @@ pub mod transport;
 #[cfg(target_arch = "wasm32")]
 mod pump;
 #[cfg(target_arch = "wasm32")]
-pub mod worker;
+mod worker;
 
 use wasm_bindgen::prelude::*;
 
@@ -115,7 +115,6 @@ mod exports {
         future_to_promise(async move {
             let source = event.source();
             let data = event.data();
-            worker::mark("on_message");
             let Some(text) = data.as_string() else {
                 reply_error(
                     source.as_ref(),
@@ -134,7 +133,6 @@ mod exports {
                 }
             };
             drop(text);
-            worker::mark("decoded");
             let request_id = envelope.request_id;
             let w = match worker::worker().await {
                 Ok(w) => w,

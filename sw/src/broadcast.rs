@@ -1,0 +1,216 @@
+//! Telling every tab what changed: job updates, batched, and status snapshots, throttled.
+//!
+//! Only changes that are already saved reach [`Batcher::push`] (the worker pushes after each
+//! committed transaction), so a page never sees a state that a restart could take back.
+//!
+//! - Job updates are coalesced per job (the latest state wins, first-change order is kept) and
+//!   sent at most every [`JOBS_EVERY_MS`], except that a change to an interactive job is sent
+//!   at once: a person is looking at it.
+//! - A status snapshot follows changes at most every [`STATUS_EVERY_MS`], and one more is
+//!   always sent when the queue goes idle, so every tab ends on the final numbers.
+//!
+//! The batcher is plain data (tested natively); the worker's single timer calls
+//! [`Batcher::next_due`] to know when to flush, and [`post_to_all`] delivers.
+
+use std::collections::HashMap;
+
+use sluice_shared::protocol::JobUpdate;
+use sluice_shared::{JobId, Millis};
+
+pub const JOBS_EVERY_MS: u64 = 150;
+pub const STATUS_EVERY_MS: u64 = 250;
+
+#[derive(Debug, Default)]
+pub struct Batcher {
+    pending: Vec<JobUpdate>,
+    index: HashMap<JobId, usize>,
+    urgent: bool,
+    status_dirty: bool,
+    last_jobs: Option<Millis>,
+    last_status: Option<Millis>,
+}
+
+/// What to send now.
+#[derive(Debug, Default, PartialEq)]
+pub struct Flush {
+    pub jobs: Vec<JobUpdate>,
+    pub status: bool,
+}
+
+impl Flush {
+    pub fn is_empty(&self) -> bool {
+        self.jobs.is_empty() && !self.status
+    }
+}
+
+impl Batcher {
+    /// Saved changes to tell pages about. `urgent`: send without waiting for the batch.
+    pub fn push(&mut self, updates: Vec<JobUpdate>, urgent: bool) {
+        for u in updates {
+            match self.index.get(&u.id) {
+                Some(&i) => self.pending[i] = u,
+                None => {
+                    self.index.insert(u.id.clone(), self.pending.len());
+                    self.pending.push(u);
+                }
+            }
+        }
+        self.urgent |= urgent;
+        self.status_dirty = true;
+    }
+
+    /// Asks for one status snapshot (at the throttled rate).
+    pub fn mark_status(&mut self) {
+        self.status_dirty = true;
+    }
+
+    pub fn has_pending(&self) -> bool {
+        !self.pending.is_empty() || self.status_dirty
+    }
+
+    /// When the next flush is due, if anything waits.
+    pub fn next_due(&self) -> Option<Millis> {
+        let jobs = (!self.pending.is_empty()).then(|| {
+            if self.urgent {
+                0
+            } else {
+                self.last_jobs.map_or(0, |t| t + JOBS_EVERY_MS)
+            }
+        });
+        let status = self
+            .status_dirty
+            .then(|| self.last_status.map_or(0, |t| t + STATUS_EVERY_MS));
+        match (jobs, status) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Takes what is due at `now`. `idle`: the queue just went idle, send everything now.
+    pub fn take_due(&mut self, now: Millis, idle: bool) -> Flush {
+        let mut flush = Flush::default();
+        let jobs_due =
+            self.urgent || idle || self.last_jobs.is_none_or(|t| now >= t + JOBS_EVERY_MS);
+        if !self.pending.is_empty() && jobs_due {
+            flush.jobs = std::mem::take(&mut self.pending);
+            self.index.clear();
+            self.urgent = false;
+            self.last_jobs = Some(now);
+        }
+        let status_due = idle || self.last_status.is_none_or(|t| now >= t + STATUS_EVERY_MS);
+        if self.status_dirty && status_due {
+            flush.status = true;
+            self.status_dirty = false;
+            self.last_status = Some(now);
+        }
+        flush
+    }
+}
+
+#[cfg(target_arch = "wasm32")]
+pub use web::post_to_all;
+
+#[cfg(target_arch = "wasm32")]
+mod web {
+    use js_sys::{Array, Promise};
+    use wasm_bindgen::{JsCast, JsValue};
+    use wasm_bindgen_futures::JsFuture;
+    use web_sys::{Client, ClientQueryOptions, ClientType, ServiceWorkerGlobalScope};
+
+    use crate::error::SwError;
+
+    /// Posts each message (JSON text) to every window of the origin, controlled or not.
+    pub async fn post_to_all(messages: &[String]) -> Result<usize, SwError> {
+        if messages.is_empty() {
+            return Ok(0);
+        }
+        let scope: ServiceWorkerGlobalScope = js_sys::global().unchecked_into();
+        let options = ClientQueryOptions::new();
+        options.set_include_uncontrolled(true);
+        options.set_type(ClientType::Window);
+        let found: Promise = scope.clients().match_all_with_options(&options);
+        let clients: Array = JsFuture::from(found).await?.unchecked_into();
+        let values: Vec<JsValue> = messages.iter().map(|m| JsValue::from_str(m)).collect();
+        let mut reached = 0;
+        for client in clients.iter() {
+            let client: Client = client.unchecked_into();
+            for v in &values {
+                // One closed tab must not keep the others from hearing.
+                if client.post_message(v).is_ok() {
+                    reached += 1;
+                }
+            }
+        }
+        Ok(reached)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sluice_shared::{JobState, Lane};
+
+    fn update(id: &str, state: JobState) -> JobUpdate {
+        JobUpdate {
+            id: id.into(),
+            state,
+            lane: Lane::Bulk,
+            key: None,
+            group_id: None,
+            budget: "b".into(),
+            attempts: 0,
+            not_before: 0,
+            coalesced: 0,
+            last_error: None,
+            outcome: None,
+        }
+    }
+
+    #[test]
+    fn coalesces_per_job_keeping_first_order() {
+        let mut b = Batcher::default();
+        b.push(
+            vec![update("a", JobState::Queued), update("b", JobState::Queued)],
+            false,
+        );
+        b.push(vec![update("a", JobState::Sending)], false);
+        let f = b.take_due(0, false);
+        assert_eq!(f.jobs.len(), 2);
+        assert_eq!(f.jobs[0].id, "a");
+        assert_eq!(f.jobs[0].state, JobState::Sending);
+        assert!(f.status);
+        assert!(!b.has_pending());
+    }
+
+    #[test]
+    fn throttles_batches_and_status() {
+        let mut b = Batcher::default();
+        b.push(vec![update("a", JobState::Queued)], false);
+        assert_eq!(b.next_due(), Some(0));
+        assert!(!b.take_due(1_000, false).is_empty());
+        b.push(vec![update("a", JobState::Sending)], false);
+        assert_eq!(b.next_due(), Some(1_000 + JOBS_EVERY_MS));
+        assert!(b.take_due(1_050, false).is_empty());
+        let f = b.take_due(1_000 + JOBS_EVERY_MS, false);
+        assert_eq!(f.jobs.len(), 1);
+        assert!(!f.status, "status waits for its own, slower beat");
+        assert_eq!(b.next_due(), Some(1_000 + STATUS_EVERY_MS));
+        assert!(b.take_due(1_000 + STATUS_EVERY_MS, false).status);
+        assert_eq!(b.next_due(), None);
+    }
+
+    #[test]
+    fn interactive_changes_and_idle_go_at_once() {
+        let mut b = Batcher::default();
+        b.take_due(1_000, false);
+        b.push(vec![update("a", JobState::Queued)], false);
+        b.take_due(1_000, false);
+        b.push(vec![update("b", JobState::Done)], true);
+        assert_eq!(b.next_due(), Some(0));
+        assert_eq!(b.take_due(1_001, false).jobs.len(), 1);
+        b.push(vec![update("c", JobState::Done)], false);
+        let f = b.take_due(1_002, true);
+        assert_eq!(f.jobs.len(), 1);
+        assert!(f.status);
+    }
+}

@@ -1,0 +1,380 @@
+//! The worker's configuration: what the worker script declares, what a page saved, and which
+//! of the two is in force.
+//!
+//! # Where configuration comes from
+//! `www/sw.js` sets `self.SLUICE_CONFIG` before loading the wasm: the engine's configuration
+//! (`budgets`, `retry`, `aging`, `retentionMs`, `maxBodyBytes`, as in
+//! [`sluice_shared::EngineConfig`]) plus `intercept` routes (see [`crate::intercept`]).
+//! A page can replace the engine part at run time with a `configure` request; that is saved
+//! in IndexedDB together with a fingerprint of the script's engine configuration it replaced.
+//!
+//! # The rule
+//! **A configuration saved by a page wins over the script's, for as long as the script's own
+//! configuration stays what it was when the page saved.** Restarting the worker, reloading
+//! pages or updating the worker script for other reasons keeps the page's configuration; a
+//! worker script that ships a *different* configuration (a deploy that changes the limits)
+//! wins over the old page-saved one, which is then deleted. Intercept routes come from the
+//! script only.
+//!
+//! Relative URL prefixes (`/api/`) in `matchPrefixes` and routes are resolved against the
+//! worker's origin when the configuration is loaded, so the engine only ever sees absolute
+//! prefixes and matches them against absolute job URLs.
+
+use serde::{Deserialize, Serialize};
+use sluice_shared::{Algorithm, BudgetConfig, EngineConfig, Window};
+
+use crate::intercept::{RouteConfig, Routes};
+
+/// What the worker script declares in `self.SLUICE_CONFIG`: the engine's configuration with
+/// one more field, `intercept`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ScriptConfig {
+    pub engine: EngineConfig,
+    pub intercept: Vec<RouteConfig>,
+}
+
+impl Default for ScriptConfig {
+    /// The demo configuration, used when the script declares none: budget `demo` covers the
+    /// origin's `/api/` at 10 starts per second with 4 in flight; nothing is intercepted.
+    fn default() -> Self {
+        Self {
+            engine: EngineConfig {
+                budgets: vec![demo_budget()],
+                ..EngineConfig::default()
+            },
+            intercept: vec![],
+        }
+    }
+}
+
+pub fn demo_budget() -> BudgetConfig {
+    BudgetConfig {
+        name: "demo".into(),
+        windows: vec![Window {
+            limit: 10,
+            length_ms: 1_000,
+        }],
+        concurrency: 4,
+        algorithm: Algorithm::SlidingLog,
+        match_prefixes: vec!["/api/".into()],
+        ..BudgetConfig::default()
+    }
+}
+
+impl ScriptConfig {
+    /// Reads the script's configuration from its JSON text (`JSON.stringify(SLUICE_CONFIG)`).
+    /// Absent (`undefined`/`null`/empty) means the demo default.
+    pub fn from_json(text: &str) -> Result<Self, String> {
+        let text = text.trim();
+        if text.is_empty() || text == "null" || text == "undefined" {
+            return Ok(Self::default());
+        }
+        // Split off `intercept` and read the rest as an EngineConfig. (Not `#[serde(flatten)]`:
+        // that pulls serde's buffering machinery into the wasm for every nested type.)
+        let invalid =
+            |e: serde_json::Error| format!("self.SLUICE_CONFIG is not a valid configuration: {e}");
+        let mut value: serde_json::Value = serde_json::from_str(text).map_err(invalid)?;
+        let intercept = match value.as_object_mut().and_then(|o| o.remove("intercept")) {
+            Some(routes) => serde_json::from_value(routes).map_err(invalid)?,
+            None => vec![],
+        };
+        let engine = engine_config_from_value(value)
+            .map_err(|e| format!("self.SLUICE_CONFIG is not a valid configuration: {e}"))?;
+        let config = Self { engine, intercept };
+        config
+            .engine
+            .validate()
+            .map_err(|e| format!("self.SLUICE_CONFIG: {e}"))?;
+        Ok(config)
+    }
+}
+
+/// Everything the worker derives from its script once, at start: fixed for the life of the
+/// worker instance (a new script is a new worker).
+#[derive(Clone, Debug)]
+pub struct Setup {
+    /// `http://host:port`, no trailing slash.
+    pub origin: String,
+    /// The script's engine configuration, prefixes resolved.
+    pub script: EngineConfig,
+    /// [`fingerprint`] of `script`.
+    pub fingerprint: String,
+    pub routes: Routes,
+    /// Problems with the script's configuration, shown in every status snapshot.
+    pub warnings: Vec<String>,
+}
+
+impl Setup {
+    /// `script_json`: `JSON.stringify(self.SLUICE_CONFIG)`, `None` when it is not set. An
+    /// unusable configuration is reported and replaced by one with no budgets, so nothing is
+    /// sent at a rate nobody chose (jobs wait, and the status says why).
+    pub fn new(script_json: Option<&str>, origin: &str) -> Self {
+        let origin = origin.trim_end_matches('/').to_string();
+        let mut warnings = Vec::new();
+        let script = match ScriptConfig::from_json(script_json.unwrap_or("")) {
+            Ok(c) => c,
+            Err(e) => {
+                warnings.push(format!("{e}; no budget is configured until it is fixed"));
+                ScriptConfig {
+                    engine: EngineConfig::default(),
+                    intercept: vec![],
+                }
+            }
+        };
+        let mut engine = script.engine;
+        resolve_engine_prefixes(&mut engine, &origin);
+        let (routes, route_warnings) = Routes::new(&script.intercept, &origin);
+        warnings.extend(route_warnings);
+        Self {
+            fingerprint: fingerprint(&engine),
+            origin,
+            script: engine,
+            routes,
+            warnings,
+        }
+    }
+}
+
+/// Reads an engine configuration from its JSON text.
+///
+/// It goes through the engine's own `configure` request decoder rather than a separate
+/// `Deserialize` call: each distinct deserializer instantiation of `EngineConfig` costs about
+/// 15 KB of wasm, and the protocol decoder is in the worker anyway.
+pub fn engine_config_from_json(text: &str) -> Result<EngineConfig, String> {
+    let config: serde_json::Value = serde_json::from_str(text).map_err(|e| e.to_string())?;
+    engine_config_from_value(config)
+}
+
+/// [`engine_config_from_json`] for an already parsed value.
+pub fn engine_config_from_value(config: serde_json::Value) -> Result<EngineConfig, String> {
+    if !config.is_object() {
+        return Err("a configuration must be an object".into());
+    }
+    let mut envelope = serde_json::Map::new();
+    envelope.insert("requestId".into(), "".into());
+    envelope.insert("type".into(), "configure".into());
+    envelope.insert("config".into(), config);
+    let text = serde_json::Value::Object(envelope).to_string();
+    match sluice_shared::protocol::decode_request(&text) {
+        Ok(e) => match e.request {
+            sluice_shared::protocol::Request::Configure { config } => Ok(config),
+            _ => Err("not a configuration".into()),
+        },
+        Err((_, e)) => Err(e.to_string()),
+    }
+}
+
+/// Makes every `matchPrefixes` entry absolute against `origin` (`http://host:port`).
+pub fn resolve_engine_prefixes(config: &mut EngineConfig, origin: &str) {
+    for budget in &mut config.budgets {
+        for prefix in &mut budget.match_prefixes {
+            *prefix = resolve_prefix(prefix, origin);
+        }
+    }
+}
+
+/// `/api/` -> `http://host:port/api/`; absolute http(s) prefixes are kept as they are.
+pub fn resolve_prefix(prefix: &str, origin: &str) -> String {
+    if is_absolute_http(prefix) {
+        return prefix.to_string();
+    }
+    let origin = origin.trim_end_matches('/');
+    if prefix.starts_with('/') {
+        format!("{origin}{prefix}")
+    } else {
+        format!("{origin}/{prefix}")
+    }
+}
+
+/// Whether a URL starts with `http://` or `https://` (any case), i.e. needs no resolution.
+pub fn is_absolute_http(url: &str) -> bool {
+    let lower = |n: usize| url.get(..n).map(str::to_ascii_lowercase);
+    lower(7).as_deref() == Some("http://") || lower(8).as_deref() == Some("https://")
+}
+
+/// A configuration a page saved, with the fingerprint of the script configuration in force
+/// when it was saved (see the module docs for the rule).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SavedConfig {
+    pub config: EngineConfig,
+    pub script_fingerprint: String,
+}
+
+/// Where the configuration in force came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Source {
+    Script,
+    Saved,
+}
+
+/// Applies the rule: returns the configuration to use, where it came from, and whether the
+/// saved one is stale (the script changed since) and should be deleted.
+pub fn choose(script: &EngineConfig, saved: Option<SavedConfig>) -> (EngineConfig, Source, bool) {
+    match saved {
+        Some(s) if s.script_fingerprint == fingerprint(script) => (s.config, Source::Saved, false),
+        Some(_) => (script.clone(), Source::Script, true),
+        None => (script.clone(), Source::Script, false),
+    }
+}
+
+/// A stable fingerprint of a configuration (FNV-1a 64 of its JSON form, in hex). Field order
+/// is fixed by the struct definitions, so equal configurations give equal fingerprints.
+pub fn fingerprint(config: &EngineConfig) -> String {
+    let text = serde_json::to_string(config).unwrap_or_default();
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for byte in text.bytes() {
+        hash ^= byte as u64;
+        hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    format!("{hash:016x}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ORIGIN: &str = "http://127.0.0.1:8123";
+
+    #[test]
+    fn script_config_reads_the_documented_shape() {
+        let c = ScriptConfig::from_json(
+            r#"{
+                "budgets": [{"name": "demo", "windows": [{"limit": 10, "lengthMs": 1000}],
+                             "concurrency": 4, "algorithm": "sliding-log",
+                             "matchPrefixes": ["/api/"]}],
+                "retentionMs": 60000,
+                "intercept": [{"method": "POST", "prefix": "/api/"}]
+            }"#,
+        )
+        .unwrap();
+        assert_eq!(c.engine.budgets.len(), 1);
+        assert_eq!(c.engine.budgets[0].concurrency, 4);
+        assert_eq!(c.engine.retention_ms, 60_000);
+        assert_eq!(
+            c.engine.retry.max_attempts, 3,
+            "unset fields keep their defaults"
+        );
+        assert_eq!(c.intercept.len(), 1);
+    }
+
+    #[test]
+    fn absent_script_config_is_the_demo() {
+        for text in ["", "null", "undefined"] {
+            let c = ScriptConfig::from_json(text).unwrap();
+            assert_eq!(c.engine.budgets[0].name, "demo");
+            assert_eq!(c.engine.budgets[0].windows[0].limit, 10);
+        }
+    }
+
+    #[test]
+    fn invalid_script_config_is_refused_with_a_reason() {
+        let e =
+            ScriptConfig::from_json(r#"{"budgets": [{"name": "x", "windows": []}]}"#).unwrap_err();
+        assert!(e.contains("at least one window"), "{e}");
+        assert!(ScriptConfig::from_json("{").is_err());
+    }
+
+    #[test]
+    fn setup_resolves_budgets_and_routes() {
+        let s = Setup::new(
+            Some(
+                r#"{"budgets": [{"name": "a", "windows": [{"limit": 1, "lengthMs": 10}],
+                     "matchPrefixes": ["/api/"]}],
+                     "intercept": [{"method": "POST", "prefix": "/api/"}]}"#,
+            ),
+            "http://127.0.0.1:8123/",
+        );
+        assert!(s.warnings.is_empty(), "{:?}", s.warnings);
+        assert_eq!(s.origin, ORIGIN);
+        assert_eq!(
+            s.script.budgets[0].match_prefixes,
+            vec!["http://127.0.0.1:8123/api/"]
+        );
+        assert!(s
+            .routes
+            .matches("POST", "http://127.0.0.1:8123/api/x", false, |_| false));
+        assert_eq!(s.fingerprint, fingerprint(&s.script));
+    }
+
+    #[test]
+    fn unusable_script_config_sends_nothing_and_says_why() {
+        let s = Setup::new(Some(r#"{"budgets": 5}"#), ORIGIN);
+        assert!(s.script.budgets.is_empty());
+        assert_eq!(s.warnings.len(), 1);
+        assert!(s.warnings[0].contains("SLUICE_CONFIG"), "{:?}", s.warnings);
+        let s = Setup::new(None, ORIGIN);
+        assert_eq!(s.script.budgets[0].name, "demo");
+    }
+
+    #[test]
+    fn prefixes_resolve_against_the_origin() {
+        assert_eq!(
+            resolve_prefix("/api/", ORIGIN),
+            "http://127.0.0.1:8123/api/"
+        );
+        assert_eq!(resolve_prefix("api/", ORIGIN), "http://127.0.0.1:8123/api/");
+        assert_eq!(
+            resolve_prefix("https://api.example/v1/", ORIGIN),
+            "https://api.example/v1/"
+        );
+        assert_eq!(resolve_prefix("/x", "http://h/"), "http://h/x");
+        let mut c = ScriptConfig::default().engine;
+        resolve_engine_prefixes(&mut c, ORIGIN);
+        assert_eq!(
+            c.budgets[0].match_prefixes,
+            vec!["http://127.0.0.1:8123/api/"]
+        );
+    }
+
+    #[test]
+    fn engine_configs_read_through_the_protocol_decoder() {
+        let c = engine_config_from_json(r#"{"retentionMs": 7}"#).unwrap();
+        assert_eq!(c.retention_ms, 7);
+        assert!(engine_config_from_json(r#"{"retentionMs": "x"}"#).is_err());
+        assert!(engine_config_from_json("5").is_err());
+        assert!(engine_config_from_json("{} , \"x\": 1").is_err());
+    }
+
+    #[test]
+    fn absolute_detection_ignores_case() {
+        assert!(is_absolute_http("HTTPS://a.example/"));
+        assert!(is_absolute_http("http://a"));
+        assert!(!is_absolute_http("/api"));
+        assert!(!is_absolute_http("ftp://x"));
+        assert!(!is_absolute_http("htt"));
+        assert!(!is_absolute_http("é"));
+    }
+
+    #[test]
+    fn saved_config_wins_until_the_script_changes() {
+        let script = ScriptConfig::default().engine;
+        let mut page = script.clone();
+        page.retention_ms = 5;
+        let saved = SavedConfig {
+            config: page.clone(),
+            script_fingerprint: fingerprint(&script),
+        };
+        assert_eq!(
+            choose(&script, Some(saved.clone())),
+            (page, Source::Saved, false)
+        );
+        let mut deployed = script.clone();
+        deployed.budgets[0].windows[0].limit = 20;
+        assert_eq!(
+            choose(&deployed, Some(saved)),
+            (deployed.clone(), Source::Script, true)
+        );
+        assert_eq!(choose(&deployed, None), (deployed, Source::Script, false));
+    }
+
+    #[test]
+    fn fingerprints_are_stable_and_sensitive() {
+        let a = ScriptConfig::default().engine;
+        assert_eq!(fingerprint(&a), fingerprint(&a.clone()));
+        let mut b = a.clone();
+        b.budgets[0].concurrency = 5;
+        assert_ne!(fingerprint(&a), fingerprint(&b));
+        assert_eq!(fingerprint(&a).len(), 16);
+    }
+}

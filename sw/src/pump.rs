@@ -1,0 +1,284 @@
+//! The pump: the one task that starts requests when the engine says so.
+//!
+//! ```text
+//! loop {
+//!     transmits = every engine.poll_transmit(now)
+//!     commit()                      // starts and sending states saved BEFORE any fetch
+//!     spawn a fetch per transmit    // each reports back to the engine and wakes the pump
+//!     flush broadcasts that are due
+//!     resolve settle promises if idle (or past their cap)
+//!     arm THE timer for min(engine.poll_timeout, next broadcast, earliest settle cap)
+//!     wait for a wake-up: timer, fetch completion, or any event
+//! }
+//! ```
+//!
+//! - **One pump, one timer.** The pump is spawned once per worker instance; events never run
+//!   it themselves, they only [`Pump::wake`] it. Exactly one `setTimeout` is armed at a time
+//!   and re-armed only when the deadline changes. There is no polling interval.
+//! - **Completions are saved by the pump.** A finished fetch only informs the engine and wakes
+//!   the pump, whose next commit saves the outcome (with any new starts) in one transaction
+//!   and only then broadcasts it.
+//! - **Keeping the worker alive.** Every event handler returns [`settled`], a promise that
+//!   resolves once the queue is idle — nothing in flight, nothing due within
+//!   [`IDLE_GRACE_MS`], broadcasts delivered — or after [`SETTLE_CAP_MS`] at the latest, well
+//!   inside Chromium's limit for one event. Pages with pending work send `keepAlive` messages;
+//!   each one is a new event with a new settle promise, so the worker stays up while there is
+//!   work, and a worker stopped anyway restarts seamlessly on the next event (the pump of the
+//!   new instance picks up from storage).
+
+use std::cell::{Cell, RefCell};
+use std::future::Future;
+use std::pin::Pin;
+use std::rc::{Rc, Weak};
+use std::task::{Context, Poll, Waker};
+
+use js_sys::{Function, Promise};
+use sluice_shared::{Millis, Transmit, TransportError};
+use wasm_bindgen::closure::Closure;
+use wasm_bindgen::{JsCast, JsValue};
+use wasm_bindgen_futures::spawn_local;
+
+use crate::transport;
+use crate::worker::{is_redundant, now_ms, scope, Worker};
+
+/// Work due further away than this does not keep an event open: the browser keeps an idle
+/// worker for about 30 s, so the timer still fires for it, and if the worker was stopped the
+/// next keep-alive restarts it.
+pub const IDLE_GRACE_MS: u64 = 5_000;
+/// A settle promise resolves after this long even while busy (Chromium ends events that take
+/// about 5 min); the next event's promise takes over.
+pub const SETTLE_CAP_MS: u64 = 90_000;
+/// Smallest re-arm delay when the engine names a deadline in the past yet starts nothing, so
+/// such a disagreement can never spin.
+const MIN_STALL_DELAY_MS: u64 = 10;
+
+/// A wake-up flag with one waiter: a wake before the wait is not lost.
+#[derive(Default)]
+struct Signal {
+    state: RefCell<(bool, Option<Waker>)>,
+}
+
+impl Signal {
+    fn notify(&self) {
+        let waker = {
+            let mut s = self.state.borrow_mut();
+            s.0 = true;
+            s.1.take()
+        };
+        if let Some(w) = waker {
+            w.wake();
+        }
+    }
+
+    fn wait(&self) -> Wait<'_> {
+        Wait(self)
+    }
+}
+
+struct Wait<'a>(&'a Signal);
+
+impl Future for Wait<'_> {
+    type Output = ();
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let mut s = self.0.state.borrow_mut();
+        if std::mem::take(&mut s.0) {
+            Poll::Ready(())
+        } else {
+            s.1 = Some(cx.waker().clone());
+            Poll::Pending
+        }
+    }
+}
+
+/// The worker's single `setTimeout`.
+#[derive(Default)]
+struct Timer {
+    handle: Option<i32>,
+    deadline: Option<Millis>,
+    callback: Option<Closure<dyn FnMut()>>,
+}
+
+#[derive(Default)]
+pub struct Pump {
+    signal: Signal,
+    running: Cell<bool>,
+    in_flight: Cell<usize>,
+    timer: RefCell<Timer>,
+    /// Settle promises' resolve functions, with the instant each must resolve at the latest.
+    waiters: RefCell<Vec<(Millis, Function)>>,
+    was_idle: Cell<bool>,
+}
+
+impl Pump {
+    /// Something happened: run one more iteration soon.
+    pub fn wake(&self) {
+        self.signal.notify();
+    }
+
+    fn arm(&self, deadline: Option<Millis>, now: Millis, stalled: bool) {
+        let mut t = self.timer.borrow_mut();
+        if t.deadline == deadline && (t.handle.is_some() || deadline.is_none()) {
+            return;
+        }
+        if let Some(h) = t.handle.take() {
+            scope().clear_timeout_with_handle(h);
+        }
+        t.deadline = None;
+        let Some(deadline) = deadline else { return };
+        let mut delay = deadline.saturating_sub(now);
+        if stalled {
+            delay = delay.max(MIN_STALL_DELAY_MS);
+        }
+        let delay = delay.min(i32::MAX as u64) as i32;
+        let Some(cb) = t.callback.as_ref() else {
+            return;
+        };
+        match scope().set_timeout_with_callback_and_timeout_and_arguments_0(
+            cb.as_ref().unchecked_ref(),
+            delay,
+        ) {
+            Ok(h) => {
+                t.handle = Some(h);
+                t.deadline = Some(deadline);
+            }
+            Err(e) => crate::worker::warn(&format!("setTimeout failed: {e:?}")),
+        }
+    }
+
+    fn on_timer(&self) {
+        {
+            let mut t = self.timer.borrow_mut();
+            t.handle = None;
+            t.deadline = None;
+        }
+        self.signal.notify();
+    }
+
+    /// Resolves the settle promises that are due: all of them when `all`.
+    fn settle(&self, now: Millis, all: bool) {
+        let due: Vec<Function> = {
+            let mut waiters = self.waiters.borrow_mut();
+            let (due, keep): (Vec<_>, Vec<_>) =
+                waiters.drain(..).partition(|(cap, _)| all || *cap <= now);
+            *waiters = keep;
+            due.into_iter().map(|(_, f)| f).collect()
+        };
+        for resolve in due {
+            let _ = resolve.call0(&JsValue::UNDEFINED);
+        }
+    }
+
+    fn earliest_cap(&self) -> Option<Millis> {
+        self.waiters.borrow().iter().map(|(cap, _)| *cap).min()
+    }
+
+    fn shut_down(&self) {
+        let mut t = self.timer.borrow_mut();
+        if let Some(h) = t.handle.take() {
+            scope().clear_timeout_with_handle(h);
+        }
+        t.deadline = None;
+        t.callback = None;
+        drop(t);
+        self.settle(0, true);
+    }
+}
+
+/// A promise that resolves when the queue is idle, or after [`SETTLE_CAP_MS`] at the latest,
+/// or at once when there is no running queue. For `event.waitUntil`.
+pub fn settled(w: Option<&Rc<Worker>>) -> Promise {
+    let Some(w) = w.filter(|w| !w.is_stopped() && w.pump.running.get()) else {
+        return Promise::resolve(&JsValue::UNDEFINED);
+    };
+    let cap = now_ms() + SETTLE_CAP_MS;
+    let promise = Promise::new(&mut |resolve, _reject| {
+        w.pump.waiters.borrow_mut().push((cap, resolve));
+    });
+    // The pump decides whether the queue is idle; make sure it looks soon.
+    w.pump.wake();
+    promise
+}
+
+/// Starts the pump of a worker instance (once).
+pub fn start(w: &Rc<Worker>) {
+    if w.pump.running.replace(true) {
+        return;
+    }
+    let weak: Weak<Worker> = Rc::downgrade(w);
+    w.pump.timer.borrow_mut().callback = Some(Closure::new(move || {
+        if let Some(w) = weak.upgrade() {
+            w.pump.on_timer();
+        }
+    }));
+    spawn_local(run(w.clone()));
+}
+
+async fn run(w: Rc<Worker>) {
+    loop {
+        if w.is_stopped() {
+            break;
+        }
+        if is_redundant() {
+            w.stop("a newer version of the worker took over");
+            break;
+        }
+        let now = now_ms();
+        let transmits = w.poll_transmits(now);
+        // Saved before any fetch starts: a crash cannot forget a start.
+        if w.commit(&[]).await.is_err() {
+            break;
+        }
+        let started = !transmits.is_empty();
+        for t in transmits {
+            w.pump.in_flight.set(w.pump.in_flight.get() + 1);
+            spawn_local(send_one(w.clone(), t));
+        }
+
+        let now = now_ms();
+        let next_job = w.poll_timeout(now);
+        let idle = w.pump.in_flight.get() == 0 && next_job.is_none_or(|t| t > now + IDLE_GRACE_MS);
+        let became_idle = idle && !w.pump.was_idle.get();
+        w.pump.was_idle.set(idle);
+        w.flush_broadcasts(now, became_idle);
+        if idle && w.is_offline_with_work(now) {
+            w.request_sync();
+        }
+        w.pump.settle(now, idle && w.broadcast_settled());
+
+        let deadline = [next_job, w.broadcast_next_due(), w.pump.earliest_cap()]
+            .into_iter()
+            .flatten()
+            .min();
+        let stalled = !started && deadline.is_some_and(|d| d <= now);
+        w.pump.arm(deadline, now, stalled);
+        w.pump.signal.wait().await;
+    }
+    w.pump.shut_down();
+}
+
+/// One fetch: its outcome goes to the engine; the pump saves and broadcasts it.
+async fn send_one(w: Rc<Worker>, t: Transmit) {
+    let result = transport::send(&t).await;
+    w.pump
+        .in_flight
+        .set(w.pump.in_flight.get().saturating_sub(1));
+    if w.is_stopped() {
+        // This instance gave up its state; storage still has the job, which the next instance
+        // sends again (same idempotency key).
+        return;
+    }
+    let now = now_ms();
+    let offline = matches!(result, Err(TransportError::Offline));
+    {
+        let mut engine = w.engine_mut();
+        match result {
+            Ok(response) => engine.on_response(&t.job_id, response, now),
+            Err(error) => engine.on_transport_error(&t.job_id, error, now),
+        }
+    }
+    if offline {
+        w.request_sync();
+    }
+    w.pump.wake();
+}

@@ -1,0 +1,574 @@
+//! One running worker instance: the engine, its store, and the rules that tie them together.
+//!
+//! # Storage is the truth, memory is a cache
+//! - Every engine mutation is followed, in the same synchronous stretch, by
+//!   [`Worker::commit`]: take the engine's changes and write them in one transaction. Replies,
+//!   broadcasts and fetches happen only after that transaction committed ("write before you
+//!   promise").
+//! - If a write fails, the in-memory engine may hold changes nobody will ever save, so the
+//!   instance stops ([`Worker::stop`]): its pump ends, late fetch results are ignored, and the
+//!   next event rebuilds a fresh instance from storage with [`Engine::restore`]. A job whose
+//!   `sending` state was never saved is simply still queued there; one that was saved as
+//!   sending is sent again with the same idempotency key.
+//! - Startup ([`worker`]) is shared: concurrent first events wait on one initialisation.
+
+use std::cell::{Cell, RefCell};
+use std::rc::{Rc, Weak};
+
+use js_sys::{Function, Object, Promise, Reflect};
+use sluice_shared::protocol::{JobUpdate, ProtocolError, ReplyBody, Request, WorkerMessage};
+use sluice_shared::random::Rng;
+use sluice_shared::status::Status;
+use sluice_shared::{
+    Changes, Engine, EngineConfig, Enqueued, JobId, JobSpec, Lane, Millis, Transmit,
+};
+use wasm_bindgen::{JsCast, JsValue};
+use wasm_bindgen_futures::{future_to_promise, spawn_local, JsFuture};
+use web_sys::{ServiceWorkerGlobalScope, Url};
+
+use crate::broadcast::{post_to_all, Batcher};
+use crate::config::{self, is_absolute_http, resolve_engine_prefixes, SavedConfig, Setup};
+use crate::error::{describe, SwError};
+use crate::pump::Pump;
+use crate::store::{Explode, MetaOp, SchemaRecord, Store};
+
+pub fn now_ms() -> Millis {
+    js_sys::Date::now() as Millis
+}
+
+pub fn scope() -> ServiceWorkerGlobalScope {
+    js_sys::global().unchecked_into()
+}
+
+pub fn warn(text: &str) {
+    web_sys::console::warn_1(&JsValue::from_str(&format!("sluice: {text}")));
+}
+
+thread_local! {
+    static SETUP: RefCell<Option<Rc<Setup>>> = const { RefCell::new(None) };
+    static CURRENT: RefCell<Option<Rc<Worker>>> = const { RefCell::new(None) };
+    static STARTING: RefCell<Option<Promise>> = const { RefCell::new(None) };
+}
+
+/// Records the script's configuration (called once by `start`).
+pub fn set_setup(setup: Setup) {
+    for w in &setup.warnings {
+        warn(w);
+    }
+    SETUP.with(|s| *s.borrow_mut() = Some(Rc::new(setup)));
+}
+
+pub fn setup() -> Rc<Setup> {
+    SETUP.with(|s| {
+        s.borrow_mut()
+            .get_or_insert_with(|| Rc::new(Setup::new(None, &scope().origin())))
+            .clone()
+    })
+}
+
+/// The running instance, started (or restarted after a failure) on first use. Concurrent
+/// callers share one start.
+pub async fn worker() -> Result<Rc<Worker>, SwError> {
+    if let Some(w) = CURRENT.with(|c| c.borrow().clone()) {
+        if !w.is_stopped() {
+            return Ok(w);
+        }
+    }
+    let promise = STARTING.with(|s| {
+        s.borrow_mut()
+            .get_or_insert_with(|| {
+                future_to_promise(async {
+                    let result = Worker::start(setup()).await;
+                    STARTING.with(|s| *s.borrow_mut() = None);
+                    match result {
+                        Ok(w) => {
+                            CURRENT.with(|c| *c.borrow_mut() = Some(w.clone()));
+                            crate::pump::start(&w);
+                            Ok(JsValue::UNDEFINED)
+                        }
+                        Err(e) => {
+                            warn(&format!("could not start the queue: {e}"));
+                            Err(JsValue::from_str(&e.to_string()))
+                        }
+                    }
+                })
+            })
+            .clone()
+    });
+    JsFuture::from(promise)
+        .await
+        .map_err(|e| SwError::Storage(describe(&e)))?;
+    CURRENT
+        .with(|c| c.borrow().clone())
+        .filter(|w| !w.is_stopped())
+        .ok_or(SwError::Stopped)
+}
+
+/// The running instance if there is one, without starting it.
+pub fn current() -> Option<Rc<Worker>> {
+    CURRENT
+        .with(|c| c.borrow().clone())
+        .filter(|w| !w.is_stopped())
+}
+
+fn seeded_rng() -> Rng {
+    let mut seed = [0u8; 32];
+    let filled = scope()
+        .crypto()
+        .and_then(|c| c.get_random_values_with_u8_array(&mut seed).map(|_| ()))
+        .is_ok();
+    if !filled {
+        warn("crypto.getRandomValues is unavailable; seeding from the clock");
+        let t = (js_sys::Date::now() * 1000.0) as u64 ^ (js_sys::Math::random() * 1e18) as u64;
+        return Rng::seeded(t);
+    }
+    Rng::from_seed(seed)
+}
+
+pub struct Worker {
+    me: Weak<Worker>,
+    pub setup: Rc<Setup>,
+    store: Store,
+    engine: RefCell<Engine>,
+    batcher: RefCell<Batcher>,
+    broadcasting: Cell<bool>,
+    pub pump: Pump,
+    stopped: Cell<bool>,
+    sync_requested: Cell<bool>,
+    /// Shown in every status: records skipped at load, a configuration that was refused.
+    notes: Vec<String>,
+}
+
+impl Worker {
+    /// Opens the database, rebuilds the engine from everything saved and saves what the
+    /// rebuild changed (jobs that were sending go back to queued).
+    async fn start(setup: Rc<Setup>) -> Result<Rc<Self>, SwError> {
+        let store = Store::open().await?;
+        let loaded = store.load().await?;
+        let mut notes = Vec::new();
+        if loaded.unreadable > 0 {
+            let note = format!(
+                "{} saved records could not be read and were left untouched (first: {})",
+                loaded.unreadable,
+                loaded.first_problem.as_deref().unwrap_or("?")
+            );
+            warn(&note);
+            notes.push(note);
+        }
+        let (chosen, _source, stale) = config::choose(&setup.script, loaded.config.clone());
+        let mut meta = Vec::new();
+        if stale {
+            meta.push(MetaOp::DeleteConfig);
+        }
+        if loaded.schema.as_ref() != Some(&SchemaRecord::current()) {
+            meta.push(MetaOp::PutSchema);
+        }
+        let now = now_ms();
+        let mut engine = None;
+        for candidate in [chosen, setup.script.clone(), EngineConfig::default()] {
+            match Engine::restore(
+                candidate,
+                seeded_rng(),
+                loaded.jobs.clone(),
+                loaded.budgets.clone(),
+                now,
+            ) {
+                Ok(e) => {
+                    engine = Some(e);
+                    break;
+                }
+                Err(e) => {
+                    let note = format!("a configuration was refused at startup: {e}");
+                    warn(&note);
+                    notes.push(note);
+                }
+            }
+        }
+        let mut engine = engine.ok_or_else(|| SwError::Config("no usable configuration".into()))?;
+        let mut changes = engine.take_changes();
+        // Jobs only a journal entry held are saved one per record now, and the entries go.
+        add_jobs(&mut changes, &engine, &loaded.from_journals);
+        meta.extend(loaded.journals.iter().cloned().map(MetaOp::DeleteJournal));
+        let explode = store.save(&changes, &meta, &loaded.from_journals).await?;
+        let w = Rc::new_cyclic(|me| Self {
+            me: me.clone(),
+            setup,
+            store,
+            engine: RefCell::new(engine),
+            batcher: RefCell::new(Batcher::default()),
+            broadcasting: Cell::new(false),
+            pump: Pump::default(),
+            stopped: Cell::new(false),
+            sync_requested: Cell::new(false),
+            notes,
+        });
+        w.finish_in_background(explode);
+        Ok(w)
+    }
+
+    /// Drives the second transaction of a journaled save; if it fails, memory may now differ
+    /// from what a restart would load, so this instance stops (see `store`, "Large batches").
+    fn finish_in_background(&self, explode: Option<Explode>) {
+        let Some(explode) = explode else { return };
+        let me = self.me.clone();
+        spawn_local(async move {
+            if let Err(e) = explode.await {
+                if let Some(w) = me.upgrade() {
+                    w.stop(&format!("writing a journaled batch failed: {e}"));
+                }
+            }
+        });
+    }
+
+    pub fn is_stopped(&self) -> bool {
+        self.stopped.get()
+    }
+
+    /// Gives up this instance (see the module docs); the next event starts a fresh one.
+    pub fn stop(&self, reason: &str) {
+        if self.stopped.replace(true) {
+            return;
+        }
+        warn(&format!(
+            "queue stopped, it restarts from storage on the next event: {reason}"
+        ));
+        CURRENT.with(|c| {
+            let mut c = c.borrow_mut();
+            if c.as_ref()
+                .is_some_and(|w| std::ptr::eq(Rc::as_ptr(w), self))
+            {
+                *c = None;
+            }
+        });
+        self.pump.wake();
+    }
+
+    /// Saves everything the engine changed since the last commit, in one transaction, then
+    /// queues it for broadcasting. Call right after mutating the engine, with no await in
+    /// between, so transactions are created in the engine's order.
+    pub async fn commit(&self, meta: &[MetaOp]) -> Result<(), SwError> {
+        self.commit_fresh(meta, &[]).await
+    }
+
+    /// [`Worker::commit`], naming the jobs just created (a large set of them is journaled).
+    pub async fn commit_fresh(&self, meta: &[MetaOp], fresh: &[JobId]) -> Result<(), SwError> {
+        if self.is_stopped() {
+            return Err(SwError::Stopped);
+        }
+        let changes = self.engine.borrow_mut().take_changes();
+        if changes.is_empty() && meta.is_empty() {
+            return Ok(());
+        }
+        match self.store.save(&changes, meta, fresh).await {
+            Ok(explode) => self.finish_in_background(explode),
+            Err(e) => {
+                self.stop(&format!("saving failed: {e}"));
+                return Err(e);
+            }
+        }
+        if !changes.jobs.is_empty() {
+            let urgent = changes.jobs.iter().any(|j| j.lane == Lane::Interactive);
+            let updates = changes.jobs.iter().map(JobUpdate::from).collect();
+            self.batcher.borrow_mut().push(updates, urgent);
+            // Urgent updates go out as soon as the pump runs; let it run.
+            self.pump.wake();
+        } else {
+            self.batcher.borrow_mut().mark_status();
+        }
+        Ok(())
+    }
+
+    /// Every request the engine allows to start now (their starts are recorded in the engine;
+    /// the caller commits before fetching).
+    pub fn poll_transmits(&self, now: Millis) -> Vec<Transmit> {
+        let mut engine = self.engine.borrow_mut();
+        let mut out = Vec::new();
+        while let Some(t) = engine.poll_transmit(now) {
+            out.push(t);
+        }
+        out
+    }
+
+    pub fn poll_timeout(&self, now: Millis) -> Option<Millis> {
+        self.engine.borrow().poll_timeout(now)
+    }
+
+    pub fn engine_mut(&self) -> std::cell::RefMut<'_, Engine> {
+        self.engine.borrow_mut()
+    }
+
+    pub fn is_offline_with_work(&self, now: Millis) -> bool {
+        let engine = self.engine.borrow();
+        engine.is_offline(now) && engine.jobs().any(|j| j.state.is_waiting())
+    }
+
+    pub fn snapshot(&self, now: Millis) -> Status {
+        let mut status = self.engine.borrow().snapshot(now);
+        status.warnings.extend(self.setup.warnings.iter().cloned());
+        status.warnings.extend(self.notes.iter().cloned());
+        status
+    }
+
+    // ----- broadcasting ---------------------------------------------------------------------
+
+    pub fn broadcast_next_due(&self) -> Option<Millis> {
+        if self.broadcasting.get() {
+            None
+        } else {
+            self.batcher.borrow().next_due()
+        }
+    }
+
+    pub fn broadcast_settled(&self) -> bool {
+        !self.broadcasting.get() && !self.batcher.borrow().has_pending()
+    }
+
+    /// Sends what is due. `idle`: the queue just went idle; send everything and a status.
+    pub fn flush_broadcasts(self: &Rc<Self>, now: Millis, idle: bool) {
+        if self.broadcasting.get() {
+            return;
+        }
+        if idle {
+            self.batcher.borrow_mut().mark_status();
+        }
+        let flush = self.batcher.borrow_mut().take_due(now, idle);
+        if flush.is_empty() {
+            return;
+        }
+        let mut messages = Vec::with_capacity(2);
+        if !flush.jobs.is_empty() {
+            messages.push(sluice_shared::protocol::encode(&WorkerMessage::Jobs {
+                updates: flush.jobs,
+            }));
+        }
+        if flush.status {
+            messages.push(sluice_shared::protocol::encode(&WorkerMessage::Status {
+                status: self.snapshot(now),
+            }));
+        }
+        self.broadcasting.set(true);
+        let w = self.clone();
+        spawn_local(async move {
+            if let Err(e) = post_to_all(&messages).await {
+                warn(&format!("broadcast failed: {e}"));
+            }
+            w.broadcasting.set(false);
+            w.pump.wake();
+        });
+    }
+
+    // ----- Background Sync -----------------------------------------------------------------
+
+    /// Asks the browser to wake the worker when the network is back (Chromium only).
+    pub fn request_sync(&self) {
+        if self.sync_requested.replace(true) {
+            return;
+        }
+        spawn_local(async {
+            match register_sync().await {
+                Ok(true) => {}
+                Ok(false) => {} // no Background Sync here: pages' keep-alives wake the queue
+                Err(e) => warn(&format!("Background Sync registration failed: {e}")),
+            }
+        });
+    }
+
+    /// The `sync` event fired: the browser believes the network is back.
+    pub fn on_sync(&self) {
+        self.sync_requested.set(false);
+        self.engine.borrow_mut().set_online();
+        self.pump.wake();
+    }
+
+    // ----- requests ------------------------------------------------------------------------
+
+    /// Resolves a job URL against the worker's origin.
+    fn resolve_url(&self, url: &str) -> Result<String, ProtocolError> {
+        let invalid = |message: String| ProtocolError::InvalidUrl {
+            url: url.chars().take(200).collect(),
+            message,
+        };
+        if url.trim().is_empty() {
+            return Err(invalid("the URL is empty".into()));
+        }
+        if is_absolute_http(url) {
+            return Ok(url.to_string());
+        }
+        Url::new_with_base(url, &format!("{}/", self.setup.origin))
+            .map(|u| u.href())
+            .map_err(|e| invalid(describe(&e)))
+    }
+
+    pub async fn enqueue(&self, mut spec: JobSpec) -> Result<Enqueued, ProtocolError> {
+        spec.url = self.resolve_url(&spec.url)?;
+        let result = self.engine.borrow_mut().enqueue(spec, now_ms())?;
+        self.commit(&[]).await?;
+        Ok(result)
+    }
+
+    /// Carries out one page request; every effect is saved before this returns.
+    pub async fn handle(&self, request: Request) -> Result<ReplyBody, ProtocolError> {
+        match request {
+            Request::Enqueue { job } => {
+                let e = self.enqueue(job).await?;
+                Ok(ReplyBody::Enqueued {
+                    id: e.id,
+                    coalesced: e.coalesced,
+                    state: e.state,
+                })
+            }
+            Request::EnqueueMany { mut jobs, group_id } => {
+                let total = jobs.len();
+                // Bulk jobs usually share a few URLs: resolve each distinct one once.
+                let mut last: Option<(String, String)> = None;
+                for (i, job) in jobs.iter_mut().enumerate() {
+                    if let Some((from, to)) = &last {
+                        if *from == job.url {
+                            job.url = to.clone();
+                            continue;
+                        }
+                    }
+                    let resolved =
+                        self.resolve_url(&job.url)
+                            .map_err(|e| ProtocolError::InvalidRequest {
+                                message: format!(
+                                    "job {} of {total}: {e}; nothing was enqueued",
+                                    i + 1
+                                ),
+                            })?;
+                    last = Some((std::mem::replace(&mut job.url, resolved.clone()), resolved));
+                }
+                let (results, warning) =
+                    self.engine
+                        .borrow_mut()
+                        .enqueue_many(jobs, group_id, now_ms())?;
+                let fresh: Vec<JobId> = results
+                    .iter()
+                    .filter(|r| !r.coalesced)
+                    .map(|r| r.id.clone())
+                    .collect();
+                self.commit_fresh(&[], &fresh).await?;
+                Ok(ReplyBody::EnqueuedMany {
+                    ids: results.into_iter().map(|r| r.id).collect(),
+                    warning,
+                })
+            }
+            Request::Cancel { target } => {
+                let ids = self.engine.borrow_mut().cancel(&target, now_ms())?;
+                self.commit(&[]).await?;
+                Ok(ReplyBody::Cancelled { ids })
+            }
+            Request::Retry { id } => {
+                self.engine.borrow_mut().retry(&id, now_ms())?;
+                self.commit(&[]).await?;
+                Ok(ReplyBody::Retried { id })
+            }
+            Request::Dismiss { id } => {
+                self.engine.borrow_mut().dismiss(&id)?;
+                self.commit(&[]).await?;
+                Ok(ReplyBody::Dismissed { id })
+            }
+            Request::Configure { mut config } => {
+                resolve_engine_prefixes(&mut config, &self.setup.origin);
+                self.engine
+                    .borrow_mut()
+                    .configure(config.clone(), now_ms())
+                    .map_err(|e| ProtocolError::InvalidConfig {
+                        message: e.to_string(),
+                    })?;
+                let saved = SavedConfig {
+                    config,
+                    script_fingerprint: self.setup.fingerprint.clone(),
+                };
+                self.commit(&[MetaOp::PutConfig(saved)]).await?;
+                Ok(ReplyBody::Configured)
+            }
+            Request::Snapshot => Ok(ReplyBody::Snapshot {
+                status: self.snapshot(now_ms()),
+            }),
+            Request::Jobs { group_id } => {
+                let engine = self.engine.borrow();
+                let mut jobs: Vec<_> = engine
+                    .jobs()
+                    .filter(|j| {
+                        group_id
+                            .as_deref()
+                            .is_none_or(|g| j.group_id.as_deref() == Some(g))
+                    })
+                    .collect();
+                jobs.sort_by_key(|j| j.seq);
+                Ok(ReplyBody::Jobs {
+                    jobs: jobs.into_iter().map(JobUpdate::from).collect(),
+                })
+            }
+            Request::KeepAlive => Ok(ReplyBody::Alive),
+        }
+    }
+}
+
+/// Adds the engine's current state of `ids` to `changes` (once each).
+fn add_jobs(changes: &mut Changes, engine: &Engine, ids: &[JobId]) {
+    if ids.is_empty() {
+        return;
+    }
+    let present: std::collections::HashSet<JobId> =
+        changes.jobs.iter().map(|j| j.id.clone()).collect();
+    for id in ids {
+        if !present.contains(id) {
+            if let Some(job) = engine.job(id) {
+                changes.jobs.push(job.clone());
+            }
+        }
+    }
+}
+
+impl From<SwError> for JsValue {
+    fn from(e: SwError) -> Self {
+        JsValue::from_str(&e.to_string())
+    }
+}
+
+/// `registration.sync.register('sluice')` where Background Sync exists. `Ok(false)`: it does
+/// not (Firefox, Safari).
+async fn register_sync() -> Result<bool, SwError> {
+    let registration = scope().registration();
+    let sync = Reflect::get(&registration, &JsValue::from_str("sync"))?;
+    if sync.is_undefined() || sync.is_null() {
+        return Ok(false);
+    }
+    let register: Function = Reflect::get(&sync, &JsValue::from_str("register"))?
+        .dyn_into()
+        .map_err(|_| SwError::Js("registration.sync.register is not a function".into()))?;
+    let promise: Promise = register
+        .call1(&sync, &JsValue::from_str(crate::SYNC_TAG))?
+        .dyn_into()
+        .map_err(|_| SwError::Js("sync.register did not return a promise".into()))?;
+    JsFuture::from(promise).await?;
+    Ok(true)
+}
+
+/// Whether a newer worker has replaced this one (`self.serviceWorker.state`).
+pub fn is_redundant() -> bool {
+    Reflect::get(&js_sys::global(), &JsValue::from_str("serviceWorker"))
+        .ok()
+        .filter(|sw| sw.is_object())
+        .and_then(|sw| Reflect::get(&sw, &JsValue::from_str("state")).ok())
+        .and_then(|s| s.as_string())
+        .is_some_and(|s| s == "redundant")
+}
+
+/// Posts one message (JSON text) to the page that sent a request.
+pub fn reply_to(source: Option<&Object>, message: &WorkerMessage) {
+    let Some(source) = source else {
+        warn("a request came without a source to reply to");
+        return;
+    };
+    let text = JsValue::from_str(&sluice_shared::protocol::encode(message));
+    let posted = Reflect::get(source, &JsValue::from_str("postMessage"))
+        .ok()
+        .and_then(|f| f.dyn_into::<Function>().ok())
+        .map(|f| f.call1(source, &text));
+    if !matches!(posted, Some(Ok(_))) {
+        warn("could not post a reply (the page may have closed)");
+    }
+}
