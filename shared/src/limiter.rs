@@ -358,7 +358,7 @@ struct Meter {
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "camelCase")]
+#[serde(rename_all = "camelCase")]
 enum State {
     Log(LogState),
     Bucket(BucketState),

@@ -245,7 +245,52 @@ impl std::error::Error for ProtocolError {}
 
 /// Decodes a page's message, telling apart "not a request at all" from "a request of a type
 /// this worker does not know" (probably a newer page talking to an older worker).
+///
+/// Decoded by hand in two passes over the text (the head, then the one payload its type names)
+/// rather than through the derived, internally tagged `Request`: serde buffers every field of
+/// an internally tagged enum in a generic tree first, which costs the worker's wasm tens of
+/// kilobytes, and every payload type here is also read from IndexedDB through the same
+/// `from_str` path, so no second decoder is compiled for it.
 pub fn decode_request(text: &str) -> Result<Envelope, (Option<String>, ProtocolError)> {
+    #[derive(Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Head {
+        #[serde(rename = "type")]
+        kind: Option<serde_json::Value>,
+        request_id: Option<serde_json::Value>,
+    }
+    #[derive(Deserialize)]
+    struct EnqueuePayload {
+        job: JobSpec,
+    }
+    #[derive(Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct EnqueueManyPayload {
+        jobs: Vec<JobSpec>,
+        #[serde(default)]
+        group_id: Option<String>,
+    }
+    #[derive(Deserialize)]
+    struct TargetPayload {
+        target: String,
+    }
+    #[derive(Deserialize)]
+    struct IdPayload {
+        id: String,
+    }
+    #[derive(Deserialize)]
+    struct ConfigurePayload {
+        config: EngineConfig,
+    }
+    #[derive(Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct JobsPayload {
+        #[serde(default)]
+        group_id: Option<String>,
+    }
+
+    let malformed =
+        |id: Option<String>, message: String| (id, ProtocolError::Malformed { message });
     if text.len() > MAX_MESSAGE_BYTES {
         return Err((
             None,
@@ -255,27 +300,19 @@ pub fn decode_request(text: &str) -> Result<Envelope, (Option<String>, ProtocolE
             },
         ));
     }
-    let value: serde_json::Value = serde_json::from_str(text).map_err(|e| {
-        (
-            None,
-            ProtocolError::Malformed {
-                message: e.to_string(),
-            },
-        )
-    })?;
-    let request_id = value
-        .get("requestId")
+    let head: Head = serde_json::from_str(text).map_err(|e| malformed(None, e.to_string()))?;
+    let request_id = head
+        .request_id
+        .as_ref()
         .and_then(|v| v.as_str())
         .map(str::to_owned);
-    let Some(kind) = value.get("type").and_then(|v| v.as_str()) else {
-        return Err((
+    let Some(kind) = head.kind.as_ref().and_then(|v| v.as_str()) else {
+        return Err(malformed(
             request_id,
-            ProtocolError::Malformed {
-                message: "a message needs a string field 'type'".into(),
-            },
+            "a message needs a string field 'type'".into(),
         ));
     };
-    const KNOWN: [&str; 9] = [
+    let known = [
         "enqueue",
         "enqueueMany",
         "cancel",
@@ -286,7 +323,7 @@ pub fn decode_request(text: &str) -> Result<Envelope, (Option<String>, ProtocolE
         "jobs",
         "keepAlive",
     ];
-    if !KNOWN.contains(&kind) {
+    if !known.contains(&kind) {
         return Err((
             request_id,
             ProtocolError::UnknownType {
@@ -294,22 +331,40 @@ pub fn decode_request(text: &str) -> Result<Envelope, (Option<String>, ProtocolE
             },
         ));
     }
-    if request_id.is_none() {
-        return Err((
+    let Some(request_id) = request_id else {
+        return Err(malformed(
             None,
-            ProtocolError::Malformed {
-                message: "a message needs a string field 'requestId'".into(),
-            },
+            "a message needs a string field 'requestId'".into(),
         ));
+    };
+    fn payload<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, String> {
+        serde_json::from_str(text).map_err(|e| e.to_string())
     }
-    serde_json::from_value(value).map_err(|e| {
-        (
+    let request = match kind {
+        "enqueue" => payload::<EnqueuePayload>(text).map(|p| Request::Enqueue { job: p.job }),
+        "enqueueMany" => payload::<EnqueueManyPayload>(text).map(|p| Request::EnqueueMany {
+            jobs: p.jobs,
+            group_id: p.group_id,
+        }),
+        "cancel" => payload::<TargetPayload>(text).map(|p| Request::Cancel { target: p.target }),
+        "retry" => payload::<IdPayload>(text).map(|p| Request::Retry { id: p.id }),
+        "dismiss" => payload::<IdPayload>(text).map(|p| Request::Dismiss { id: p.id }),
+        "configure" => {
+            payload::<ConfigurePayload>(text).map(|p| Request::Configure { config: p.config })
+        }
+        "jobs" => payload::<JobsPayload>(text).map(|p| Request::Jobs {
+            group_id: p.group_id,
+        }),
+        "snapshot" => Ok(Request::Snapshot),
+        _ => Ok(Request::KeepAlive),
+    };
+    match request {
+        Ok(request) => Ok(Envelope {
             request_id,
-            ProtocolError::Malformed {
-                message: e.to_string(),
-            },
-        )
-    })
+            request,
+        }),
+        Err(message) => Err(malformed(Some(request_id), message)),
+    }
 }
 
 pub fn encode(message: &WorkerMessage) -> String {

@@ -1,0 +1,1240 @@
+//! The client's bookkeeping, sans-IO: which requests await an answer, which jobs a caller
+//! waits on, when to send a request again and when to send a keep-alive.
+//!
+//! The browser glue (`web.rs`) feeds it the worker's messages and a clock and posts the texts it
+//! returns; everything here runs and is tested natively.
+//!
+//! # Resending
+//! A request the worker never answered (it was stopped while handling it, or it was replaced
+//! by a new version) is posted again. Replies carry the request id, so a late answer to the
+//! first copy and the answer to the second are the same answer: the first one to arrive
+//! settles the request, the other is ignored.
+//!
+//! Resending is safe for reads (`snapshot`, `jobs`, `keepAlive`) and for requests that name
+//! their target (`cancel`, `retry`, `dismiss`, `configure`). An `enqueue` is not idempotent
+//! on the worker: if the worker saved the job but its reply was lost, a resent copy becomes a
+//! second job. The client therefore waits longer before resending those
+//! ([`Timing::slow_resend_after_ms`]) and gives every `create` job an `Idempotency-Key` of its
+//! own before the first send (see `job::prepare`), so that a duplicate job sends the same key
+//! and the server applies the create once.
+//!
+//! # Reading messages
+//! Incoming messages are read as [`serde_json::Value`] and only the fields this bookkeeping
+//! needs are picked out; typed replies (`Status`, `JobUpdate`s) are decoded by whoever asks for
+//! them. The protocol's internally tagged enums need serde's buffering deserialiser, which would
+//! make up most of a page bundle that only ever forwards them to JavaScript.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::fmt;
+
+use serde::Deserialize;
+use serde_json::{Map, Value};
+use sluice_shared::job::{JobError, JobOutcome, JobState};
+use sluice_shared::protocol::{ProtocolError, Request};
+use sluice_shared::JobId;
+
+use crate::oneshot::{self, Receiver, Sender};
+
+/// How long to wait for answers and how often to remind the worker that work is pending.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Timing {
+    /// Resend an unanswered idempotent request after this long.
+    pub resend_after_ms: f64,
+    /// Resend an unanswered `enqueue`/`enqueueMany` after this long.
+    pub slow_resend_after_ms: f64,
+    /// Give up on a request after this many sends.
+    pub max_sends: u32,
+    /// Send `keepAlive` this often while work is pending.
+    pub keep_alive_ms: f64,
+    /// Ask for the job list when no job news arrived for this long while callers wait on jobs
+    /// (a missed broadcast must not leave a `done` promise pending forever).
+    pub reconcile_after_ms: f64,
+}
+
+impl Timing {
+    /// How often [`Core::tick`] should run: often enough for the shortest of the periods.
+    pub fn tick_ms(&self) -> f64 {
+        (self.resend_after_ms / 3.0)
+            .min(self.keep_alive_ms / 2.0)
+            .clamp(50.0, 1_000.0)
+    }
+}
+
+impl Default for Timing {
+    fn default() -> Self {
+        Self {
+            resend_after_ms: 3_000.0,
+            slow_resend_after_ms: 10_000.0,
+            max_sends: 5,
+            keep_alive_ms: 10_000.0,
+            reconcile_after_ms: 15_000.0,
+        }
+    }
+}
+
+/// Why a request or a wait did not succeed.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ClientError {
+    /// The worker refused the request.
+    Worker(ProtocolError),
+    /// The worker refused the request with an error this client does not know (a newer
+    /// worker): its `code` and the error object as JSON.
+    WorkerOther { code: String, error: String },
+    /// The worker never answered, however often the request was sent.
+    NoAnswer { request: &'static str, sends: u32 },
+    /// The job given to `enqueue` cannot be sent as it is.
+    InvalidJob(String),
+    /// Service workers are not available here (an old browser, or not a secure context).
+    Unsupported(String),
+    /// The worker could not be registered or did not take control of the page.
+    Registration(String),
+    /// The worker sent something this client cannot read (a newer worker?).
+    Decode(String),
+    /// `close()` was called.
+    Closed,
+}
+
+impl ClientError {
+    /// A short stable code for programs: the worker's own code (`unknown-budget`, ...) or one
+    /// of `no-answer`, `invalid-job`, `unsupported`, `registration`, `decode`, `closed`.
+    pub fn code(&self) -> &'static str {
+        match self {
+            ClientError::Worker(e) => protocol_code(e),
+            ClientError::WorkerOther { .. } => "worker",
+            ClientError::NoAnswer { .. } => "no-answer",
+            ClientError::InvalidJob(_) => "invalid-job",
+            ClientError::Unsupported(_) => "unsupported",
+            ClientError::Registration(_) => "registration",
+            ClientError::Decode(_) => "decode",
+            ClientError::Closed => "closed",
+        }
+    }
+}
+
+impl fmt::Display for ClientError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ClientError::Worker(e) => write!(f, "{e}"),
+            ClientError::WorkerOther { code, error } => {
+                write!(f, "the worker refused the request ({code}): {error}")
+            }
+            ClientError::NoAnswer { request, sends } => write!(
+                f,
+                "the service worker did not answer '{request}' (sent {sends} times); is /sw.js failing to start?"
+            ),
+            ClientError::InvalidJob(m) => write!(f, "invalid job: {m}"),
+            ClientError::Unsupported(m) => f.write_str(m),
+            ClientError::Registration(m) => f.write_str(m),
+            ClientError::Decode(m) => write!(f, "unreadable message from the worker: {m}"),
+            ClientError::Closed => f.write_str("this Sluice client was closed"),
+        }
+    }
+}
+
+impl std::error::Error for ClientError {}
+
+/// The `code` tag a [`ProtocolError`] carries on the wire.
+pub fn protocol_code(e: &ProtocolError) -> &'static str {
+    match e {
+        ProtocolError::Malformed { .. } => "malformed",
+        ProtocolError::UnknownType { .. } => "unknown-type",
+        ProtocolError::TooLarge { .. } => "too-large",
+        ProtocolError::InvalidUrl { .. } => "invalid-url",
+        ProtocolError::InvalidRequest { .. } => "invalid-request",
+        ProtocolError::UnknownBudget { .. } => "unknown-budget",
+        ProtocolError::NoBudgetForUrl { .. } => "no-budget-for-url",
+        ProtocolError::InvalidConfig { .. } => "invalid-config",
+        ProtocolError::NotFound { .. } => "not-found",
+        ProtocolError::IllegalTransition { .. } => "illegal-transition",
+        ProtocolError::Storage { .. } => "storage",
+    }
+}
+
+/// Why a job's `done` did not resolve with an outcome.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct JobEnd {
+    pub id: JobId,
+    /// `failed` or `cancelled`; `None` when the job vanished or the client was closed.
+    pub state: Option<JobState>,
+    /// The HTTP status of the last attempt, if one got a response.
+    pub status: Option<u16>,
+    /// What to show a person: the server's message, "cancelled", ...
+    pub reason: String,
+}
+
+impl fmt::Display for JobEnd {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.reason)
+    }
+}
+
+impl std::error::Error for JobEnd {}
+
+pub type DoneResult = Result<JobOutcome, JobEnd>;
+
+/// Resolves when a job is done (`Ok` with the server's final response) or has failed or been
+/// cancelled (`Err`). Failing is final for this future even though the user may later retry
+/// the job: a retry hands out a new one.
+pub struct Done {
+    id: JobId,
+    rx: Receiver<DoneResult>,
+}
+
+impl Done {
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+}
+
+impl std::future::Future for Done {
+    type Output = DoneResult;
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<DoneResult> {
+        let id = self.id.clone();
+        std::pin::Pin::new(&mut self.rx).poll(cx).map(|r| {
+            r.unwrap_or_else(|| {
+                Err(JobEnd {
+                    id,
+                    state: None,
+                    status: None,
+                    reason: ClientError::Closed.to_string(),
+                })
+            })
+        })
+    }
+}
+
+/// A reply body (`{"type": "enqueued", ...}`), with a `Done` for the job it names when it
+/// is an `enqueued` or `retried`.
+pub struct Answer {
+    pub body: Value,
+    pub done: Option<Done>,
+}
+
+impl Answer {
+    /// The body's `type`.
+    pub fn kind(&self) -> &str {
+        self.body.get("type").and_then(Value::as_str).unwrap_or("")
+    }
+
+    /// The body as `T`, if it is of type `kind`.
+    pub fn decode<T: for<'de> Deserialize<'de>>(&self, kind: &str) -> Result<T, ClientError> {
+        if self.kind() != kind {
+            return Err(ClientError::Decode(format!(
+                "expected a '{kind}' reply, got '{}'",
+                self.kind()
+            )));
+        }
+        T::deserialize(&self.body).map_err(|e| ClientError::Decode(format!("{kind}: {e}")))
+    }
+
+    /// One field of the body, if the body is of type `kind`.
+    pub fn field(&self, kind: &str, name: &str) -> Result<&Value, ClientError> {
+        if self.kind() != kind {
+            return Err(ClientError::Decode(format!(
+                "expected a '{kind}' reply, got '{}'",
+                self.kind()
+            )));
+        }
+        Ok(self.body.get(name).unwrap_or(&Value::Null))
+    }
+}
+
+pub type ReplyResult = Result<Answer, ClientError>;
+
+/// Resolves with the worker's answer to one request.
+pub struct Pending(Receiver<ReplyResult>);
+
+impl std::future::Future for Pending {
+    type Output = ReplyResult;
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<ReplyResult> {
+        std::pin::Pin::new(&mut self.0)
+            .poll(cx)
+            .map(|r| r.unwrap_or(Err(ClientError::Closed)))
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Purpose {
+    /// The caller's request; an `enqueued` reply creates a `Done`.
+    Enqueue,
+    Retry,
+    Caller,
+    /// The client's own job list request, to catch up on missed job news.
+    Reconcile,
+    KeepAlive,
+    /// The client's own status request, when the last status is old.
+    Refresh,
+}
+
+struct Outstanding {
+    name: &'static str,
+    text: String,
+    slow: bool,
+    last_sent: f64,
+    sends: u32,
+    purpose: Purpose,
+    tx: Option<Sender<ReplyResult>>,
+}
+
+struct Waiter {
+    txs: Vec<Sender<DoneResult>>,
+    /// The request counter when it was registered: a job list requested later must know it.
+    since: u64,
+}
+
+/// What a job's terminal update says, as much as `Done` needs.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Ended {
+    id: JobId,
+    state: JobState,
+    #[serde(default)]
+    last_error: Option<JobError>,
+    #[serde(default)]
+    outcome: Option<JobOutcome>,
+}
+
+/// What [`Core::receive`] made of one message.
+#[derive(Debug, PartialEq)]
+pub enum Received {
+    /// A `jobs` or `status` broadcast, for subscribers.
+    Broadcast,
+    /// A reply or error that settled a request of this client.
+    Settled,
+    /// Not for this client (another client's request, a late duplicate) or unreadable.
+    Ignored(String),
+}
+
+/// Terminal updates remembered for jobs nobody waits on yet.
+const FINISHED_CACHE: usize = 512;
+
+pub struct Core {
+    timing: Timing,
+    prefix: String,
+    /// Requests made so far; also orders waiters against job list requests.
+    counter: u64,
+    outstanding: BTreeMap<String, Outstanding>,
+    waiters: BTreeMap<JobId, Waiter>,
+    finished: VecDeque<Ended>,
+    /// Pending jobs (queued, waiting to retry or sending) in the worker's last status.
+    worker_pending: u64,
+    last_status: f64,
+    last_keep_alive: f64,
+    last_news: f64,
+    /// The outstanding job list request and the counter value it was made at.
+    reconcile: Option<(String, u64)>,
+    /// A status showed fewer pending jobs than this client waits on: ask for the list soon.
+    reconcile_soon: bool,
+    closed: bool,
+}
+
+impl Core {
+    /// `prefix` makes this client's request ids unique among the clients of one worker.
+    pub fn new(prefix: impl Into<String>, timing: Timing) -> Self {
+        Self {
+            timing,
+            prefix: prefix.into(),
+            counter: 0,
+            outstanding: BTreeMap::new(),
+            waiters: BTreeMap::new(),
+            finished: VecDeque::new(),
+            worker_pending: 0,
+            last_status: 0.0,
+            last_keep_alive: f64::NEG_INFINITY,
+            last_news: 0.0,
+            reconcile: None,
+            reconcile_soon: false,
+            closed: false,
+        }
+    }
+
+    pub fn timing(&self) -> &Timing {
+        &self.timing
+    }
+
+    /// Starts a request: returns the text to post now and the answer to await.
+    pub fn request(&mut self, call: Call, now: f64) -> (String, Pending) {
+        let purpose = match call.kind {
+            "enqueue" => Purpose::Enqueue,
+            "retry" => Purpose::Retry,
+            _ => Purpose::Caller,
+        };
+        let (tx, rx) = oneshot::channel();
+        if self.closed {
+            tx.send(Err(ClientError::Closed));
+            return (String::new(), Pending(rx));
+        }
+        let text = self.start(call, purpose, Some(tx), now);
+        (text, Pending(rx))
+    }
+
+    fn start(
+        &mut self,
+        call: Call,
+        purpose: Purpose,
+        tx: Option<Sender<ReplyResult>>,
+        now: f64,
+    ) -> String {
+        self.counter += 1;
+        let request_id = format!("{}-{}", self.prefix, self.counter);
+        let mut envelope = call.fields;
+        envelope.insert("requestId".into(), Value::String(request_id.clone()));
+        envelope.insert("type".into(), Value::String(call.kind.into()));
+        let text = Value::Object(envelope).to_string();
+        if purpose == Purpose::Reconcile {
+            self.reconcile = Some((request_id.clone(), self.counter));
+        }
+        self.outstanding.insert(
+            request_id,
+            Outstanding {
+                name: call.kind,
+                text: text.clone(),
+                slow: matches!(call.kind, "enqueue" | "enqueueMany"),
+                last_sent: now,
+                sends: 1,
+                purpose,
+                tx,
+            },
+        );
+        text
+    }
+
+    /// Handles one message from the worker.
+    pub fn receive(&mut self, text: &str, now: f64) -> Received {
+        let message: Value = match serde_json::from_str(text) {
+            Ok(m) => m,
+            Err(e) => return Received::Ignored(format!("not JSON: {e}")),
+        };
+        let request_id = message.get("requestId").and_then(Value::as_str);
+        match (str_field(&message, "type"), request_id) {
+            ("reply", Some(id)) => {
+                let body = message.get("body").cloned().unwrap_or(Value::Null);
+                self.settle(id, Ok(body), now)
+            }
+            ("error", Some(id)) => {
+                let error = worker_error(message.get("error").unwrap_or(&Value::Null));
+                self.settle(id, Err(error), now)
+            }
+            ("error", None) => Received::Ignored(format!("an error for no request: {message}")),
+            ("jobs", _) => {
+                self.last_news = now;
+                if let Some(updates) = message.get("updates").and_then(Value::as_array) {
+                    self.apply_updates(updates);
+                }
+                Received::Broadcast
+            }
+            ("status", _) => {
+                self.note_status(message.get("status"), now);
+                Received::Broadcast
+            }
+            (kind, _) => Received::Ignored(format!("not a message for pages: type '{kind}'")),
+        }
+    }
+
+    fn note_status(&mut self, status: Option<&Value>, now: f64) {
+        let Some(counts) = status.and_then(|s| s.get("counts")) else {
+            return;
+        };
+        let n = |k: &str| counts.get(k).and_then(Value::as_u64).unwrap_or(0);
+        self.worker_pending = n("queued") + n("retryWait") + n("sending");
+        self.last_status = now;
+        // Every job waited on is pending in the worker, so fewer pending jobs than waits means
+        // an end this client never heard of (its broadcast was lost with a stopped worker).
+        if self.waiters.len() as u64 > self.worker_pending {
+            self.reconcile_soon = true;
+        }
+    }
+
+    fn settle(
+        &mut self,
+        request_id: &str,
+        result: Result<Value, ClientError>,
+        now: f64,
+    ) -> Received {
+        let Some(out) = self.outstanding.remove(request_id) else {
+            return Received::Ignored(format!("no request '{request_id}' is waiting"));
+        };
+        let body = match result {
+            Ok(body) => body,
+            Err(error) => {
+                if out.purpose == Purpose::Reconcile {
+                    self.reconcile = None;
+                }
+                if let Some(tx) = out.tx {
+                    tx.send(Err(error));
+                }
+                return Received::Settled;
+            }
+        };
+        // Any reply that carries news is used, whoever asked for it.
+        match str_field(&body, "type") {
+            "jobs" => {
+                self.last_news = now;
+                let jobs = body.get("jobs").and_then(Value::as_array);
+                let jobs = jobs.map(Vec::as_slice).unwrap_or(&[]);
+                self.apply_updates(jobs);
+                if out.purpose == Purpose::Reconcile {
+                    self.finish_reconcile(jobs);
+                }
+            }
+            "snapshot" => self.note_status(body.get("status"), now),
+            _ => {}
+        }
+        let id = body.get("id").and_then(Value::as_str).map(str::to_owned);
+        let done = match (str_field(&body, "type"), out.purpose, id) {
+            ("enqueued", Purpose::Enqueue, Some(id)) => {
+                let state = body
+                    .get("state")
+                    .and_then(|s| JobState::deserialize(s).ok())
+                    .unwrap_or(JobState::Queued);
+                Some(self.done_after_enqueue(&id, state, now))
+            }
+            ("retried", Purpose::Retry, Some(id)) => {
+                // Whatever was remembered about the job is from before the retry.
+                self.finished.retain(|u| u.id != id);
+                Some(self.wait_done(&id, now))
+            }
+            _ => None,
+        };
+        if let Some(tx) = out.tx {
+            tx.send(Ok(Answer { body, done }));
+        }
+        Received::Settled
+    }
+
+    fn done_after_enqueue(&mut self, id: &str, state: JobState, now: f64) -> Done {
+        if state.is_terminal() {
+            // Ended at once (say a create and a delete that cancelled out).
+            let (tx, rx) = oneshot::channel();
+            let known = self.finished.iter().find(|u| u.id == id);
+            let result = match known {
+                Some(u) => outcome_of(u),
+                None => outcome_of(&Ended {
+                    id: id.to_string(),
+                    state,
+                    last_error: None,
+                    outcome: None,
+                }),
+            };
+            tx.send(result);
+            return Done {
+                id: id.to_string(),
+                rx,
+            };
+        }
+        self.wait_done(id, now)
+    }
+
+    /// A future for a job's end, known or not yet known.
+    pub fn wait_done(&mut self, id: &str, now: f64) -> Done {
+        let (tx, rx) = oneshot::channel();
+        let done = Done {
+            id: id.to_string(),
+            rx,
+        };
+        if self.closed {
+            drop(tx);
+            return done;
+        }
+        if let Some(u) = self.finished.iter().find(|u| u.id == id) {
+            tx.send(outcome_of(u));
+            return done;
+        }
+        if self.waiters.is_empty() {
+            // Start the "no news for a while" clock from now, not from the last news.
+            self.last_news = self.last_news.max(now);
+        }
+        self.waiters
+            .entry(id.to_string())
+            .or_insert_with(|| Waiter {
+                txs: Vec::new(),
+                since: self.counter,
+            })
+            .txs
+            .push(tx);
+        done
+    }
+
+    fn apply_updates(&mut self, updates: &[Value]) {
+        for u in updates {
+            let Ok(u) = Ended::deserialize(u) else {
+                continue;
+            };
+            if !u.state.is_terminal() {
+                continue;
+            }
+            if let Some(w) = self.waiters.remove(&u.id) {
+                for tx in w.txs {
+                    tx.send(outcome_of(&u));
+                }
+            } else {
+                self.finished.retain(|f| f.id != u.id);
+                if self.finished.len() == FINISHED_CACHE {
+                    self.finished.pop_front();
+                }
+                self.finished.push_back(u);
+            }
+        }
+    }
+
+    /// After the full job list: a job that was known before the list was asked for and is not
+    /// in it is gone (dismissed, expired), and nobody should wait on it forever.
+    fn finish_reconcile(&mut self, jobs: &[Value]) {
+        let Some((_, asked_at)) = self.reconcile.take() else {
+            return;
+        };
+        let listed: BTreeSet<&str> = jobs
+            .iter()
+            .filter_map(|j| j.get("id").and_then(Value::as_str))
+            .collect();
+        let gone: Vec<JobId> = self
+            .waiters
+            .iter()
+            .filter(|(id, w)| w.since < asked_at && !listed.contains(id.as_str()))
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in gone {
+            if let Some(w) = self.waiters.remove(&id) {
+                for tx in w.txs {
+                    tx.send(Err(JobEnd {
+                        id: id.clone(),
+                        state: None,
+                        status: None,
+                        reason: format!(
+                            "the worker no longer knows job {id} (dismissed or expired)"
+                        ),
+                    }));
+                }
+            }
+        }
+    }
+
+    /// Whether the worker should be kept awake: someone waits on a job, or the worker said it
+    /// has pending jobs.
+    pub fn has_work(&self) -> bool {
+        !self.waiters.is_empty() || self.worker_pending > 0
+    }
+
+    /// Whether [`Core::tick`] has anything to do (the glue stops its timer otherwise).
+    pub fn needs_ticks(&self) -> bool {
+        !self.closed && (!self.outstanding.is_empty() || self.has_work())
+    }
+
+    pub fn outstanding(&self) -> usize {
+        self.outstanding.len()
+    }
+
+    pub fn waiting_jobs(&self) -> usize {
+        self.waiters.len()
+    }
+
+    /// Called about once a second: the texts to post now (resends, keep-alives, a job list
+    /// request); requests that ran out of sends are failed.
+    pub fn tick(&mut self, now: f64) -> Vec<String> {
+        let mut posts = Vec::new();
+        if self.closed {
+            return posts;
+        }
+        let mut expired = Vec::new();
+        for (id, out) in self.outstanding.iter_mut() {
+            let wait = if out.slow {
+                self.timing.slow_resend_after_ms
+            } else {
+                self.timing.resend_after_ms
+            };
+            if now - out.last_sent < wait {
+                continue;
+            }
+            if out.sends >= self.timing.max_sends {
+                expired.push(id.clone());
+            } else {
+                out.sends += 1;
+                out.last_sent = now;
+                posts.push(out.text.clone());
+            }
+        }
+        for id in expired {
+            if let Some(out) = self.outstanding.remove(&id) {
+                if out.purpose == Purpose::Reconcile {
+                    self.reconcile = None;
+                }
+                if let Some(tx) = out.tx {
+                    tx.send(Err(ClientError::NoAnswer {
+                        request: out.name,
+                        sends: out.sends,
+                    }));
+                }
+            }
+        }
+        if self.has_work() && now - self.last_keep_alive >= self.timing.keep_alive_ms {
+            self.last_keep_alive = now;
+            let already = self
+                .outstanding
+                .values()
+                .any(|o| o.purpose == Purpose::KeepAlive);
+            if !already {
+                posts.push(self.start(Call::new("keepAlive"), Purpose::KeepAlive, None, now));
+            }
+            // Only the worker's word keeps us sending: if its last status is old (a broadcast
+            // was missed), ask again, or a finished queue would be kept awake forever.
+            let asking = self
+                .outstanding
+                .values()
+                .any(|o| o.purpose == Purpose::Refresh);
+            if self.worker_pending > 0
+                && !asking
+                && now - self.last_status >= 3.0 * self.timing.keep_alive_ms
+            {
+                self.last_status = now;
+                posts.push(self.start(Call::new("snapshot"), Purpose::Refresh, None, now));
+            }
+        }
+        if !self.waiters.is_empty()
+            && self.reconcile.is_none()
+            && (self.reconcile_soon || now - self.last_news >= self.timing.reconcile_after_ms)
+        {
+            self.last_news = now;
+            self.reconcile_soon = false;
+            posts.push(self.start(Call::new("jobs"), Purpose::Reconcile, None, now));
+        }
+        posts
+    }
+
+    /// Everything unanswered, to post at once to a new worker (after `controllerchange`).
+    pub fn resend_all(&mut self, now: f64) -> Vec<String> {
+        self.outstanding
+            .values_mut()
+            .map(|o| {
+                o.sends += 1;
+                o.last_sent = now;
+                o.text.clone()
+            })
+            .collect()
+    }
+
+    /// Fails every outstanding request and wait; later requests fail at once.
+    pub fn close(&mut self) {
+        self.closed = true;
+        for (_, out) in std::mem::take(&mut self.outstanding) {
+            if let Some(tx) = out.tx {
+                tx.send(Err(ClientError::Closed));
+            }
+        }
+        // Dropping the senders resolves each `Done` with a "closed" end.
+        self.waiters.clear();
+        self.reconcile = None;
+    }
+}
+
+fn str_field<'a>(v: &'a Value, name: &str) -> &'a str {
+    v.get(name).and_then(Value::as_str).unwrap_or("")
+}
+
+/// The worker's error object as a typed error, or as it is when this client does not know it.
+fn worker_error(error: &Value) -> ClientError {
+    match ProtocolError::deserialize(error) {
+        Ok(e) => ClientError::Worker(e),
+        Err(_) => ClientError::WorkerOther {
+            code: str_field(error, "code").to_string(),
+            error: error.to_string(),
+        },
+    }
+}
+
+/// A request: its `type` and its other fields (the request id is added when it is sent).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Call {
+    pub kind: &'static str,
+    pub fields: Map<String, Value>,
+}
+
+impl Call {
+    pub fn new(kind: &'static str) -> Self {
+        Self {
+            kind,
+            fields: Map::new(),
+        }
+    }
+
+    pub fn with(mut self, name: &str, value: impl Into<Value>) -> Self {
+        self.fields.insert(name.to_string(), value.into());
+        self
+    }
+
+    /// A typed request, for Rust callers.
+    pub fn from_request(request: &Request) -> Self {
+        let kind = match request {
+            Request::Enqueue { .. } => "enqueue",
+            Request::EnqueueMany { .. } => "enqueueMany",
+            Request::Cancel { .. } => "cancel",
+            Request::Retry { .. } => "retry",
+            Request::Dismiss { .. } => "dismiss",
+            Request::Configure { .. } => "configure",
+            Request::Snapshot => "snapshot",
+            Request::Jobs { .. } => "jobs",
+            Request::KeepAlive => "keepAlive",
+        };
+        let mut fields = match serde_json::to_value(request) {
+            Ok(Value::Object(m)) => m,
+            _ => Map::new(),
+        };
+        fields.remove("type");
+        Self { kind, fields }
+    }
+}
+
+/// The end of a job as its `Done` reports it. Only call with a terminal update.
+fn outcome_of(u: &Ended) -> DoneResult {
+    match u.state {
+        JobState::Done => Ok(u.outcome.clone().unwrap_or_default()),
+        state => {
+            let status = u.last_error.as_ref().and_then(|e| e.status);
+            let reason = match (state, &u.last_error) {
+                (JobState::Cancelled, _) => "cancelled".to_string(),
+                (_, Some(e)) if !e.message.is_empty() => e.message.clone(),
+                (_, Some(e)) => match e.status {
+                    Some(s) => format!("failed with HTTP {s}"),
+                    None => "failed".to_string(),
+                },
+                (_, None) => state.name().to_string(),
+            };
+            Err(JobEnd {
+                id: u.id.clone(),
+                state: Some(state),
+                status,
+                reason,
+            })
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sluice_shared::job::Lane;
+    use sluice_shared::protocol::{Envelope, JobUpdate, ReplyBody, WorkerMessage};
+    use std::future::Future;
+    use std::pin::Pin;
+    use std::task::{Context, Poll, Waker};
+
+    fn poll<F: Future + Unpin>(f: &mut F) -> Poll<F::Output> {
+        Pin::new(f).poll(&mut Context::from_waker(Waker::noop()))
+    }
+
+    fn ready<F: Future + Unpin>(f: &mut F) -> F::Output {
+        match poll(f) {
+            Poll::Ready(v) => v,
+            Poll::Pending => panic!("not ready"),
+        }
+    }
+
+    fn id_of(text: &str) -> String {
+        let v: serde_json::Value = serde_json::from_str(text).unwrap();
+        v["requestId"].as_str().unwrap().to_string()
+    }
+
+    fn type_of(text: &str) -> String {
+        let v: serde_json::Value = serde_json::from_str(text).unwrap();
+        v["type"].as_str().unwrap().to_string()
+    }
+
+    fn reply(request_id: &str, body: ReplyBody) -> String {
+        serde_json::to_string(&WorkerMessage::Reply {
+            request_id: request_id.into(),
+            body,
+        })
+        .unwrap()
+    }
+
+    fn update(id: &str, state: JobState) -> JobUpdate {
+        JobUpdate {
+            id: id.into(),
+            state,
+            lane: Lane::Bulk,
+            key: None,
+            group_id: None,
+            budget: "api".into(),
+            attempts: 1,
+            not_before: 0,
+            coalesced: 0,
+            last_error: None,
+            outcome: None,
+        }
+    }
+
+    fn jobs_broadcast(updates: Vec<JobUpdate>) -> String {
+        serde_json::to_string(&WorkerMessage::Jobs { updates }).unwrap()
+    }
+
+    fn enqueue(core: &mut Core, now: f64) -> (String, Pending) {
+        core.request(
+            Call::from_request(&Request::Enqueue {
+                job: Default::default(),
+            }),
+            now,
+        )
+    }
+
+    #[test]
+    fn a_reply_settles_its_request_once() {
+        let mut core = Core::new("c", Timing::default());
+        let (text, mut p) = core.request(Call::new("snapshot"), 0.0);
+        assert_eq!(type_of(&text), "snapshot");
+        assert!(poll(&mut p).is_pending());
+        let r = reply(&id_of(&text), ReplyBody::Alive);
+        assert_eq!(core.receive(&r, 1.0), Received::Settled);
+        assert_eq!(ready(&mut p).ok().unwrap().kind(), "alive");
+        // The answer to a resent copy arrives too: ignored.
+        assert!(matches!(core.receive(&r, 2.0), Received::Ignored(_)));
+    }
+
+    #[test]
+    fn request_ids_are_unique_and_prefixed() {
+        let mut core = Core::new("tab7", Timing::default());
+        let (a, _) = core.request(Call::new("snapshot"), 0.0);
+        let (b, _) = core.request(Call::new("snapshot"), 0.0);
+        assert!(id_of(&a).starts_with("tab7-"));
+        assert_ne!(id_of(&a), id_of(&b));
+    }
+
+    #[test]
+    fn an_error_reply_rejects_with_the_workers_error() {
+        let mut core = Core::new("c", Timing::default());
+        let (text, mut p) = core.request(Call::new("dismiss").with("id", "x"), 0.0);
+        let err = serde_json::to_string(&WorkerMessage::Error {
+            request_id: Some(id_of(&text)),
+            error: ProtocolError::NotFound { id: "x".into() },
+        })
+        .unwrap();
+        core.receive(&err, 1.0);
+        let e = ready(&mut p).err().unwrap();
+        assert_eq!(e.code(), "not-found");
+        assert_eq!(e.to_string(), "no job or group 'x'");
+    }
+
+    #[test]
+    fn unanswered_requests_are_resent_then_given_up() {
+        let t = Timing::default();
+        let mut core = Core::new("c", t.clone());
+        let (snap, mut p) = core.request(Call::new("snapshot"), 0.0);
+        let (enq, _e) = enqueue(&mut core, 0.0);
+        assert!(core.tick(t.resend_after_ms - 1.0).is_empty());
+        // The snapshot is resent after the short wait, the enqueue only after the long one.
+        assert_eq!(core.tick(t.resend_after_ms), vec![snap.clone()]);
+        assert_eq!(
+            core.tick(t.slow_resend_after_ms),
+            vec![snap.clone(), enq.clone()]
+        );
+        let mut now = t.slow_resend_after_ms;
+        for _ in 0..t.max_sends {
+            now += t.slow_resend_after_ms;
+            core.tick(now);
+        }
+        assert_eq!(
+            ready(&mut p).err(),
+            Some(ClientError::NoAnswer {
+                request: "snapshot",
+                sends: t.max_sends
+            })
+        );
+    }
+
+    #[test]
+    fn an_enqueue_reply_gives_a_done_that_a_broadcast_resolves() {
+        let mut core = Core::new("c", Timing::default());
+        let (text, mut p) = enqueue(&mut core, 0.0);
+        core.receive(
+            &reply(
+                &id_of(&text),
+                ReplyBody::Enqueued {
+                    id: "j1".into(),
+                    coalesced: false,
+                    state: JobState::Queued,
+                },
+            ),
+            1.0,
+        );
+        let mut done = ready(&mut p).ok().unwrap().done.unwrap();
+        assert!(poll(&mut done).is_pending());
+        assert!(core.has_work());
+        // Non-terminal news changes nothing.
+        core.receive(&jobs_broadcast(vec![update("j1", JobState::Sending)]), 2.0);
+        assert!(poll(&mut done).is_pending());
+        let mut u = update("j1", JobState::Done);
+        u.outcome = Some(JobOutcome {
+            status: 201,
+            headers: vec![("location".into(), "/api/contacts/1".into())],
+            body: "{}".into(),
+        });
+        let b = jobs_broadcast(vec![u]);
+        assert_eq!(core.receive(&b, 3.0), Received::Broadcast);
+        assert_eq!(ready(&mut done).unwrap().status, 201);
+        assert!(!core.has_work());
+    }
+
+    #[test]
+    fn failures_and_cancels_reject_with_a_reason() {
+        let mut core = Core::new("c", Timing::default());
+        let mut failed = core.wait_done("f", 0.0);
+        let mut cancelled = core.wait_done("c", 0.0);
+        let mut f = update("f", JobState::Failed);
+        f.last_error = Some(JobError {
+            status: Some(400),
+            message: "HTTP 400: name is required".into(),
+        });
+        core.receive(
+            &jobs_broadcast(vec![f, update("c", JobState::Cancelled)]),
+            1.0,
+        );
+        let e = ready(&mut failed).unwrap_err();
+        assert_eq!(e.reason, "HTTP 400: name is required");
+        assert_eq!(e.status, Some(400));
+        assert_eq!(e.state, Some(JobState::Failed));
+        assert_eq!(ready(&mut cancelled).unwrap_err().reason, "cancelled");
+    }
+
+    #[test]
+    fn a_job_that_ended_before_anyone_waited_is_remembered() {
+        let mut core = Core::new("c", Timing::default());
+        core.receive(&jobs_broadcast(vec![update("early", JobState::Done)]), 0.0);
+        let mut d = core.wait_done("early", 1.0);
+        assert!(ready(&mut d).is_ok());
+    }
+
+    #[test]
+    fn a_retry_forgets_the_old_failure() {
+        let mut core = Core::new("c", Timing::default());
+        core.receive(&jobs_broadcast(vec![update("j", JobState::Failed)]), 0.0);
+        let (text, mut p) = core.request(Call::new("retry").with("id", "j"), 1.0);
+        core.receive(
+            &reply(&id_of(&text), ReplyBody::Retried { id: "j".into() }),
+            2.0,
+        );
+        let mut done = ready(&mut p).ok().unwrap().done.unwrap();
+        assert!(
+            poll(&mut done).is_pending(),
+            "must not resolve from the old failure"
+        );
+        core.receive(&jobs_broadcast(vec![update("j", JobState::Done)]), 3.0);
+        assert!(ready(&mut done).is_ok());
+    }
+
+    #[test]
+    fn a_job_that_ended_at_once_resolves_at_once() {
+        let mut core = Core::new("c", Timing::default());
+        let (text, mut p) = enqueue(&mut core, 0.0);
+        core.receive(
+            &reply(
+                &id_of(&text),
+                ReplyBody::Enqueued {
+                    id: "j".into(),
+                    coalesced: true,
+                    state: JobState::Cancelled,
+                },
+            ),
+            1.0,
+        );
+        let mut done = ready(&mut p).ok().unwrap().done.unwrap();
+        assert_eq!(ready(&mut done).unwrap_err().reason, "cancelled");
+        assert!(!core.has_work());
+    }
+
+    #[test]
+    fn ticks_are_frequent_enough_for_every_period() {
+        assert_eq!(Timing::default().tick_ms(), 1_000.0);
+        let t = Timing {
+            keep_alive_ms: 300.0,
+            ..Timing::default()
+        };
+        assert_eq!(t.tick_ms(), 150.0);
+        let t = Timing {
+            resend_after_ms: 30.0,
+            ..Timing::default()
+        };
+        assert_eq!(t.tick_ms(), 50.0);
+    }
+
+    #[test]
+    fn keep_alives_flow_only_while_work_is_pending() {
+        let t = Timing::default();
+        let mut core = Core::new("c", t.clone());
+        assert!(!core.needs_ticks());
+        assert!(core.tick(0.0).is_empty());
+        let _d = core.wait_done("j", 0.0);
+        assert!(core.needs_ticks());
+        let posts = core.tick(1.0);
+        assert_eq!(
+            posts.iter().map(|p| type_of(p)).collect::<Vec<_>>(),
+            ["keepAlive"]
+        );
+        // Not again before the interval, and never two at once.
+        assert!(core.tick(2.0).is_empty());
+        let keep_alive_id = id_of(&posts[0]);
+        core.receive(&reply(&keep_alive_id, ReplyBody::Alive), 3.0);
+        let posts = core.tick(1.0 + t.keep_alive_ms);
+        assert!(posts.iter().any(|p| type_of(p) == "keepAlive"));
+    }
+
+    #[test]
+    fn a_status_with_pending_jobs_keeps_the_worker_alive() {
+        let mut core = Core::new("c", Timing::default());
+        let status = r#"{"type":"status","status":{"now":0,"counts":{"queued":3,"sending":0,"retryWait":0,"done":0,"failed":0,"cancelled":0},"budgets":[],"groups":[],"lanes":[],"etaMs":null,"attemptsPerJob":1.0,"offline":false,"warnings":[]}}"#;
+        assert_eq!(core.receive(status, 0.0), Received::Broadcast);
+        assert!(core.has_work());
+        assert_eq!(type_of(&core.tick(0.0)[0]), "keepAlive");
+    }
+
+    #[test]
+    fn an_old_status_is_refreshed() {
+        let t = Timing::default();
+        let mut core = Core::new("c", t.clone());
+        let status = r#"{"type":"status","status":{"now":0,"counts":{"queued":3,"sending":0,"retryWait":0,"done":0,"failed":0,"cancelled":0},"budgets":[],"groups":[],"lanes":[],"etaMs":null,"attemptsPerJob":1.0,"offline":false,"warnings":[]}}"#;
+        core.receive(status, 0.0);
+        let mut now = 0.0;
+        let mut asked = None;
+        while now <= 3.0 * t.keep_alive_ms {
+            for p in core.tick(now) {
+                if type_of(&p) == "snapshot" {
+                    asked = Some(p);
+                }
+            }
+            now += 1_000.0;
+        }
+        let asked = asked.expect("a snapshot after 3 keep-alive intervals");
+        let idle = status.replace(r#""queued":3"#, r#""queued":0"#);
+        let idle: serde_json::Value = serde_json::from_str(&idle).unwrap();
+        let r = format!(
+            r#"{{"type":"reply","requestId":"{}","body":{{"type":"snapshot","status":{}}}}}"#,
+            id_of(&asked),
+            idle["status"]
+        );
+        assert_eq!(core.receive(&r, now), Received::Settled);
+        assert!(!core.has_work());
+    }
+
+    #[test]
+    fn silence_while_waiting_asks_for_the_job_list() {
+        let t = Timing::default();
+        let mut core = Core::new("c", t.clone());
+        let mut known = core.wait_done("known", 0.0);
+        let mut gone = core.wait_done("gone", 0.0);
+        let posts = core.tick(t.reconcile_after_ms);
+        let list = posts
+            .iter()
+            .find(|p| type_of(p) == "jobs")
+            .expect("a job list request");
+        // Registered after the list was asked for: must not be judged by it.
+        let mut late = core.wait_done("late", t.reconcile_after_ms + 1.0);
+        core.receive(
+            &reply(
+                &id_of(list),
+                ReplyBody::Jobs {
+                    jobs: vec![update("known", JobState::Done)],
+                },
+            ),
+            t.reconcile_after_ms + 2.0,
+        );
+        assert!(ready(&mut known).is_ok());
+        assert!(ready(&mut gone)
+            .unwrap_err()
+            .reason
+            .contains("no longer knows"));
+        assert!(poll(&mut late).is_pending());
+    }
+
+    #[test]
+    fn a_status_with_fewer_pending_jobs_than_waits_asks_for_the_list_at_once() {
+        let mut core = Core::new("c", Timing::default());
+        let _a = core.wait_done("a", 0.0);
+        let _b = core.wait_done("b", 0.0);
+        let status = |pending: u64| {
+            format!(
+                r#"{{"type":"status","status":{{"counts":{{"queued":{pending},"sending":0,"retryWait":0}}}}}}"#
+            )
+        };
+        core.receive(&status(2), 1.0);
+        assert!(!core.tick(2.0).iter().any(|p| type_of(p) == "jobs"));
+        core.receive(&status(1), 3.0);
+        assert!(core.tick(4.0).iter().any(|p| type_of(p) == "jobs"));
+    }
+
+    #[test]
+    fn a_new_worker_gets_everything_unanswered() {
+        let mut core = Core::new("c", Timing::default());
+        let (a, _pa) = core.request(Call::new("snapshot"), 0.0);
+        let (b, _pb) = enqueue(&mut core, 0.0);
+        let mut again = core.resend_all(5.0);
+        again.sort();
+        let mut want = vec![a, b];
+        want.sort();
+        assert_eq!(again, want);
+    }
+
+    #[test]
+    fn close_fails_everything() {
+        let mut core = Core::new("c", Timing::default());
+        let (_, mut p) = core.request(Call::new("snapshot"), 0.0);
+        let mut d = core.wait_done("j", 0.0);
+        core.close();
+        assert_eq!(ready(&mut p).err(), Some(ClientError::Closed));
+        assert!(ready(&mut d).is_err());
+        let (_, mut later) = core.request(Call::new("snapshot"), 1.0);
+        assert_eq!(ready(&mut later).err(), Some(ClientError::Closed));
+        assert!(!core.needs_ticks());
+    }
+
+    #[test]
+    fn typed_requests_and_replies_round_trip() {
+        let call = Call::from_request(&Request::Cancel { target: "g".into() });
+        assert_eq!(call, Call::new("cancel").with("target", "g"));
+        let mut core = Core::new("c", Timing::default());
+        let (text, mut p) = core.request(call, 0.0);
+        let sent: Envelope = serde_json::from_str(&text).unwrap();
+        assert_eq!(sent.request, Request::Cancel { target: "g".into() });
+        core.receive(
+            &reply(
+                &id_of(&text),
+                ReplyBody::Cancelled {
+                    ids: vec!["a".into()],
+                },
+            ),
+            1.0,
+        );
+        let answer = ready(&mut p).ok().unwrap();
+        assert_eq!(
+            answer.field("cancelled", "ids").unwrap(),
+            &serde_json::json!(["a"])
+        );
+        assert!(answer.field("snapshot", "status").is_err());
+    }
+
+    #[test]
+    fn an_unknown_worker_error_keeps_its_code() {
+        let mut core = Core::new("c", Timing::default());
+        let (text, mut p) = core.request(Call::new("snapshot"), 0.0);
+        let e = format!(
+            r#"{{"type":"error","requestId":"{}","error":{{"code":"quota-exceeded","why":"x"}}}}"#,
+            id_of(&text)
+        );
+        core.receive(&e, 1.0);
+        let e = ready(&mut p).err().unwrap();
+        assert_eq!(e.code(), "worker");
+        assert!(e.to_string().contains("quota-exceeded"), "{e}");
+    }
+
+    #[test]
+    fn garbage_and_foreign_errors_are_ignored() {
+        let mut core = Core::new("c", Timing::default());
+        assert!(matches!(core.receive("{nope", 0.0), Received::Ignored(_)));
+        let e = r#"{"type":"error","requestId":null,"error":{"code":"malformed","message":"x"}}"#;
+        assert!(matches!(core.receive(e, 0.0), Received::Ignored(_)));
+    }
+}

@@ -1,0 +1,1023 @@
+//! The browser side: registering the worker, posting and receiving messages, timers, and the
+//! `Sluice` class exported to JavaScript.
+//!
+//! Messages are JSON text both ways (see `sluice_shared::protocol`). Values cross between JS
+//! and Rust through `JSON.stringify`/`JSON.parse` and serde_json rather than a second
+//! conversion library: the worker speaks JSON anyway, and the page bundle stays small.
+
+use std::cell::{Cell, RefCell};
+use std::rc::{Rc, Weak};
+
+use js_sys::{Array, Function, Object, Promise, Reflect, JSON};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use sluice_shared::config::EngineConfig;
+use sluice_shared::job::{JobOutcome, JobSpec, JobState};
+use sluice_shared::protocol::{JobUpdate, ProtocolError, WorkerMessage};
+use sluice_shared::status::Status;
+use sluice_shared::JobId;
+use wasm_bindgen::prelude::*;
+use wasm_bindgen::JsCast;
+use wasm_bindgen_futures::{future_to_promise, JsFuture};
+use web_sys::{
+    AddEventListenerOptions, Event, MessageEvent, RegistrationOptions, ServiceWorkerContainer,
+    ServiceWorkerRegistration,
+};
+
+use crate::core::{Answer, Call, ClientError, Core, Done, JobEnd, Received, Timing};
+use crate::job::{self, Body, JobInput};
+
+#[wasm_bindgen(typescript_custom_section)]
+const TS_TYPES: &'static str = r#"
+export type Lane = "interactive" | "bulk" | "background";
+export type JobKind = "create" | "patch" | "delete" | "custom";
+export type JobState = "queued" | "sending" | "retry-wait" | "done" | "failed" | "cancelled";
+
+/** A job as a page writes it. Only `url` is required. */
+export interface JobInput {
+  /** Absolute, or relative to the page. */
+  url: string;
+  /** Default: POST when there is a body, GET otherwise. */
+  method?: string;
+  /** Budget name; default: the budget whose `matchPrefixes` cover the URL. */
+  budget?: string;
+  /** Default "bulk". */
+  lane?: Lane;
+  /** Jobs with the same key run one at a time, in order. */
+  key?: string | null;
+  /** Default "custom". A "create" gets an Idempotency-Key. */
+  kind?: JobKind;
+  headers?: Record<string, string> | [string, string][];
+  /** A string is sent as is; anything else as JSON (Content-Type: application/json). */
+  body?: unknown;
+  groupId?: string | null;
+}
+
+/** The server's final answer to a done job. Header names are lower-case. */
+export interface JobOutcome {
+  status: number;
+  headers: Record<string, string>;
+  body: string;
+}
+
+export interface Enqueued {
+  /** The job's id (the earlier job's id when this one was folded into it). */
+  id: string;
+  coalesced: boolean;
+  state: JobState;
+  /** Resolves when the job is done; rejects with a SluiceError when it failed or was cancelled. */
+  done: Promise<JobOutcome>;
+}
+
+export interface EnqueuedMany {
+  ids: string[];
+  /** Set when the group needs more than a whole window's budget. */
+  warning: string | null;
+}
+
+export interface Retried {
+  id: string;
+  done: Promise<JobOutcome>;
+}
+
+export interface RegisterOptions {
+  /** Default "/". */
+  scope?: string;
+  /** How the worker script is loaded. Default "classic". */
+  type?: "classic" | "module";
+  /** Resend an unanswered request after this long (enqueues after 10/3 as long). Default 3000. */
+  resendAfterMs?: number;
+  /** Send keepAlive this often while work is pending. Default 10000. */
+  keepAliveMs?: number;
+  /** How long to wait for the worker to take control of the page. Default 10000. */
+  controlTimeoutMs?: number;
+}
+
+/** Rejections carry a stable `code` besides the message. */
+export interface SluiceError extends Error {
+  /** The worker's code (e.g. "unknown-budget", "not-found"), "no-answer", "invalid-job",
+   * "unsupported", "registration", "decode", "closed"; for a job's `done`: "failed",
+   * "cancelled" or "gone". */
+  code: string;
+  /** The worker's error object, when the worker refused the request. */
+  detail?: unknown;
+  /** For a job's `done`. */
+  jobId?: string;
+  state?: JobState | null;
+  status?: number | null;
+}
+
+export interface JobError { status: number | null; message: string; }
+export interface JobUpdate {
+  id: string; state: JobState; lane: Lane; key: string | null; groupId: string | null;
+  budget: string; attempts: number; notBefore: number; coalesced: number;
+  lastError: JobError | null;
+  outcome: { status: number; headers: [string, string][]; body: string } | null;
+}
+export interface RateWindow { limit: number; lengthMs: number; }
+export interface BudgetStatus {
+  name: string; windows: RateWindow[]; concurrency: number; inFlight: number; pending: number;
+  pausedUntil: number | null; pauseReason: string | null; trouble: string | null;
+  serverRemaining: number | null; serverResetAt: number | null; etaMs: number | null;
+  requests: number; rateLimited: number; retries: number; rateLimitedPer1000: number;
+  achievedShare: number;
+}
+export interface GroupStatus {
+  id: string; total: number; done: number; failed: number; cancelled: number; pending: number;
+  warning: string | null;
+}
+export interface LaneStatus { lane: Lane; waiting: number; waitP50Ms: number | null; waitP95Ms: number | null; }
+export interface Status {
+  now: number;
+  counts: { queued: number; sending: number; retryWait: number; done: number; failed: number; cancelled: number };
+  budgets: BudgetStatus[]; groups: GroupStatus[]; lanes: LaneStatus[];
+  etaMs: number | null; attemptsPerJob: number; offline: boolean; warnings: string[];
+}
+export interface BudgetConfig {
+  name: string; windows: RateWindow[]; concurrency?: number;
+  algorithm?: "sliding-log" | "token-bucket" | "gcra" | "fixed-window";
+  matchPrefixes?: string[]; targetUtilization?: number;
+}
+export interface EngineConfig {
+  budgets?: BudgetConfig[];
+  retry?: { maxAttempts?: number; baseDelayMs?: number; maxDelayMs?: number; retryRatio?: number;
+            retryReserve?: number; defaultPauseMs?: number; timeoutMs?: number };
+  aging?: { bulkMs?: number; backgroundMs?: number };
+  retentionMs?: number;
+  maxBodyBytes?: number;
+}
+/** What subscribers receive: every job-state and status broadcast of the worker. */
+export type WorkerBroadcast =
+  | { type: "jobs"; updates: JobUpdate[] }
+  | { type: "status"; status: Status };
+"#;
+
+/// Options of [`Sluice::register`]; from JS, the `options` object.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "camelCase")]
+pub struct RegisterOptions {
+    pub scope: Option<String>,
+    /// `"classic"` (default) or `"module"`.
+    #[serde(rename = "type")]
+    pub worker_type: Option<String>,
+    pub resend_after_ms: Option<f64>,
+    pub keep_alive_ms: Option<f64>,
+    pub control_timeout_ms: Option<f64>,
+}
+
+/// A job the worker accepted.
+pub struct Enqueued {
+    pub id: JobId,
+    pub coalesced: bool,
+    pub state: JobState,
+    pub done: Done,
+}
+
+pub struct EnqueuedMany {
+    pub ids: Vec<JobId>,
+    pub warning: Option<String>,
+}
+
+/// Ends a Rust subscription when dropped.
+pub struct Subscription {
+    inner: Weak<Inner>,
+    id: u32,
+}
+
+impl Subscription {
+    /// Keeps the subscription for the life of the client.
+    pub fn forget(self) {
+        std::mem::forget(self)
+    }
+}
+
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        if let Some(inner) = self.inner.upgrade() {
+            inner.remove_listener(self.id);
+        }
+    }
+}
+
+#[derive(Clone)]
+enum Listener {
+    Js(Function),
+    /// Gets the message text; `Sluice::subscribe` wraps the typed callback, so that the typed
+    /// decoding is only in bundles that use it.
+    Rust(Rc<dyn Fn(&str)>),
+}
+
+struct Handlers {
+    message: Closure<dyn FnMut(MessageEvent)>,
+    controller_change: Closure<dyn FnMut(Event)>,
+    tick: Closure<dyn FnMut()>,
+}
+
+struct Inner {
+    core: RefCell<Core>,
+    container: ServiceWorkerContainer,
+    registration: ServiceWorkerRegistration,
+    listeners: RefCell<Vec<(u32, Listener)>>,
+    next_listener: Cell<u32>,
+    timer: Cell<Option<i32>>,
+    /// Kept until the client is dropped, even after `close()`: a closure must not be freed
+    /// while it may still be running (`close()` can be called from a subscriber).
+    handlers: RefCell<Option<Handlers>>,
+    closed: Cell<bool>,
+}
+
+/// The page's handle on the Sluice worker.
+#[wasm_bindgen]
+#[derive(Clone)]
+pub struct Sluice {
+    inner: Rc<Inner>,
+}
+
+fn now() -> f64 {
+    js_sys::Date::now()
+}
+
+fn js_message(e: &JsValue) -> String {
+    if let Some(err) = e.dyn_ref::<js_sys::Error>() {
+        return String::from(err.message());
+    }
+    e.as_string()
+        .or_else(|| JSON::stringify(e).ok().map(String::from))
+        .unwrap_or_else(|| "unknown error".into())
+}
+
+/// A random id: `crypto.randomUUID()` where available (secure contexts), else Math.random.
+fn random_id() -> String {
+    let global = js_sys::global();
+    if let Ok(crypto) = Reflect::get(&global, &"crypto".into()) {
+        if let Ok(f) = Reflect::get(&crypto, &"randomUUID".into()) {
+            if let Some(f) = f.dyn_ref::<Function>() {
+                if let Some(s) = f.call0(&crypto).ok().and_then(|v| v.as_string()) {
+                    return s;
+                }
+            }
+        }
+    }
+    let mut s = String::new();
+    for _ in 0..4 {
+        let n = (js_sys::Math::random() * 4_294_967_296.0) as u32;
+        s.push_str(&format!("{n:08x}"));
+    }
+    s
+}
+
+fn resolve_url(url: &str) -> Result<String, String> {
+    let base = web_sys::window()
+        .and_then(|w| w.location().href().ok())
+        .ok_or_else(|| "no page location to resolve against".to_string())?;
+    web_sys::Url::new_with_base(url, &base)
+        .map(|u| u.href())
+        .map_err(|e| js_message(&e))
+}
+
+fn value_to_js(value: &Value) -> JsValue {
+    JSON::parse(&value.to_string()).unwrap_or(JsValue::NULL)
+}
+
+/// Serialisable Rust data to a plain JS value.
+fn to_js<T: Serialize>(value: &T) -> JsValue {
+    serde_json::to_string(value)
+        .ok()
+        .and_then(|s| JSON::parse(&s).ok())
+        .unwrap_or(JsValue::NULL)
+}
+
+fn set(obj: &Object, key: &str, value: &JsValue) {
+    let _ = Reflect::set(obj, &JsValue::from_str(key), value);
+}
+
+fn error_to_js(e: ClientError) -> JsValue {
+    let err = js_sys::Error::new(&e.to_string());
+    set(&err, "code", &JsValue::from_str(e.code()));
+    if let ClientError::Worker(p) = &e {
+        set(&err, "detail", &to_js(p));
+    }
+    err.into()
+}
+
+fn job_end_to_js(e: JobEnd) -> JsValue {
+    let err = js_sys::Error::new(&e.reason);
+    let code = match e.state {
+        Some(JobState::Cancelled) => "cancelled",
+        Some(_) => "failed",
+        None if e.reason == ClientError::Closed.to_string() => "closed",
+        None => "gone",
+    };
+    set(&err, "code", &JsValue::from_str(code));
+    set(&err, "jobId", &JsValue::from_str(&e.id));
+    set(
+        &err,
+        "state",
+        &e.state
+            .map_or(JsValue::NULL, |s| JsValue::from_str(s.name())),
+    );
+    set(
+        &err,
+        "status",
+        &e.status.map_or(JsValue::NULL, JsValue::from),
+    );
+    err.into()
+}
+
+fn outcome_to_js(o: &JobOutcome) -> JsValue {
+    let obj = Object::new();
+    set(&obj, "status", &JsValue::from(o.status));
+    set(&obj, "headers", &to_js(&job::headers_object(&o.headers)));
+    set(&obj, "body", &JsValue::from_str(&o.body));
+    obj.into()
+}
+
+thread_local! {
+    static NOOP: Closure<dyn FnMut(JsValue)> = Closure::new(|_: JsValue| {});
+}
+
+/// A JS promise for a job's end, marked as handled so that a page that never looks at
+/// `done` does not get "uncaught (in promise)" noise for failed jobs.
+fn done_to_js(done: Done) -> Promise {
+    let p =
+        future_to_promise(
+            async move { done.await.map(|o| outcome_to_js(&o)).map_err(job_end_to_js) },
+        );
+    NOOP.with(|f| {
+        let _ = p.catch(f);
+    });
+    p
+}
+
+fn is_plain_data(v: &JsValue) -> bool {
+    if v.as_f64().is_some() || v.as_bool().is_some() || Array::is_array(v) {
+        return true;
+    }
+    let Some(obj) = v.dyn_ref::<Object>() else {
+        return false;
+    };
+    let proto = Object::get_prototype_of(obj);
+    proto.is_null() || Object::is(&proto, &Object::get_prototype_of(&Object::new()))
+}
+
+/// A page's job object to the wire job.
+fn job_from_js(job: &JsValue) -> Result<JobSpec, ClientError> {
+    if !job.is_object() {
+        return Err(ClientError::InvalidJob(
+            "a job is an object like {url, method, body}".into(),
+        ));
+    }
+    let raw_body = Reflect::get(job, &"body".into()).unwrap_or(JsValue::UNDEFINED);
+    let body = if raw_body.is_undefined() || raw_body.is_null() {
+        Body::None
+    } else if let Some(s) = raw_body.as_string() {
+        Body::Text(s)
+    } else if is_plain_data(&raw_body) {
+        let text = JSON::stringify(&raw_body)
+            .map_err(|e| ClientError::InvalidJob(format!("body: {}", js_message(&e))))?;
+        Body::Json(text.into())
+    } else {
+        return Err(ClientError::InvalidJob(
+            "a body must be a string or plain data (objects, arrays, numbers) to send as JSON; \
+             convert Blobs, FormData and URLSearchParams to a string first"
+                .into(),
+        ));
+    };
+    let text: String = JSON::stringify(job)
+        .map_err(|e| ClientError::InvalidJob(js_message(&e)))?
+        .into();
+    let input: JobInput =
+        serde_json::from_str(&text).map_err(|e| ClientError::InvalidJob(e.to_string()))?;
+    job::normalize(input, body, &resolve_url, &mut random_id)
+}
+
+fn from_js_json<T: for<'de> Deserialize<'de> + Default>(
+    v: &JsValue,
+    what: &str,
+) -> Result<T, String> {
+    if v.is_undefined() || v.is_null() {
+        return Ok(T::default());
+    }
+    let text: String = JSON::stringify(v)
+        .map_err(|e| format!("{what}: {}", js_message(&e)))?
+        .into();
+    serde_json::from_str(&text).map_err(|e| format!("{what}: {e}"))
+}
+
+#[derive(Deserialize)]
+struct EnqueuedBody {
+    id: JobId,
+    coalesced: bool,
+    state: JobState,
+}
+
+#[derive(Deserialize)]
+struct EnqueuedManyBody {
+    ids: Vec<JobId>,
+    warning: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct IdsBody {
+    ids: Vec<JobId>,
+}
+
+#[derive(Deserialize)]
+struct IdBody {
+    id: JobId,
+}
+
+impl Inner {
+    fn post(&self, text: &str) {
+        if text.is_empty() || self.closed.get() {
+            return;
+        }
+        // No controller means the page is between workers: the next tick resends.
+        let target = self
+            .container
+            .controller()
+            .or_else(|| self.registration.active());
+        if let Some(worker) = target {
+            let _ = worker.post_message(&JsValue::from_str(text));
+        }
+    }
+
+    fn ensure_timer(&self) {
+        if self.timer.get().is_some() || !self.core.borrow().needs_ticks() {
+            return;
+        }
+        let Some(window) = web_sys::window() else {
+            return;
+        };
+        let handlers = self.handlers.borrow();
+        let Some(h) = handlers.as_ref() else { return };
+        let period = self.core.borrow().timing().tick_ms();
+        if let Ok(id) = window.set_interval_with_callback_and_timeout_and_arguments_0(
+            h.tick.as_ref().unchecked_ref(),
+            period as i32,
+        ) {
+            self.timer.set(Some(id));
+        }
+    }
+
+    fn stop_timer(&self) {
+        if let (Some(id), Some(window)) = (self.timer.take(), web_sys::window()) {
+            window.clear_interval_with_handle(id);
+        }
+    }
+
+    fn on_tick(&self) {
+        let posts = self.core.borrow_mut().tick(now());
+        for p in &posts {
+            self.post(p);
+        }
+        if !self.core.borrow().needs_ticks() {
+            self.stop_timer();
+        }
+    }
+
+    fn on_message(&self, event: MessageEvent) {
+        let data = event.data();
+        let text = match data.as_string() {
+            Some(s) => s,
+            None => match JSON::stringify(&data) {
+                Ok(s) => s.into(),
+                Err(_) => return,
+            },
+        };
+        let received = self.core.borrow_mut().receive(&text, now());
+        if received == Received::Broadcast {
+            // Copied out: a listener may subscribe, unsubscribe or call the client.
+            let listeners: Vec<Listener> = self
+                .listeners
+                .borrow()
+                .iter()
+                .map(|(_, l)| l.clone())
+                .collect();
+            let mut js_value = None;
+            for l in listeners {
+                match l {
+                    Listener::Js(f) => {
+                        let v = js_value
+                            .get_or_insert_with(|| JSON::parse(&text).unwrap_or(JsValue::NULL));
+                        if let Err(e) = f.call1(&JsValue::NULL, v) {
+                            web_sys::console::error_2(&"sluice: a subscriber threw".into(), &e);
+                        }
+                    }
+                    Listener::Rust(f) => f(&text),
+                }
+            }
+        }
+        self.ensure_timer();
+    }
+
+    fn on_controller_change(&self) {
+        let posts = self.core.borrow_mut().resend_all(now());
+        for p in &posts {
+            self.post(p);
+        }
+    }
+
+    fn add_listener(&self, l: Listener) -> u32 {
+        let id = self.next_listener.get() + 1;
+        self.next_listener.set(id);
+        self.listeners.borrow_mut().push((id, l));
+        id
+    }
+
+    fn remove_listener(&self, id: u32) {
+        self.listeners.borrow_mut().retain(|(i, _)| *i != id);
+    }
+
+    async fn request(&self, call: Call) -> Result<Answer, ClientError> {
+        let (text, pending) = self.core.borrow_mut().request(call, now());
+        self.post(&text);
+        self.ensure_timer();
+        pending.await
+    }
+
+    fn close(&self) {
+        if self.closed.replace(true) {
+            return;
+        }
+        self.stop_timer();
+        self.core.borrow_mut().close();
+        self.listeners.borrow_mut().clear();
+        if let Some(h) = self.handlers.borrow().as_ref() {
+            let _ = self
+                .container
+                .remove_event_listener_with_callback("message", h.message.as_ref().unchecked_ref());
+            let _ = self.container.remove_event_listener_with_callback(
+                "controllerchange",
+                h.controller_change.as_ref().unchecked_ref(),
+            );
+        }
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        self.close();
+    }
+}
+
+async fn wait_for_control(container: &ServiceWorkerContainer, timeout_ms: f64) {
+    if container.controller().is_some() {
+        return;
+    }
+    let c = container.clone();
+    let promise = Promise::new(&mut |resolve, _reject| {
+        let opts = AddEventListenerOptions::new();
+        opts.set_once(true);
+        let _ = c.add_event_listener_with_callback_and_add_event_listener_options(
+            "controllerchange",
+            &resolve,
+            &opts,
+        );
+        if let Some(w) = web_sys::window() {
+            let _ = w
+                .set_timeout_with_callback_and_timeout_and_arguments_0(&resolve, timeout_ms as i32);
+        }
+        // It may have happened between the check above and the listener.
+        if c.controller().is_some() {
+            let _ = resolve.call0(&JsValue::NULL);
+        }
+    });
+    let _ = JsFuture::from(promise).await;
+}
+
+/// The Rust API. Every method of the JS class is a thin wrapper around one of these.
+impl Sluice {
+    /// Registers the worker at `script_url` and resolves once it controls this page, also on
+    /// the very first visit (the worker claims its clients when it activates).
+    pub async fn register(
+        script_url: &str,
+        options: RegisterOptions,
+    ) -> Result<Sluice, ClientError> {
+        let window = web_sys::window().ok_or_else(|| {
+            ClientError::Unsupported("Sluice.register needs a page (a window)".into())
+        })?;
+        let navigator = window.navigator();
+        if !Reflect::has(&navigator, &"serviceWorker".into()).unwrap_or(false) {
+            return Err(ClientError::Unsupported(
+                "this browser offers no service workers here: they need a secure context \
+                 (https, or http://localhost / 127.0.0.1) and are off in some private modes"
+                    .into(),
+            ));
+        }
+        let container = navigator.service_worker();
+        let reg_options = RegistrationOptions::new();
+        reg_options.set_scope(options.scope.as_deref().unwrap_or("/"));
+        match options.worker_type.as_deref() {
+            None | Some("classic") => {}
+            Some("module") => reg_options.set_type("module"),
+            Some(other) => {
+                return Err(ClientError::Registration(format!(
+                    "options.type must be \"classic\" or \"module\", not {other:?}"
+                )))
+            }
+        }
+        let registration: ServiceWorkerRegistration =
+            JsFuture::from(container.register_with_options(script_url, &reg_options))
+                .await
+                .map_err(|e| {
+                    ClientError::Registration(format!(
+                        "registering the service worker {script_url} failed: {}",
+                        js_message(&e)
+                    ))
+                })?
+                .unchecked_into();
+
+        let mut timing = Timing::default();
+        if let Some(ms) = options.resend_after_ms.filter(|ms| *ms > 0.0) {
+            timing.slow_resend_after_ms = ms * timing.slow_resend_after_ms / timing.resend_after_ms;
+            timing.resend_after_ms = ms;
+        }
+        if let Some(ms) = options.keep_alive_ms.filter(|ms| *ms > 0.0) {
+            timing.keep_alive_ms = ms;
+        }
+        let prefix: String = random_id().chars().filter(|c| *c != '-').take(12).collect();
+        let inner = Rc::new(Inner {
+            core: RefCell::new(Core::new(prefix, timing)),
+            container: container.clone(),
+            registration,
+            listeners: RefCell::new(Vec::new()),
+            next_listener: Cell::new(0),
+            timer: Cell::new(None),
+            handlers: RefCell::new(None),
+            closed: Cell::new(false),
+        });
+        let weak = Rc::downgrade(&inner);
+        let message = Closure::<dyn FnMut(MessageEvent)>::new({
+            let weak = weak.clone();
+            move |e: MessageEvent| {
+                if let Some(i) = weak.upgrade() {
+                    i.on_message(e)
+                }
+            }
+        });
+        let controller_change = Closure::<dyn FnMut(Event)>::new({
+            let weak = weak.clone();
+            move |_: Event| {
+                if let Some(i) = weak.upgrade() {
+                    i.on_controller_change()
+                }
+            }
+        });
+        let tick = Closure::<dyn FnMut()>::new(move || {
+            if let Some(i) = weak.upgrade() {
+                i.on_tick()
+            }
+        });
+        let _ =
+            container.add_event_listener_with_callback("message", message.as_ref().unchecked_ref());
+        let _ = container.add_event_listener_with_callback(
+            "controllerchange",
+            controller_change.as_ref().unchecked_ref(),
+        );
+        // Messages to a page are held back until it says it listens (`startMessages`, which
+        // web-sys does not bind; browsers without it deliver at once).
+        if let Ok(f) = Reflect::get(&container, &"startMessages".into()) {
+            if let Some(f) = f.dyn_ref::<Function>() {
+                let _ = f.call0(&container);
+            }
+        }
+        *inner.handlers.borrow_mut() = Some(Handlers {
+            message,
+            controller_change,
+            tick,
+        });
+
+        let ready = container
+            .ready()
+            .map_err(|e| ClientError::Registration(js_message(&e)))?;
+        JsFuture::from(ready)
+            .await
+            .map_err(|e| ClientError::Registration(js_message(&e)))?;
+        wait_for_control(&container, options.control_timeout_ms.unwrap_or(10_000.0)).await;
+        if container.controller().is_none() {
+            inner.close();
+            return Err(ClientError::Registration(
+                "the service worker is active but does not control this page: it must call \
+                 clients.claim() when it activates, the page must be inside its scope, and a \
+                 Shift-reload bypasses workers (reload normally)"
+                    .into(),
+            ));
+        }
+        Ok(Sluice { inner })
+    }
+
+    /// Hands a job to the worker; resolves once the worker saved it.
+    pub async fn enqueue(&self, mut job: JobSpec) -> Result<Enqueued, ClientError> {
+        job::prepare(&mut job, &mut random_id)?;
+        let job = serde_json::to_value(&job).map_err(|e| ClientError::InvalidJob(e.to_string()))?;
+        let answer = self
+            .inner
+            .request(Call::new("enqueue").with("job", job))
+            .await?;
+        let body: EnqueuedBody = answer.decode("enqueued")?;
+        let done = answer
+            .done
+            .ok_or_else(|| ClientError::Decode("an 'enqueued' reply without a job id".into()))?;
+        Ok(Enqueued {
+            id: body.id,
+            coalesced: body.coalesced,
+            state: body.state,
+            done,
+        })
+    }
+
+    /// Hands many jobs to the worker at once, optionally as one group (cancellable together).
+    pub async fn enqueue_many(
+        &self,
+        mut jobs: Vec<JobSpec>,
+        group_id: Option<String>,
+    ) -> Result<EnqueuedMany, ClientError> {
+        for j in &mut jobs {
+            job::prepare(j, &mut random_id)?;
+        }
+        let jobs =
+            serde_json::to_value(&jobs).map_err(|e| ClientError::InvalidJob(e.to_string()))?;
+        let call = Call::new("enqueueMany")
+            .with("jobs", jobs)
+            .with("groupId", group_id);
+        let body: EnqueuedManyBody = self.inner.request(call).await?.decode("enqueuedMany")?;
+        Ok(EnqueuedMany {
+            ids: body.ids,
+            warning: body.warning,
+        })
+    }
+
+    /// Cancels a waiting job, or every waiting job of a group; returns what was cancelled.
+    pub async fn cancel(&self, target: &str) -> Result<Vec<JobId>, ClientError> {
+        let call = Call::new("cancel").with("target", target);
+        let body: IdsBody = self.inner.request(call).await?.decode("cancelled")?;
+        Ok(body.ids)
+    }
+
+    /// Sends a failed job again; the returned `Done` follows the new attempt.
+    pub async fn retry(&self, id: &str) -> Result<(JobId, Done), ClientError> {
+        let answer = self
+            .inner
+            .request(Call::new("retry").with("id", id))
+            .await?;
+        let body: IdBody = answer.decode("retried")?;
+        let done = answer
+            .done
+            .ok_or_else(|| ClientError::Decode("a 'retried' reply without a job id".into()))?;
+        Ok((body.id, done))
+    }
+
+    /// Forgets a failed job without retrying it.
+    pub async fn dismiss(&self, id: &str) -> Result<JobId, ClientError> {
+        let answer = self
+            .inner
+            .request(Call::new("dismiss").with("id", id))
+            .await?;
+        Ok(answer.decode::<IdBody>("dismissed")?.id)
+    }
+
+    /// Replaces the worker's configuration (budgets, retries, lanes).
+    pub async fn configure(&self, config: EngineConfig) -> Result<(), ClientError> {
+        let config = serde_json::to_value(&config).map_err(|e| {
+            ClientError::Worker(ProtocolError::InvalidConfig {
+                message: e.to_string(),
+            })
+        })?;
+        self.configure_raw(config).await
+    }
+
+    async fn configure_raw(&self, config: Value) -> Result<(), ClientError> {
+        let answer = self
+            .inner
+            .request(Call::new("configure").with("config", config))
+            .await?;
+        answer.field("configured", "type").map(|_| ())
+    }
+
+    pub async fn snapshot(&self) -> Result<Status, ClientError> {
+        let status = self.snapshot_raw().await?;
+        Status::deserialize(&status).map_err(|e| ClientError::Decode(format!("status: {e}")))
+    }
+
+    async fn snapshot_raw(&self) -> Result<Value, ClientError> {
+        let answer = self.inner.request(Call::new("snapshot")).await?;
+        answer.field("snapshot", "status").cloned()
+    }
+
+    /// Lists the worker's jobs, optionally of one group.
+    pub async fn jobs(&self, group_id: Option<&str>) -> Result<Vec<JobUpdate>, ClientError> {
+        let jobs = self.jobs_raw(group_id).await?;
+        Vec::<JobUpdate>::deserialize(&jobs).map_err(|e| ClientError::Decode(format!("jobs: {e}")))
+    }
+
+    async fn jobs_raw(&self, group_id: Option<&str>) -> Result<Value, ClientError> {
+        let call = Call::new("jobs").with("groupId", group_id);
+        let answer = self.inner.request(call).await?;
+        answer.field("jobs", "jobs").cloned()
+    }
+
+    /// Waits for the end of any job by id (say one of `enqueue_many`'s).
+    pub fn done(&self, id: &str) -> Done {
+        let done = self.inner.core.borrow_mut().wait_done(id, now());
+        self.inner.ensure_timer();
+        done
+    }
+
+    /// Calls `f` with every `jobs` and `status` broadcast until the subscription is dropped.
+    pub fn subscribe(&self, f: impl Fn(&WorkerMessage) + 'static) -> Subscription {
+        let typed = move |text: &str| {
+            if let Ok(message) = serde_json::from_str::<WorkerMessage>(text) {
+                f(&message)
+            }
+        };
+        Subscription {
+            id: self.inner.add_listener(Listener::Rust(Rc::new(typed))),
+            inner: Rc::downgrade(&self.inner),
+        }
+    }
+
+    /// Stops listening and fails everything outstanding. The worker goes on with the queue.
+    pub fn close(&self) {
+        self.inner.close();
+    }
+}
+
+/// The JS API: thin wrappers that convert values and turn futures into promises.
+#[wasm_bindgen]
+impl Sluice {
+    /// Registers the worker and resolves with a client once it controls the page.
+    #[wasm_bindgen(js_name = register, unchecked_return_type = "Promise<Sluice>")]
+    pub fn register_js(
+        #[wasm_bindgen(js_name = scriptUrl)] script_url: String,
+        #[wasm_bindgen(unchecked_optional_param_type = "RegisterOptions")] options: JsValue,
+    ) -> Promise {
+        future_to_promise(async move {
+            let options: RegisterOptions = from_js_json(&options, "options")
+                .map_err(|m| error_to_js(ClientError::Registration(m)))?;
+            Sluice::register(&script_url, options)
+                .await
+                .map(JsValue::from)
+                .map_err(error_to_js)
+        })
+    }
+
+    /// Resolves once the worker saved the job, with `done` for its outcome.
+    #[wasm_bindgen(js_name = enqueue, unchecked_return_type = "Promise<Enqueued>")]
+    pub fn enqueue_js(
+        &self,
+        #[wasm_bindgen(unchecked_param_type = "JobInput")] job: JsValue,
+    ) -> Promise {
+        let this = self.clone();
+        future_to_promise(async move {
+            let spec = job_from_js(&job).map_err(error_to_js)?;
+            let e = this.enqueue(spec).await.map_err(error_to_js)?;
+            let obj = Object::new();
+            set(&obj, "id", &JsValue::from_str(&e.id));
+            set(&obj, "coalesced", &JsValue::from(e.coalesced));
+            set(&obj, "state", &JsValue::from_str(e.state.name()));
+            set(&obj, "done", &done_to_js(e.done));
+            Ok(obj.into())
+        })
+    }
+
+    #[wasm_bindgen(js_name = enqueueMany, unchecked_return_type = "Promise<EnqueuedMany>")]
+    pub fn enqueue_many_js(
+        &self,
+        #[wasm_bindgen(unchecked_param_type = "JobInput[]")] jobs: JsValue,
+        #[wasm_bindgen(js_name = groupId)] group_id: Option<String>,
+    ) -> Promise {
+        let this = self.clone();
+        future_to_promise(async move {
+            if !Array::is_array(&jobs) {
+                return Err(error_to_js(ClientError::InvalidJob(
+                    "enqueueMany takes an array of jobs".into(),
+                )));
+            }
+            let mut specs = Vec::new();
+            for (i, j) in Array::from(&jobs).iter().enumerate() {
+                let spec = job_from_js(&j).map_err(|e| {
+                    error_to_js(ClientError::InvalidJob(format!(
+                        "job {i}: {}",
+                        e.to_string().trim_start_matches("invalid job: ")
+                    )))
+                })?;
+                specs.push(spec);
+            }
+            let r = this
+                .enqueue_many(specs, group_id)
+                .await
+                .map_err(error_to_js)?;
+            let obj = Object::new();
+            set(&obj, "ids", &to_js(&r.ids));
+            set(&obj, "warning", &to_js(&r.warning));
+            Ok(obj.into())
+        })
+    }
+
+    /// Cancels a job or a whole group; resolves with the ids cancelled.
+    #[wasm_bindgen(js_name = cancel, unchecked_return_type = "Promise<string[]>")]
+    pub fn cancel_js(&self, target: String) -> Promise {
+        let this = self.clone();
+        future_to_promise(async move {
+            let ids = this.cancel(&target).await.map_err(error_to_js)?;
+            Ok(to_js(&ids))
+        })
+    }
+
+    #[wasm_bindgen(js_name = retry, unchecked_return_type = "Promise<Retried>")]
+    pub fn retry_js(&self, id: String) -> Promise {
+        let this = self.clone();
+        future_to_promise(async move {
+            let (id, done) = this.retry(&id).await.map_err(error_to_js)?;
+            let obj = Object::new();
+            set(&obj, "id", &JsValue::from_str(&id));
+            set(&obj, "done", &done_to_js(done));
+            Ok(obj.into())
+        })
+    }
+
+    #[wasm_bindgen(js_name = dismiss, unchecked_return_type = "Promise<void>")]
+    pub fn dismiss_js(&self, id: String) -> Promise {
+        let this = self.clone();
+        future_to_promise(async move {
+            this.dismiss(&id).await.map_err(error_to_js)?;
+            Ok(JsValue::UNDEFINED)
+        })
+    }
+
+    #[wasm_bindgen(js_name = configure, unchecked_return_type = "Promise<void>")]
+    pub fn configure_js(
+        &self,
+        #[wasm_bindgen(unchecked_param_type = "EngineConfig")] config: JsValue,
+    ) -> Promise {
+        let this = self.clone();
+        future_to_promise(async move {
+            let config: Value = from_js_json(&config, "config").map_err(|message| {
+                error_to_js(ClientError::Worker(ProtocolError::InvalidConfig {
+                    message,
+                }))
+            })?;
+            this.configure_raw(config).await.map_err(error_to_js)?;
+            Ok(JsValue::UNDEFINED)
+        })
+    }
+
+    #[wasm_bindgen(js_name = snapshot, unchecked_return_type = "Promise<Status>")]
+    pub fn snapshot_js(&self) -> Promise {
+        let this = self.clone();
+        future_to_promise(async move {
+            let s = this.snapshot_raw().await.map_err(error_to_js)?;
+            Ok(value_to_js(&s))
+        })
+    }
+
+    /// Lists the worker's jobs, optionally of one group.
+    #[wasm_bindgen(js_name = jobs, unchecked_return_type = "Promise<JobUpdate[]>")]
+    pub fn jobs_js(&self, #[wasm_bindgen(js_name = groupId)] group_id: Option<String>) -> Promise {
+        let this = self.clone();
+        future_to_promise(async move {
+            let jobs = this
+                .jobs_raw(group_id.as_deref())
+                .await
+                .map_err(error_to_js)?;
+            Ok(value_to_js(&jobs))
+        })
+    }
+
+    /// The outcome of any job by id, like `enqueue(...).done`.
+    #[wasm_bindgen(js_name = done, unchecked_return_type = "Promise<JobOutcome>")]
+    pub fn done_js(&self, id: String) -> Promise {
+        done_to_js(self.done(&id))
+    }
+
+    /// Calls `listener` with every jobs/status broadcast; returns the unsubscribe function.
+    #[wasm_bindgen(js_name = subscribe, unchecked_return_type = "() => void")]
+    pub fn subscribe_js(
+        &self,
+        #[wasm_bindgen(unchecked_param_type = "(message: WorkerBroadcast) => void")]
+        listener: Function,
+    ) -> JsValue {
+        let id = self.inner.add_listener(Listener::Js(listener));
+        let weak = Rc::downgrade(&self.inner);
+        Closure::<dyn FnMut()>::new(move || {
+            if let Some(inner) = weak.upgrade() {
+                inner.remove_listener(id);
+            }
+        })
+        .into_js_value()
+    }
+
+    /// Requests and job waits not yet answered by this client.
+    #[wasm_bindgen(getter, js_name = outstanding)]
+    pub fn outstanding_js(&self) -> u32 {
+        let core = self.inner.core.borrow();
+        (core.outstanding() + core.waiting_jobs()) as u32
+    }
+
+    /// Stops listening; outstanding promises reject with code "closed".
+    #[wasm_bindgen(js_name = close)]
+    pub fn close_js(&self) {
+        self.close();
+    }
+}

@@ -1,0 +1,142 @@
+//! The first things that must work: registration, one job end to end, and a worker that
+//! survives garbage.
+
+use serde_json::Value;
+
+use crate::e2e;
+
+e2e!(registers_and_controls_the_page_on_first_visit, 60, |h| {
+    let tab = h.open_e2e().await;
+    let r = tab
+        .eval(
+            r#"
+            const reg = await navigator.serviceWorker.ready;
+            return {
+              controlled: navigator.serviceWorker.controller !== null,
+              script: navigator.serviceWorker.controller && navigator.serviceWorker.controller.scriptURL,
+              scope: reg.scope,
+            };
+            "#,
+        )
+        .await;
+    assert_eq!(r["controlled"], true, "{r}");
+    assert_eq!(r["script"], h.url("/sw.js"), "{r}");
+    assert_eq!(r["scope"], h.url("/"), "{r}");
+
+    // The worker answers through the client.
+    let status = tab.eval("return await sluice.snapshot();").await;
+    assert!(status["counts"].is_object(), "snapshot: {status}");
+    tab.screenshot("registered").await;
+});
+
+e2e!(one_post_is_sent_once_with_an_idempotency_key, 60, |h| {
+    let tab = h.open_e2e().await;
+    tab.eval("await e2e.configure();").await;
+    let r = tab
+        .eval(
+            r#"
+            const job = await sluice.enqueue({
+              url: '/api/contacts', method: 'POST', kind: 'create', lane: 'interactive',
+              body: { name: 'Ada Lovelace', email: 'ada@example.com' },
+            });
+            const outcome = await job.done;
+            return { id: job.id, state: job.state, coalesced: job.coalesced, outcome };
+            "#,
+        )
+        .await;
+    assert_eq!(r["outcome"]["status"], 201, "{r}");
+    assert_eq!(r["coalesced"], false, "{r}");
+    assert!(r["id"].as_str().is_some_and(|s| !s.is_empty()), "{r}");
+    let body: Value =
+        serde_json::from_str(r["outcome"]["body"].as_str().unwrap_or("null")).expect("JSON body");
+    assert_eq!(body["name"], "Ada Lovelace", "{r}");
+
+    let creates: Vec<_> = h
+        .api
+        .arrivals()
+        .into_iter()
+        .filter(|a| a.method == "POST" && a.path == "/api/contacts")
+        .collect();
+    assert_eq!(creates.len(), 1, "the server saw {creates:?}");
+    assert!(creates[0].idempotency_key.is_some(), "{creates:?}");
+    assert_eq!(h.api.stats().duplicate_creates, 0);
+    assert_eq!(h.api.contacts().len(), 1);
+});
+
+e2e!(
+    malformed_messages_get_errors_and_the_worker_goes_on,
+    60,
+    |h| {
+        let tab = h.open_e2e().await;
+        tab.eval("await e2e.configure();").await;
+        let r = tab
+        .eval(
+            r#"
+            const from = e2e.raw.length;
+            const worker = navigator.serviceWorker.controller;
+            const isError = (m) => m && m.type === 'error';
+            worker.postMessage({ not: 'a string' });
+            const notString = await e2e.waitFor(isError, 5000, from);
+            const second = e2e.raw.length;
+            worker.postMessage('{this is not json');
+            const notJson = await e2e.waitFor(isError, 5000, second);
+            const third = e2e.raw.length;
+            worker.postMessage(JSON.stringify({ requestId: 'u1', type: 'launchRockets' }));
+            const unknown = await e2e.waitFor((m) => isError(m) && m.requestId === 'u1', 5000, third);
+            const fourth = e2e.raw.length;
+            worker.postMessage(JSON.stringify({ requestId: 'u2', type: 'enqueue', job: { lane: 'urgent' } }));
+            const badField = await e2e.waitFor((m) => isError(m) && m.requestId === 'u2', 5000, fourth);
+
+            const job = await sluice.enqueue({ url: '/api/contacts', kind: 'create', body: { name: 'Grace' } });
+            const outcome = await job.done;
+            return { notString, notJson, unknown, badField, status: outcome.status };
+            "#,
+        )
+        .await;
+        assert_eq!(r["notString"]["error"]["code"], "malformed", "{r}");
+        assert_eq!(r["notString"]["requestId"], Value::Null, "{r}");
+        assert_eq!(r["notJson"]["error"]["code"], "malformed", "{r}");
+        assert_eq!(r["unknown"]["error"]["code"], "unknown-type", "{r}");
+        assert_eq!(r["unknown"]["error"]["found"], "launchRockets", "{r}");
+        assert_eq!(r["badField"]["error"]["code"], "malformed", "{r}");
+        assert_eq!(r["status"], 201, "{r}");
+    }
+);
+
+e2e!(client_errors_carry_codes_and_messages, 60, |h| {
+    let tab = h.open_e2e().await;
+    tab.eval("await e2e.configure();").await;
+    let r = tab
+        .eval(
+            r#"
+            const grab = async (p) => { try { await p; return null; } catch (e) { return { code: e.code, message: e.message }; } };
+            return {
+              noUrl: await grab(sluice.enqueue({ method: 'POST' })),
+              typo: await grab(sluice.enqueue({ url: '/api/x', metod: 'POST' })),
+              getWithBody: await grab(sluice.enqueue({ url: '/api/x', method: 'GET', body: 'x' })),
+              unknownBudget: await grab(sluice.enqueue({ url: '/api/x', budget: 'nope' })),
+              notFound: await grab(sluice.retry('no-such-job')),
+            };
+            "#,
+        )
+        .await;
+    assert_eq!(r["noUrl"]["code"], "invalid-job", "{r}");
+    assert_eq!(r["typo"]["code"], "invalid-job", "{r}");
+    assert!(
+        r["typo"]["message"]
+            .as_str()
+            .unwrap_or("")
+            .contains("metod"),
+        "{r}"
+    );
+    assert_eq!(r["getWithBody"]["code"], "invalid-job", "{r}");
+    assert_eq!(r["unknownBudget"]["code"], "unknown-budget", "{r}");
+    assert!(
+        r["unknownBudget"]["message"]
+            .as_str()
+            .unwrap_or("")
+            .contains("api"),
+        "{r}"
+    );
+    assert_eq!(r["notFound"]["code"], "not-found", "{r}");
+});

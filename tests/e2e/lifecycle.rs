@@ -1,0 +1,276 @@
+//! The worker's life outside the happy path: restarts, offline, Background Sync, several
+//! tabs, reloads, and the client keeping the worker awake.
+
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::e2e;
+
+/// Enqueues `n` creates as group `group` and keeps a `done` promise per job in
+/// `window.dones[group]` (resolving to 'done' or the rejection's code).
+fn enqueue_group_js(n: usize, group: &str) -> String {
+    format!(
+        r#"
+        const jobs = Array.from({{ length: {n} }}, (_, i) => ({{
+          url: '/api/contacts', kind: 'create', body: {{ name: '{group} ' + i }},
+        }}));
+        const r = await sluice.enqueueMany(jobs, '{group}');
+        window.dones = window.dones || {{}};
+        window.dones['{group}'] = r.ids.map((id) => sluice.done(id).then(
+          (o) => 'done ' + o.status, (e) => e.code));
+        return r.ids;
+        "#
+    )
+}
+
+fn settle_group_js(group: &str) -> String {
+    format!("return await Promise.all(window.dones['{group}']);")
+}
+
+e2e!(a_stopped_worker_resumes_the_queue_from_storage, 90, |h| {
+    let tab = h.open_e2e_with("keepAliveMs=300").await;
+    // A job that was sending when the worker stopped has an unknown outcome: it is sent again
+    // (same key) once its attempt timed out, so the timeout bounds this test.
+    tab.eval(
+        "await e2e.configure({ budgets: [{ name: 'api', windows: [{ limit: 5, lengthMs: 1000 }], \
+         concurrency: 2, matchPrefixes: [location.origin + '/api/'] }], \
+         retry: { baseDelayMs: 50, maxDelayMs: 1000, timeoutMs: 2000 } });",
+    )
+    .await;
+    let ids: Vec<String> = tab.eval_as(&enqueue_group_js(15, "restart")).await;
+    assert_eq!(ids.len(), 15);
+    h.wait_until("3 contacts", Duration::from_secs(10), || {
+        h.api.contacts().len() >= 3
+    })
+    .await;
+    let starts = h.worker_starts();
+    h.stop_worker().await;
+
+    // The client's keep-alives wake the worker, which picks the queue up from IndexedDB. A job
+    // that ended just before the stop may have lost its broadcast: the client must notice from
+    // the next status, well before its 15 s "no news" fallback.
+    let settling = std::time::Instant::now();
+    let results: Vec<String> = tab.eval_as(&settle_group_js("restart")).await;
+    let took = settling.elapsed();
+    assert!(
+        took < Duration::from_secs(10),
+        "settling after the restart took {took:?}"
+    );
+    assert!(
+        results.iter().all(|r| r == "done 201" || r == "done 200"),
+        "{results:?}"
+    );
+    assert!(
+        h.worker_starts() > starts,
+        "the worker was not started again"
+    );
+    let stats = h.api.stats();
+    assert_eq!(stats.contacts, 15, "{stats:?}");
+    assert_eq!(stats.duplicate_creates, 0, "{stats:?}");
+    assert_eq!(stats.creates_without_key, 0, "{stats:?}");
+});
+
+e2e!(
+    an_offline_worker_holds_jobs_until_the_network_returns,
+    90,
+    |h| {
+        let tab = h.open_e2e().await;
+        tab.eval("await e2e.configure();").await;
+        h.set_worker_offline(true).await;
+        tab.eval(
+        r#"
+        const job = await sluice.enqueue({ url: '/api/contacts', kind: 'create', body: { name: 'Offline' } });
+        window.offlineDone = job.done.then((o) => o.status, (e) => 'failed: ' + e.message);
+        "#,
+    )
+    .await;
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        assert_eq!(
+            h.api.total(),
+            0,
+            "nothing may reach the server while offline"
+        );
+        let status = tab.eval("return await sluice.snapshot();").await;
+        assert_eq!(status["counts"]["done"], 0, "{status}");
+        assert_eq!(
+            status["counts"]["failed"], 0,
+            "an offline job must wait, not fail: {status}"
+        );
+        assert_eq!(status["offline"], true, "{status}");
+
+        h.set_worker_offline(false).await;
+        // Going online fires the sync the worker registered; fire one ourselves as well.
+        h.dispatch_sync("sluice", false).await;
+        let outcome = tab.eval("return await window.offlineDone;").await;
+        assert_eq!(outcome, 201, "{outcome}");
+        assert_eq!(h.api.contacts().len(), 1);
+    }
+);
+
+e2e!(a_sync_event_with_nothing_to_do_is_harmless, 60, |h| {
+    let tab = h.open_e2e().await;
+    tab.eval("await e2e.configure();").await;
+    h.dispatch_sync("sluice", false).await;
+    h.dispatch_sync("sluice", true).await;
+    let r = tab
+        .eval(
+            "const job = await sluice.enqueue({ url: '/api/ping', method: 'POST', body: 'x' }); \
+             return (await job.done).status;",
+        )
+        .await;
+    assert_eq!(r, 200);
+});
+
+e2e!(a_second_tab_sees_the_queue_and_can_cancel_it, 90, |h| {
+    let a = h.open_e2e().await;
+    a.eval(
+        "await e2e.configure({ budgets: [{ name: 'api', windows: [{ limit: 2, lengthMs: 1000 }], \
+         concurrency: 1, matchPrefixes: [location.origin + '/api/'] }] });",
+    )
+    .await;
+    let b = h.open_e2e().await;
+    let ids: Vec<String> = a.eval_as(&enqueue_group_js(8, "g")).await;
+    let cancelled: Vec<String> = b.eval_as("return await sluice.cancel('g');").await;
+    assert!(!cancelled.is_empty(), "nothing was left to cancel");
+    assert!(
+        cancelled.iter().all(|id| ids.contains(id)),
+        "{cancelled:?} vs {ids:?}"
+    );
+
+    let results: Vec<String> = a.eval_as(&settle_group_js("g")).await;
+    let n_cancelled = results.iter().filter(|r| *r == "cancelled").count();
+    let n_done = results.iter().filter(|r| r.starts_with("done")).count();
+    assert_eq!(n_cancelled, cancelled.len(), "{results:?}");
+    assert_eq!(n_done + n_cancelled, 8, "{results:?}");
+    assert_eq!(
+        h.api.contacts().len(),
+        n_done,
+        "cancelled jobs must not be sent"
+    );
+
+    // Tab B heard about tab A's jobs.
+    let seen: Vec<Value> = b
+        .eval_as(
+            "return e2e.broadcasts.filter((m) => m.type === 'jobs')\
+             .flatMap((m) => m.updates).filter((u) => u.groupId === 'g');",
+        )
+        .await;
+    assert!(
+        seen.iter().any(|u| u["state"] == "cancelled"),
+        "tab B saw no cancellations: {seen:?}"
+    );
+    a.screenshot("tab-a").await;
+    b.close().await;
+});
+
+e2e!(a_reload_finds_the_queue_and_its_outcomes, 90, |h| {
+    let tab = h.open_e2e().await;
+    tab.eval(
+        "await e2e.configure({ budgets: [{ name: 'api', windows: [{ limit: 3, lengthMs: 1000 }], \
+         concurrency: 1, matchPrefixes: [location.origin + '/api/'] }] });",
+    )
+    .await;
+    let ids: Vec<String> = tab.eval_as(&enqueue_group_js(6, "r")).await;
+    tab.reload().await;
+    tab.wait_ready().await;
+    let listed: Vec<String> = tab
+        .eval_as("return (await sluice.jobs('r')).map((j) => j.id);")
+        .await;
+    let mut sorted = listed.clone();
+    sorted.sort();
+    let mut want = ids.clone();
+    want.sort();
+    assert_eq!(sorted, want, "jobs('r') after reload");
+    let ids_json = serde_json::to_string(&ids).unwrap();
+    let statuses: Vec<u16> = tab
+        .eval_as(&format!(
+            "return await Promise.all({ids_json}.map(async (id) => (await sluice.done(id)).status));"
+        ))
+        .await;
+    assert!(statuses.iter().all(|s| *s == 201), "{statuses:?}");
+    assert_eq!(h.api.contacts().len(), 6);
+});
+
+e2e!(
+    the_client_keeps_the_worker_awake_only_while_work_is_pending,
+    90,
+    |h| {
+        let tab = h.open_e2e_with("keepAliveMs=250").await;
+        tab.eval(
+        r#"
+        window.sent = [];
+        const post = ServiceWorker.prototype.postMessage;
+        ServiceWorker.prototype.postMessage = function (message, ...rest) {
+          try { window.sent.push(JSON.parse(message).type); } catch (_) { window.sent.push(typeof message); }
+          return post.call(this, message, ...rest);
+        };
+        await e2e.configure({ budgets: [{ name: 'api', windows: [{ limit: 4, lengthMs: 1000 }],
+          concurrency: 1, matchPrefixes: [location.origin + '/api/'] }] });
+        "#,
+    )
+    .await;
+        let results: Vec<String> = {
+            tab.eval(&enqueue_group_js(8, "k")).await;
+            tab.eval_as(&settle_group_js("k")).await
+        };
+        assert!(results.iter().all(|r| r.starts_with("done")), "{results:?}");
+        let count = r#"return window.sent.filter((t) => t === 'keepAlive').length;"#;
+        let during: u64 = tab.eval_as(count).await;
+        assert!(
+            during >= 3,
+            "only {during} keep-alives while ~2 s of work was pending"
+        );
+        // Idle now: at most a last one in flight, then silence.
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        let settled: u64 = tab.eval_as(count).await;
+        tokio::time::sleep(Duration::from_millis(1000)).await;
+        let later: u64 = tab.eval_as(count).await;
+        assert_eq!(
+            settled, later,
+            "keep-alives went on after the queue was empty"
+        );
+    }
+);
+
+e2e!(
+    /// Also a regression test for the worker: started while offline, it must still load its
+    /// wasm, and a failed start must not leave it broken once the network is back.
+    #[ignore = "worker bug: a cold start offline cannot fetch /pkg/sluice_sw_bg.wasm and the \
+                instance stays broken after the network returns (sw.js caches no wasm, `ready` \
+                never retries)"]
+    a_worker_restarted_while_offline_stays_offline,
+    60,
+    |h| {
+        let tab = h.open_e2e_with("keepAliveMs=300").await;
+        tab.eval("await e2e.configure();").await;
+        h.set_worker_offline(true).await;
+        tab.eval(
+            r#"
+            const job = await sluice.enqueue({ url: '/api/contacts', kind: 'create', body: { name: 'Restarted' } });
+            window.restartedDone = job.done.then((o) => o.status, (e) => 'failed: ' + e.message);
+            "#,
+        )
+        .await;
+        let starts = h.worker_starts();
+        h.stop_worker().await;
+        // Keep-alives wake it again; the harness must take the new instance offline before it runs.
+        h.wait_until(
+            "the worker to start again",
+            std::time::Duration::from_secs(10),
+            || h.worker_starts() > starts && h.worker_running(),
+        )
+        .await;
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        assert_eq!(
+            h.api.total(),
+            0,
+            "a restarted worker reached the server while offline"
+        );
+
+        h.set_worker_offline(false).await;
+        let outcome = tab.eval("return await window.restartedDone;").await;
+        assert_eq!(outcome, 201, "{outcome}");
+        assert_eq!(h.api.stats().duplicate_creates, 0);
+    }
+);
