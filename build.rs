@@ -184,7 +184,12 @@ fn bindgen(wasm: &Path, pkg_dir: &Path, flavour: Flavour) -> Result<(), BoxError
     b.input_path(wasm);
     match flavour {
         Flavour::ClassicWorker => b.no_modules(true)?.typescript(false),
-        Flavour::EsModule => b.web(true)?.typescript(true),
+        // As a library, the CLI support omits the default `new URL('…_bg.wasm',
+        // import.meta.url)`; pages expect a bare `await init()` to find the wasm beside the JS.
+        Flavour::EsModule => b
+            .web(true)?
+            .typescript(true)
+            .omit_default_module_path(false),
     };
     b.remove_name_section(true)
         .remove_producers_section(true)

@@ -2,7 +2,7 @@
 //
 // A classic worker (importScripts works in every browser; module workers do not yet).
 // Listeners must be added synchronously while this script first runs, but wasm starts
-// asynchronously: `ready` is started here and every listener waits on it inside its event.
+// asynchronously: the first event starts it (`whenReady`) and every listener waits on it.
 //
 // Configuration. The engine part (budgets, retry, aging, retentionMs, maxBodyBytes) can be
 // replaced at run time by a page (`configure` request); that is saved in IndexedDB and wins
@@ -29,29 +29,62 @@ self.SLUICE_CONFIG = {
 
 importScripts('/pkg/sluice_sw.js');
 
+// The wasm is kept in Cache Storage: the browser caches the scripts a worker imports with
+// its registration, but not what they fetch, so a worker woken while offline could not start.
+// Install stores the wasm that matches the glue it imported; later starts read it from there.
+const WASM_URL = '/pkg/sluice_sw_bg.wasm';
+const WASM_CACHE = 'sluice-wasm';
+
+async function storeWasm() {
+  const response = await fetch(WASM_URL, { cache: 'no-cache' });
+  if (!response.ok) throw new Error(`cannot load ${WASM_URL}: HTTP ${response.status}`);
+  const cache = await caches.open(WASM_CACHE);
+  await cache.put(WASM_URL, response.clone());
+  return response;
+}
+
+async function cachedWasm() {
+  const cache = await caches.open(WASM_CACHE);
+  return (await cache.match(WASM_URL)) || storeWasm();
+}
+
 let started = false;
-const ready = wasm_bindgen({ module_or_path: '/pkg/sluice_sw_bg.wasm' }).then(() => {
-  wasm_bindgen.start(self.SLUICE_CONFIG);
-  started = true;
-});
+let ready = null;
+// Starts the wasm once; a failed start (e.g. offline before anything was cached) is tried
+// again by the next event instead of leaving this worker broken for good.
+function whenReady(fromNetwork) {
+  if (!ready) {
+    ready = (fromNetwork ? storeWasm() : cachedWasm())
+      .then((response) => wasm_bindgen({ module_or_path: response }))
+      .then(() => {
+        wasm_bindgen.start(self.SLUICE_CONFIG);
+        started = true;
+      })
+      .catch((error) => {
+        ready = null;
+        throw error;
+      });
+  }
+  return ready;
+}
 
 // A broken build must never replace a working worker: install fails if the wasm does not load.
 self.addEventListener('install', (event) => {
-  event.waitUntil(ready.then(() => wasm_bindgen.on_install(event)));
+  event.waitUntil(whenReady(true).then(() => wasm_bindgen.on_install(event)));
 });
 
 self.addEventListener('activate', (event) => {
-  event.waitUntil(ready.then(() => wasm_bindgen.on_activate(event)));
+  event.waitUntil(whenReady().then(() => wasm_bindgen.on_activate(event)));
 });
 
 // Replies and broadcasts are sent from inside; the promise resolves when the queue is idle
 // (at the latest after 90 s), keeping the worker alive while it works.
 self.addEventListener('message', (event) => {
-  event.waitUntil(ready.then(() => wasm_bindgen.on_message(event)));
+  event.waitUntil(whenReady().then(() => wasm_bindgen.on_message(event)));
 });
 
 self.addEventListener('sync', (event) => {
-  event.waitUntil(ready.then(() => wasm_bindgen.on_sync(event)));
+  event.waitUntil(whenReady().then(() => wasm_bindgen.on_sync(event)));
 });
 
 // Whether to intercept must be decided synchronously. Once the wasm runs, Rust decides
@@ -79,7 +112,7 @@ self.addEventListener('fetch', (event) => {
   if (request.mode === 'navigate') return;
   const candidate = started ? wasm_bindgen.should_intercept(request) : mightIntercept(request);
   if (!candidate) return; // not ours: the browser handles it untouched
-  const response = ready.then(() =>
+  const response = whenReady().then(() =>
     wasm_bindgen.should_intercept(request) ? wasm_bindgen.on_fetch(event) : fetch(request));
   event.respondWith(response);
   event.waitUntil(response.then(() => wasm_bindgen.settled(), () => undefined));

@@ -236,9 +236,6 @@ e2e!(
 e2e!(
     /// Also a regression test for the worker: started while offline, it must still load its
     /// wasm, and a failed start must not leave it broken once the network is back.
-    #[ignore = "worker bug: a cold start offline cannot fetch /pkg/sluice_sw_bg.wasm and the \
-                instance stays broken after the network returns (sw.js caches no wasm, `ready` \
-                never retries)"]
     a_worker_restarted_while_offline_stays_offline,
     60,
     |h| {
