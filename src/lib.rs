@@ -5,8 +5,12 @@
 //! - [`assets`]: the wasm bundles and `www/` files embedded at build time.
 //! - [`server`]: the whole same-origin site (static files, `/pkg/`, API) as one router.
 //! - [`simulate`]: the engine against the simulated strict server (`sluice simulate`).
+//! - [`browser`]: headless Chromium driven over CDP against this server (tests and bench).
+//! - [`bench`]: the real worker in headless Chromium against the strict API (`sluice bench`).
 
 pub mod api;
 pub mod assets;
+pub mod bench;
+pub mod browser;
 pub mod server;
 pub mod simulate;

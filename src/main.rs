@@ -1,4 +1,4 @@
-//! `sluice`: demo server (and, later, simulator and benchmark).
+//! `sluice`: demo server, simulator and benchmark.
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
@@ -29,6 +29,48 @@ enum Command {
     Serve(ServeArgs),
     /// Run the engine against a simulated strict server on a fake clock; prints a JSON report.
     Simulate(SimulateArgs),
+    /// Measure the real worker in headless Chromium against the strict API; prints a table
+    /// and writes JSON.
+    Bench(BenchArgs),
+}
+
+#[derive(Args, Clone)]
+struct BenchArgs {
+    /// A smaller run (fewer jobs) that takes well under a minute.
+    #[arg(long)]
+    quick: bool,
+    /// Where to write the JSON report.
+    #[arg(long, default_value = "target/bench.json")]
+    out: PathBuf,
+    /// The Chromium to run (default: SLUICE_CHROMIUM, else chromium on PATH).
+    #[arg(long)]
+    chromium: Option<PathBuf>,
+}
+
+async fn bench(args: BenchArgs) -> Result<(), MainError> {
+    use sluice::bench::{run, table, BenchOptions};
+    let options = BenchOptions {
+        quick: args.quick,
+        chromium: args.chromium,
+    };
+    let report = run(&options, &|line| eprintln!("sluice bench: {line}"))
+        .await
+        .map_err(MainError::Bench)?;
+    let json =
+        serde_json::to_string_pretty(&report).map_err(|e| MainError::Simulate(e.to_string()))?;
+    if let Some(dir) = args.out.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).map_err(|source| MainError::Write {
+            path: dir.to_path_buf(),
+            source,
+        })?;
+    }
+    std::fs::write(&args.out, json).map_err(|source| MainError::Write {
+        path: args.out.clone(),
+        source,
+    })?;
+    print!("{}", table(&report));
+    println!("\nJSON: {}", args.out.display());
+    Ok(())
 }
 
 #[derive(Args, Clone)]
@@ -216,6 +258,8 @@ enum MainError {
     Runtime(std::io::Error),
     #[error("simulation: {0}")]
     Simulate(String),
+    #[error("bench: {0}")]
+    Bench(sluice::browser::Error),
     #[error("cannot write {path}: {source}")]
     Write {
         path: PathBuf,
@@ -228,6 +272,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Some(Command::Serve(args)) => run(serve(args)),
         Some(Command::Simulate(args)) => simulate(args),
+        Some(Command::Bench(args)) => run(bench(args)),
         None => run(serve(cli.serve)),
     };
     match result {

@@ -69,6 +69,33 @@ pub struct BudgetState {
     pub others: f64,
 }
 
+crate::json_struct!(ServerView {
+    remaining: "remaining",
+    reset_at: "resetAt",
+    observed_start: "observedStart",
+});
+
+crate::json_struct!(BudgetCounters {
+    requests: "requests",
+    rate_limited: "rateLimited",
+    retries: "retries",
+});
+
+crate::json_struct!(BudgetState {
+    name: "name",
+    limiter: "limiter",
+    paused_until: "pausedUntil",
+    resume_at: "resumeAt",
+    pause_reason: "pauseReason",
+    server: "server",
+    retry_tokens: "retryTokens",
+    trouble: "trouble",
+    consecutive_rate_limits: "consecutiveRateLimits",
+    counters: "counters",
+    learned: "learned" = default,
+    others: "others" = default,
+});
+
 impl BudgetState {
     pub fn new(config: &BudgetConfig, retry: &RetryConfig) -> Result<Self, ConfigError> {
         Ok(Self {
@@ -417,4 +444,48 @@ fn limiter_for(config: &BudgetConfig) -> Result<Limiter, ConfigError> {
     let mut limiter = Limiter::new(config.algorithm, &config.windows, config.target_utilization)?;
     limiter.set_pacing(config.pacing);
     Ok(limiter)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::json::tests::{reads_like_serde, same_as_serde};
+
+    #[test]
+    fn json_form_matches_serde() {
+        let config = BudgetConfig {
+            name: "b".into(),
+            windows: vec![Window {
+                limit: 10,
+                length_ms: 1_000,
+            }],
+            ..BudgetConfig::default()
+        };
+        let retry = RetryConfig::default();
+        let mut state = BudgetState::new(&config, &retry).unwrap();
+        same_as_serde(&state);
+        let mut rng = Rng::seeded(1);
+        for i in 0..5 {
+            state.record_start(1_000 + i, i % 2 == 0, &retry);
+        }
+        state.pause(1_010, 2_000, "429".into(), &mut rng);
+        state.observe_rate_limited(1_004, None, 1_000);
+        state.server = Some(ServerView {
+            remaining: 0,
+            reset_at: 9,
+            observed_start: 8,
+        });
+        state.trouble = Some("t".into());
+        state.learned.push(Window {
+            limit: 5,
+            length_ms: 60_000,
+        });
+        same_as_serde(&state);
+        let mut old: serde_json::Value = serde_json::to_value(&state).unwrap();
+        let obj = old.as_object_mut().unwrap();
+        obj.remove("learned");
+        obj.remove("others");
+        reads_like_serde::<BudgetState>(&old.to_string());
+        reads_like_serde::<BudgetState>(r#"{"name":"b"}"#);
+    }
 }

@@ -156,6 +156,51 @@ impl Default for EngineConfig {
     }
 }
 
+crate::json_struct!(Window {
+    limit: "limit",
+    length_ms: "lengthMs",
+});
+
+crate::json_enum!(Algorithm {
+    SlidingLog = "sliding-log",
+    TokenBucket = "token-bucket",
+    Gcra = "gcra",
+    FixedWindow = "fixed-window",
+});
+
+crate::json_struct!(BudgetConfig [default] {
+    name: "name",
+    windows: "windows",
+    concurrency: "concurrency",
+    algorithm: "algorithm",
+    match_prefixes: "matchPrefixes",
+    target_utilization: "targetUtilization",
+    pacing: "pacing",
+});
+
+crate::json_struct!(RetryConfig [default] {
+    max_attempts: "maxAttempts",
+    base_delay_ms: "baseDelayMs",
+    max_delay_ms: "maxDelayMs",
+    retry_ratio: "retryRatio",
+    retry_reserve: "retryReserve",
+    default_pause_ms: "defaultPauseMs",
+    timeout_ms: "timeoutMs",
+});
+
+crate::json_struct!(AgingConfig [default] {
+    bulk_ms: "bulkMs",
+    background_ms: "backgroundMs",
+});
+
+crate::json_struct!(EngineConfig [default] {
+    budgets: "budgets",
+    retry: "retry",
+    aging: "aging",
+    retention_ms: "retentionMs",
+    max_body_bytes: "maxBodyBytes",
+});
+
 /// A configuration that cannot work, with what to change.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ConfigError(pub String);
@@ -197,7 +242,8 @@ impl BudgetConfig {
         if !(self.target_utilization > 0.0 && self.target_utilization <= 1.0) {
             return err(format!(
                 "budget '{}': targetUtilization must be in (0, 1], got {}",
-                self.name, self.target_utilization
+                self.name,
+                crate::json::display_f64(self.target_utilization)
             ));
         }
         Ok(())
@@ -206,10 +252,12 @@ impl BudgetConfig {
 
 impl EngineConfig {
     pub fn validate(&self) -> Result<(), ConfigError> {
-        let mut names = std::collections::HashSet::new();
-        for b in &self.budgets {
+        for (i, b) in self.budgets.iter().enumerate() {
             b.validate()?;
-            if !names.insert(b.name.as_str()) {
+            if self.budgets[..i]
+                .iter()
+                .any(|earlier| earlier.name == b.name)
+            {
                 return Err(ConfigError(format!("budget '{}' is defined twice", b.name)));
             }
         }
@@ -233,5 +281,44 @@ impl EngineConfig {
             })
             .max_by_key(|(len, _)| *len)
             .map(|(_, b)| b)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::json::tests::{reads_like_serde, same_as_serde};
+
+    #[test]
+    fn json_forms_match_serde() {
+        let mut c = EngineConfig::default();
+        same_as_serde(&c);
+        c.budgets.push(BudgetConfig {
+            name: "b".into(),
+            windows: vec![Window {
+                limit: 10,
+                length_ms: 1_000,
+            }],
+            algorithm: Algorithm::Gcra,
+            match_prefixes: vec!["/api/".into()],
+            target_utilization: 0.9,
+            ..BudgetConfig::default()
+        });
+        c.retry.retry_ratio = 0.25;
+        same_as_serde(&c);
+        for text in [
+            r#"{}"#,
+            r#"{"retentionMs":7,"retry":{"maxAttempts":5},"aging":{}}"#,
+            r#"{"budgets":[{"name":"a","windows":[{"limit":1,"lengthMs":10}],"algorithm":"token-bucket","targetUtilization":1}]}"#,
+            r#"{"budgets":[{"windows":[{"limit":1}]}]}"#,
+            r#"{"budgets":[{"algorithm":"leaky"}]}"#,
+            r#"{"retentionMs":"x"}"#,
+            r#"{"retentionMs":-1}"#,
+            r#"{"maxBodyBytes":1.5}"#,
+            r#"{"budgets":5}"#,
+            r#"{"retry":{"retryRatio":1}}"#,
+        ] {
+            reads_like_serde::<EngineConfig>(text);
+        }
     }
 }

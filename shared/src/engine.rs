@@ -16,7 +16,7 @@
 //!    Budgets are independent: a pause on one never holds up another.
 
 use std::collections::hash_map::DefaultHasher;
-use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::hash::{Hash, Hasher};
 
 use serde::{Deserialize, Serialize};
@@ -113,8 +113,8 @@ struct Budget {
     config: BudgetConfig,
     state: BudgetState,
     ready: [BTreeSet<ReadyKey>; 3],
-    /// Job id -> start time of the attempt in flight.
-    in_flight: HashMap<JobId, Millis>,
+    /// Job id and start time of each attempt in flight (at most `concurrency`: a list).
+    in_flight: Vec<(JobId, Millis)>,
     /// Smoothed response time, for the ETA when concurrency rather than the limit binds.
     latency_ms: Option<f64>,
 }
@@ -125,11 +125,93 @@ impl Budget {
     }
 }
 
+/// Budgets by name, in name order. A sorted vector: there are a handful, and a `BTreeMap`
+/// of them cost the wasm a B-tree of its own.
+#[derive(Default)]
+struct Budgets(Vec<(String, Budget)>);
+
+impl Budgets {
+    fn position(&self, name: &str) -> Result<usize, usize> {
+        self.0.binary_search_by(|(n, _)| n.as_str().cmp(name))
+    }
+
+    fn get(&self, name: &str) -> Option<&Budget> {
+        self.position(name).ok().map(|i| &self.0[i].1)
+    }
+
+    fn get_mut(&mut self, name: &str) -> Option<&mut Budget> {
+        self.position(name).ok().map(|i| &mut self.0[i].1)
+    }
+
+    fn contains_key(&self, name: &str) -> bool {
+        self.position(name).is_ok()
+    }
+
+    fn insert(&mut self, name: String, budget: Budget) {
+        match self.position(&name) {
+            Ok(i) => self.0[i].1 = budget,
+            Err(i) => self.0.insert(i, (name, budget)),
+        }
+    }
+
+    fn remove(&mut self, name: &str) -> Option<Budget> {
+        self.position(name).ok().map(|i| self.0.remove(i).1)
+    }
+
+    fn iter(&self) -> impl Iterator<Item = (&String, &Budget)> {
+        self.0.iter().map(|(n, b)| (n, b))
+    }
+
+    fn keys(&self) -> impl Iterator<Item = &String> {
+        self.0.iter().map(|(n, _)| n)
+    }
+
+    fn values(&self) -> impl Iterator<Item = &Budget> {
+        self.0.iter().map(|(_, b)| b)
+    }
+
+    fn values_mut(&mut self) -> impl Iterator<Item = &mut Budget> {
+        self.0.iter_mut().map(|(_, b)| b)
+    }
+}
+
+/// Ids in id order. Entries are shaped like the ready keys, `(0, 0, id)`, so that one B-tree
+/// in the wasm serves both.
+#[derive(Default)]
+struct IdSet(BTreeSet<(Millis, u64, String)>);
+
+impl IdSet {
+    fn insert(&mut self, id: String) {
+        self.0.insert((0, 0, id));
+    }
+
+    fn remove(&mut self, id: &str) {
+        self.0.remove(&(0, 0, id.to_string()));
+    }
+
+    /// Empties the set, in id order.
+    fn take(&mut self) -> Vec<String> {
+        let mut ids = Vec::with_capacity(self.0.len());
+        while let Some((_, _, id)) = self.0.pop_first() {
+            ids.push(id);
+        }
+        ids
+    }
+}
+
+/// Adds one to `key`'s count, keeping `counts` in key order.
+fn count_in<K: Ord + Clone>(counts: &mut Vec<(K, u64)>, key: &K) {
+    match counts.binary_search_by(|(k, _)| k.cmp(key)) {
+        Ok(i) => counts[i].1 += 1,
+        Err(i) => counts.insert(i, (key.clone(), 1)),
+    }
+}
+
 pub struct Engine {
     config: EngineConfig,
     rng: Rng,
     jobs: HashMap<JobId, Job>,
-    budgets: BTreeMap<String, Budget>,
+    budgets: Budgets,
     placed: HashMap<JobId, Placement>,
     delayed: BTreeSet<(Millis, u64, JobId)>,
     /// Unfinished jobs per ordering key, in enqueue order.
@@ -137,13 +219,15 @@ pub struct Engine {
     /// Waiting idempotent jobs by a hash of what they send, to fold identical ones.
     identical: HashMap<u64, Vec<JobId>>,
     /// Done and cancelled jobs by finish time, to forget them after the retention time.
-    expiring: BTreeSet<(Millis, JobId)>,
+    /// (finish time, 0, id): shaped like the ready keys so that both share one B-tree in the
+    /// wasm.
+    expiring: BTreeSet<(Millis, u64, JobId)>,
     next_seq: u64,
     offline_until: Option<Millis>,
     offline_streak: u32,
-    changed_jobs: BTreeSet<JobId>,
-    removed_jobs: BTreeSet<JobId>,
-    changed_budgets: BTreeSet<String>,
+    changed_jobs: IdSet,
+    removed_jobs: IdSet,
+    changed_budgets: IdSet,
     waits: [VecDeque<DurationMs>; 3],
     finished_jobs: u64,
     finished_attempts: u64,
@@ -154,7 +238,7 @@ impl Engine {
     /// in the browser and from a fixed number in tests.
     pub fn new(config: EngineConfig, rng: Rng) -> Result<Self, ConfigError> {
         config.validate()?;
-        let mut budgets = BTreeMap::new();
+        let mut budgets = Budgets::default();
         for b in &config.budgets {
             budgets.insert(b.name.clone(), Self::fresh_budget(b, &config)?);
         }
@@ -171,9 +255,9 @@ impl Engine {
             next_seq: 0,
             offline_until: None,
             offline_streak: 0,
-            changed_jobs: BTreeSet::new(),
-            removed_jobs: BTreeSet::new(),
-            changed_budgets: BTreeSet::new(),
+            changed_jobs: IdSet::default(),
+            removed_jobs: IdSet::default(),
+            changed_budgets: IdSet::default(),
             waits: Default::default(),
             finished_jobs: 0,
             finished_attempts: 0,
@@ -185,7 +269,7 @@ impl Engine {
             config: config.clone(),
             state: BudgetState::new(config, &engine.retry)?,
             ready: Default::default(),
-            in_flight: HashMap::new(),
+            in_flight: Vec::new(),
             latency_ms: None,
         })
     }
@@ -207,9 +291,9 @@ impl Engine {
                 b.state.reconfigure(&b.config, now)?;
             }
         }
-        let mut jobs = jobs;
-        jobs.sort_by_key(|j| j.seq);
-        for mut job in jobs {
+        let order = crate::job::sorted_order(jobs.iter().map(|j| j.seq));
+        let mut jobs: Vec<Option<Job>> = jobs.into_iter().map(Some).collect();
+        for mut job in order.into_iter().filter_map(|i| jobs[i].take()) {
             engine.next_seq = engine.next_seq.max(job.seq + 1);
             if job.state == JobState::Sending {
                 job.state = JobState::Queued;
@@ -240,7 +324,7 @@ impl Engine {
         }
         if matches!(job.state, JobState::Done | JobState::Cancelled) {
             self.expiring
-                .insert((job.finished_at.unwrap_or(job.enqueued_at), id.clone()));
+                .insert((job.finished_at.unwrap_or(job.enqueued_at), 0, id.clone()));
         }
         self.jobs.insert(id, job);
     }
@@ -264,7 +348,7 @@ impl Engine {
                 )));
             }
         }
-        let mut budgets = BTreeMap::new();
+        let mut budgets = Budgets::default();
         for b in &config.budgets {
             let budget = match self.budgets.remove(&b.name) {
                 Some(mut old) => {
@@ -316,13 +400,13 @@ impl Engine {
                 }
             }
         }
-        let mut per_budget: BTreeMap<String, u64> = BTreeMap::new();
+        let mut per_budget: Vec<(String, u64)> = Vec::new();
         let mut results = Vec::with_capacity(total);
         for (mut spec, budget, method) in checked {
             if group_id.is_some() {
                 spec.group_id = group_id.clone();
             }
-            *per_budget.entry(budget.clone()).or_default() += 1;
+            count_in(&mut per_budget, &budget);
             results.push(self.enqueue_valid(spec, budget, method, now));
         }
         let warning = per_budget
@@ -678,12 +762,12 @@ impl Engine {
             self.expiring.remove(&first);
             if self
                 .jobs
-                .get(&first.1)
+                .get(&first.2)
                 .is_some_and(|j| matches!(j.state, JobState::Done | JobState::Cancelled))
             {
-                self.jobs.remove(&first.1);
-                self.changed_jobs.remove(&first.1);
-                self.removed_jobs.insert(first.1);
+                self.jobs.remove(&first.2);
+                self.changed_jobs.remove(&first.2);
+                self.removed_jobs.insert(first.2);
             }
         }
     }
@@ -708,7 +792,7 @@ impl Engine {
         self.offline_until = None;
         self.promote_due(now);
         let mut best: Option<((i64, Millis, u64), String, JobId)> = None;
-        for (name, b) in &self.budgets {
+        for (name, b) in self.budgets.iter() {
             if !b.has_ready() {
                 continue;
             }
@@ -757,7 +841,7 @@ impl Engine {
         };
         let b = self.budgets.get_mut(&budget_name)?;
         b.state.record_start(now, is_retry, &retry_config);
-        b.in_flight.insert(id.clone(), now);
+        b.in_flight.push((id.clone(), now));
         self.changed_jobs.insert(id);
         self.changed_budgets.insert(budget_name);
         Some(transmit)
@@ -796,7 +880,7 @@ impl Engine {
         let signal = read_signal(response.status, &response.headers, now);
         if let Some(b) = self.budgets.get_mut(&budget_name) {
             if let Some(quota) = &signal.quota {
-                let later = b.in_flight.values().filter(|&&s| s > started).count() as u64;
+                let later = b.in_flight.iter().filter(|(_, s)| *s > started).count() as u64;
                 b.state.apply_quota(quota, started, later, now);
             }
         }
@@ -914,7 +998,8 @@ impl Engine {
         }
         let budget_name = job.budget.clone();
         let b = self.budgets.get_mut(&budget_name)?;
-        let started = b.in_flight.remove(id)?;
+        let at = b.in_flight.iter().position(|(j, _)| j == id)?;
+        let (_, started) = b.in_flight.swap_remove(at);
         let sample = now.saturating_sub(started) as f64;
         b.latency_ms = Some(match b.latency_ms {
             Some(avg) => avg * 0.8 + sample * 0.2,
@@ -988,7 +1073,7 @@ impl Engine {
             self.finished_attempts += job.attempts as u64;
         }
         if matches!(state, JobState::Done | JobState::Cancelled) {
-            self.expiring.insert((now, id.clone()));
+            self.expiring.insert((now, 0, id.clone()));
         }
         let key = job.key.clone();
         self.changed_jobs.insert(id.clone());
@@ -1027,7 +1112,7 @@ impl Engine {
             if ids.is_empty() {
                 return Err(ProtocolError::NotFound { id: target.into() });
             }
-            ids.sort_by_key(|j| j.seq);
+            crate::job::sort_by_seq(&mut ids);
             ids.into_iter().map(|j| j.id.clone()).collect()
         };
         if ids.len() == 1 && ids[0] == target {
@@ -1102,12 +1187,16 @@ impl Engine {
 
     /// Everything that changed since the last call, to save (then broadcast).
     pub fn take_changes(&mut self) -> Changes {
-        let jobs = std::mem::take(&mut self.changed_jobs)
+        let jobs = self
+            .changed_jobs
+            .take()
             .into_iter()
             .filter_map(|id| self.jobs.get(&id).cloned())
             .collect();
-        let removed = std::mem::take(&mut self.removed_jobs).into_iter().collect();
-        let budgets = std::mem::take(&mut self.changed_budgets)
+        let removed = self.removed_jobs.take();
+        let budgets = self
+            .changed_budgets
+            .take()
             .into_iter()
             .filter_map(|name| self.budgets.get(&name).map(|b| b.state.clone()))
             .collect();
@@ -1137,10 +1226,32 @@ impl Engine {
     /// A status snapshot for every tab.
     pub fn snapshot(&self, now: Millis) -> Status {
         let mut counts = StateCounts::default();
-        let mut pending_per_budget: HashMap<&str, u64> = HashMap::new();
-        let mut groups: BTreeMap<&str, GroupStatus> = BTreeMap::new();
+        let mut pending_per_budget: Vec<(&str, u64)> = Vec::new();
+        // Groups in id order, found by binary search: a map keyed by id would be one more
+        // B-tree in the wasm.
+        let mut group_ids = IdSet::default();
+        let mut last: Option<&str> = None;
+        for g in self.jobs.values().filter_map(|j| j.group_id.as_deref()) {
+            if last != Some(g) {
+                group_ids.insert(g.to_string());
+                last = Some(g);
+            }
+        }
+        let mut groups: Vec<GroupStatus> = group_ids
+            .take()
+            .into_iter()
+            .map(|id| GroupStatus {
+                id,
+                total: 0,
+                done: 0,
+                failed: 0,
+                cancelled: 0,
+                pending: 0,
+                warning: None,
+            })
+            .collect();
         let mut waiting_per_lane = [0u64; 3];
-        let mut orphans: BTreeMap<&str, u64> = BTreeMap::new();
+        let mut orphans: Vec<(&str, u64)> = Vec::new();
         for job in self.jobs.values() {
             match job.state {
                 JobState::Queued => counts.queued += 1,
@@ -1155,24 +1266,20 @@ impl Engine {
                 JobState::Queued | JobState::Sending | JobState::RetryWait
             );
             if pending {
-                *pending_per_budget.entry(job.budget.as_str()).or_default() += 1;
+                count_in(&mut pending_per_budget, &job.budget.as_str());
                 if !self.budgets.contains_key(&job.budget) {
-                    *orphans.entry(job.budget.as_str()).or_default() += 1;
+                    count_in(&mut orphans, &job.budget.as_str());
                 }
             }
             if job.state.is_waiting() {
                 waiting_per_lane[job.lane.index()] += 1;
             }
-            if let Some(g) = &job.group_id {
-                let entry = groups.entry(g.as_str()).or_insert_with(|| GroupStatus {
-                    id: g.clone(),
-                    total: 0,
-                    done: 0,
-                    failed: 0,
-                    cancelled: 0,
-                    pending: 0,
-                    warning: None,
-                });
+            let group = job
+                .group_id
+                .as_deref()
+                .and_then(|g| groups.binary_search_by(|s| s.id.as_str().cmp(g)).ok());
+            if let Some(i) = group {
+                let entry = &mut groups[i];
                 entry.total += 1;
                 match job.state {
                     JobState::Done => entry.done += 1,
@@ -1184,8 +1291,10 @@ impl Engine {
         }
         let mut budgets = Vec::new();
         let mut eta_all: Option<DurationMs> = None;
-        for (name, b) in &self.budgets {
-            let pending = pending_per_budget.get(name.as_str()).copied().unwrap_or(0);
+        for (name, b) in self.budgets.iter() {
+            let pending = pending_per_budget
+                .binary_search_by(|(n, _)| (*n).cmp(name.as_str()))
+                .map_or(0, |i| pending_per_budget[i].1);
             let blocked = b.state.blocked_until(now);
             let eta_ms = if b.state.trouble.is_some() {
                 None
@@ -1254,7 +1363,7 @@ impl Engine {
             })
             .collect();
         let groups: Vec<GroupStatus> = groups
-            .into_values()
+            .into_iter()
             .map(|mut g| {
                 if g.pending > 0 {
                     let budget = self
@@ -1321,15 +1430,12 @@ fn merge_bodies(earlier: Option<String>, later: Option<String>) -> Option<String
     let (Some(a), Some(b)) = (&earlier, &later) else {
         return later.or(earlier);
     };
-    match (
-        serde_json::from_str::<serde_json::Value>(a),
-        serde_json::from_str::<serde_json::Value>(b),
-    ) {
-        (Ok(serde_json::Value::Object(mut base)), Ok(serde_json::Value::Object(update))) => {
-            for (k, v) in update {
-                base.insert(k, v);
-            }
-            Some(serde_json::Value::Object(base).to_string())
+    use crate::json::{parse, to_string, Json};
+    match (parse(a), parse(b)) {
+        (Ok(Json::Obj(mut base)), Ok(Json::Obj(update))) => {
+            // Written as a `serde_json::Value` map writes it (sorted, last duplicate wins).
+            base.extend(update);
+            Some(to_string(&Json::Obj(base)))
         }
         _ => later,
     }
@@ -1337,13 +1443,11 @@ fn merge_bodies(earlier: Option<String>, later: Option<String>) -> Option<String
 
 /// The server's own words where it gave any (a JSON `message` or `error`, or the text), short.
 fn server_message(status: u16, body: &str) -> String {
-    let from_json = serde_json::from_str::<serde_json::Value>(body)
-        .ok()
-        .and_then(|v| {
-            ["message", "error", "detail", "title"]
-                .iter()
-                .find_map(|k| v.get(k).and_then(|m| m.as_str()).map(str::to_owned))
-        });
+    let from_json = crate::json::parse(body).ok().and_then(|v| {
+        ["message", "error", "detail", "title"]
+            .iter()
+            .find_map(|k| v.get(k).and_then(|m| m.as_str()).map(str::to_owned))
+    });
     let text = from_json.unwrap_or_else(|| body.trim().to_string());
     let short: String = text.chars().take(300).collect();
     if short.is_empty() {

@@ -272,6 +272,96 @@ impl Job {
     }
 }
 
+/// Positions of `keys` in ascending key order, equal keys in their given order.
+///
+/// Every sort in the worker goes through here: each distinct sort call site compiles to
+/// kilobytes of wasm of its own, this one sorts only `(u64, usize)` pairs.
+pub fn sorted_order(keys: impl Iterator<Item = u64>) -> Vec<usize> {
+    let mut pairs: Vec<(u64, usize)> = keys.enumerate().map(|(i, k)| (k, i)).collect();
+    sort_pairs(&mut pairs);
+    pairs.into_iter().map(|(_, i)| i).collect()
+}
+
+#[inline(never)]
+fn sort_pairs(pairs: &mut [(u64, usize)]) {
+    pairs.sort_unstable();
+}
+
+/// Sorts jobs into enqueue order (`seq`).
+pub fn sort_by_seq(jobs: &mut Vec<&Job>) {
+    let order = sorted_order(jobs.iter().map(|j| j.seq));
+    *jobs = order.into_iter().map(|i| jobs[i]).collect();
+}
+
+crate::json_enum!(Lane {
+    Interactive = "interactive",
+    Bulk = "bulk",
+    Background = "background",
+});
+
+crate::json_enum!(JobKind {
+    Create = "create",
+    Patch = "patch",
+    Delete = "delete",
+    Custom = "custom",
+});
+
+crate::json_enum!(JobState {
+    Queued = "queued",
+    Sending = "sending",
+    RetryWait = "retry-wait",
+    Done = "done",
+    Failed = "failed",
+    Cancelled = "cancelled",
+});
+
+crate::json_struct!(JobError {
+    status: "status",
+    message: "message",
+});
+
+crate::json_struct!(JobSpec [default] {
+    budget: "budget",
+    lane: "lane",
+    key: "key",
+    kind: "kind",
+    method: "method",
+    url: "url",
+    headers: "headers",
+    body: "body",
+    group_id: "groupId",
+});
+
+crate::json_struct!(JobOutcome {
+    status: "status",
+    headers: "headers",
+    body: "body",
+});
+
+crate::json_struct!(Job {
+    id: "id",
+    budget: "budget",
+    lane: "lane",
+    key: "key",
+    kind: "kind",
+    method: "method",
+    url: "url",
+    headers: "headers",
+    body: "body",
+    idempotency_key: "idempotencyKey",
+    state: "state",
+    attempts: "attempts",
+    not_before: "notBefore",
+    enqueued_at: "enqueuedAt",
+    coalesced: "coalesced",
+    group_id: "groupId",
+    last_error: "lastError",
+    outcome: "outcome" = default,
+    finished_at: "finishedAt" = default,
+    started_at: "startedAt" = default,
+    seq: "seq" = default,
+});
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -338,6 +428,58 @@ mod tests {
         let mut p = job(JobState::Queued);
         p.kind = JobKind::Patch;
         assert!(p.request_headers().is_empty());
+    }
+
+    #[test]
+    fn json_forms_match_serde() {
+        use crate::json::tests::{reads_like_serde, same_as_serde};
+        let mut j = job(JobState::RetryWait);
+        same_as_serde(&j);
+        j.key = Some("k\"1".into());
+        j.headers = vec![("a".into(), "b".into())];
+        j.body = Some("{\"x\":1}".into());
+        j.group_id = Some("g".into());
+        j.last_error = Some(JobError {
+            status: Some(503),
+            message: "down".into(),
+        });
+        j.outcome = Some(JobOutcome {
+            status: 200,
+            headers: vec![("x".into(), "y".into())],
+            body: "ok".into(),
+        });
+        j.finished_at = Some(5);
+        j.started_at = Some(u64::MAX);
+        j.seq = 7;
+        same_as_serde(&j);
+        for state in JobState::ALL {
+            same_as_serde(&state);
+        }
+        for lane in Lane::ALL {
+            same_as_serde(&lane);
+        }
+        same_as_serde(&JobSpec::default());
+        for text in [
+            r#"{}"#,
+            r#"{"url":"u","lane":"interactive","kind":"patch","headers":[["a","b"]]}"#,
+            r#"{"lane":"urgent"}"#,
+            r#"{"kind":5}"#,
+            r#"{"url":null}"#,
+            r#"{"key":null,"body":"b","groupId":"g","method":"post"}"#,
+            r#"{"url":"a","url":"b"}"#,
+            r#"{"headers":[["a"]]}"#,
+        ] {
+            reads_like_serde::<JobSpec>(text);
+        }
+        let text = serde_json::to_string(&j).unwrap();
+        let mut v: serde_json::Value = serde_json::from_str(&text).unwrap();
+        for f in ["outcome", "finishedAt", "startedAt", "seq"] {
+            v.as_object_mut().unwrap().remove(f);
+        }
+        reads_like_serde::<Job>(&v.to_string());
+        v.as_object_mut().unwrap().remove("id");
+        reads_like_serde::<Job>(&v.to_string());
+        reads_like_serde::<Job>(r#"{"id":"x"}"#);
     }
 
     #[test]

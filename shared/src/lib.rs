@@ -9,6 +9,7 @@
 pub mod config;
 pub mod headers;
 pub mod job;
+pub mod json;
 pub mod limiter;
 pub mod random;
 pub mod time;

@@ -104,6 +104,96 @@ pub struct Limiter {
     headroom: u32,
 }
 
+crate::json_struct!(Limiter {
+    algorithm: "algorithm",
+    windows: "windows",
+    target_utilization: "targetUtilization",
+    meters: "meters",
+    starts: "starts",
+    pacing_ms: "pacingMs" = default,
+    headroom: "headroom" = default,
+});
+
+crate::json_struct!(Meter {
+    limit: "limit",
+    length: "length",
+    state: "state",
+});
+
+impl crate::json::ToJson for State {
+    fn write_json(&self, out: &mut String) {
+        let (name, body): (&str, &dyn crate::json::ToJson) = match self {
+            State::Log(s) => ("{\"log\":", s),
+            State::Bucket(s) => ("{\"bucket\":", s),
+            State::Gcra(s) => ("{\"gcra\":", s),
+            State::Fixed(s) => ("{\"fixed\":", s),
+        };
+        out.push_str(name);
+        body.write_json(out);
+        out.push('}');
+    }
+}
+
+impl crate::json::FromJson for State {
+    /// Externally tagged, as serde has it: `{"log": {...}}`.
+    fn from_json(v: &crate::json::Json) -> Result<Self, crate::json::Error> {
+        use crate::json::{Error, FromJson, Json};
+        let members = match v {
+            Json::Obj(m) if m.len() == 1 => m,
+            Json::Obj(_) => return Err(Error("invalid type: map, expected enum State".into())),
+            Json::Str(s) => {
+                return Err(Error(format!(
+                    "invalid type: unit variant, expected {s} newtype variant"
+                )))
+            }
+            _ => return Err(Error("expected value".into())),
+        };
+        let (tag, body) = &members[0];
+        Ok(match tag.as_ref() {
+            "log" => State::Log(FromJson::from_json(body)?),
+            "bucket" => State::Bucket(FromJson::from_json(body)?),
+            "gcra" => State::Gcra(FromJson::from_json(body)?),
+            "fixed" => State::Fixed(FromJson::from_json(body)?),
+            other => {
+                return Err(Error(format!(
+                    "unknown variant `{other}`, expected one of `log`, `bucket`, `gcra`, `fixed`"
+                )))
+            }
+        })
+    }
+}
+
+crate::json_struct!(LogState {
+    floor: "floor",
+    shift: "shift",
+});
+
+crate::json_struct!(BucketState {
+    tokens: "tokens",
+    partial: "partial",
+    at: "at",
+});
+
+crate::json_struct!(GcraState {
+    tat: "tat",
+    tat_frac: "tatFrac",
+});
+
+crate::json_struct!(FixedState {
+    phase: "phase",
+    end: "end",
+    count: "count",
+    pacer: "pacer",
+});
+
+crate::json_struct!(Pacer {
+    next: "next",
+    frac: "frac",
+    step: "step",
+    per: "per",
+    until: "until",
+});
+
 impl Limiter {
     /// A limiter enforcing every window at once. Errors on an empty or zero window.
     pub fn new(
@@ -129,7 +219,8 @@ impl Limiter {
         if !(target_utilization > 0.0 && target_utilization <= 1.0) {
             return Err(ConfigError(format!(
                 "targetUtilization must be in (0, 1], e.g. 0.98 to aim at 98% of the limit \
-                 (got {target_utilization})"
+                 (got {})",
+                crate::json::display_f64(target_utilization)
             )));
         }
         Ok(Self {
@@ -942,6 +1033,8 @@ mod tests {
     }
 
     fn roundtrip(lim: &Limiter) -> Limiter {
+        // The worker's codec must agree with serde on every state a test reaches.
+        crate::json::tests::same_as_serde(lim);
         serde_json::from_str(&serde_json::to_string(lim).unwrap()).unwrap()
     }
 
@@ -1249,6 +1342,7 @@ mod tests {
             greedy(&mut lim, T0 + 2500, 3);
             lim.retune(w(25, 3_600_000));
             lim.align_to(T0 + 777);
+            crate::json::tests::same_as_serde(&lim);
             let json = serde_json::to_string(&lim).unwrap();
             let mut restored: Limiter = serde_json::from_str(&json).unwrap();
             assert_eq!(restored, lim, "{algorithm:?}");

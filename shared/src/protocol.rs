@@ -246,48 +246,12 @@ impl std::error::Error for ProtocolError {}
 /// Decodes a page's message, telling apart "not a request at all" from "a request of a type
 /// this worker does not know" (probably a newer page talking to an older worker).
 ///
-/// Decoded by hand in two passes over the text (the head, then the one payload its type names)
-/// rather than through the derived, internally tagged `Request`: serde buffers every field of
-/// an internally tagged enum in a generic tree first, which costs the worker's wasm tens of
-/// kilobytes, and every payload type here is also read from IndexedDB through the same
-/// `from_str` path, so no second decoder is compiled for it.
+/// Read with the worker's own codec ([`crate::json`]) rather than through the derived,
+/// internally tagged `Request`: one parse, then the head, then the one payload its type names.
+/// The rules are serde's: a payload's fields are read from the same object as `type` and
+/// `requestId`, and unknown fields are ignored.
 pub fn decode_request(text: &str) -> Result<Envelope, (Option<String>, ProtocolError)> {
-    #[derive(Deserialize)]
-    #[serde(rename_all = "camelCase")]
-    struct Head {
-        #[serde(rename = "type")]
-        kind: Option<serde_json::Value>,
-        request_id: Option<serde_json::Value>,
-    }
-    #[derive(Deserialize)]
-    struct EnqueuePayload {
-        job: JobSpec,
-    }
-    #[derive(Deserialize)]
-    #[serde(rename_all = "camelCase")]
-    struct EnqueueManyPayload {
-        jobs: Vec<JobSpec>,
-        #[serde(default)]
-        group_id: Option<String>,
-    }
-    #[derive(Deserialize)]
-    struct TargetPayload {
-        target: String,
-    }
-    #[derive(Deserialize)]
-    struct IdPayload {
-        id: String,
-    }
-    #[derive(Deserialize)]
-    struct ConfigurePayload {
-        config: EngineConfig,
-    }
-    #[derive(Deserialize)]
-    #[serde(rename_all = "camelCase")]
-    struct JobsPayload {
-        #[serde(default)]
-        group_id: Option<String>,
-    }
+    use crate::json::{self, field, Json};
 
     let malformed =
         |id: Option<String>, message: String| (id, ProtocolError::Malformed { message });
@@ -300,13 +264,12 @@ pub fn decode_request(text: &str) -> Result<Envelope, (Option<String>, ProtocolE
             },
         ));
     }
-    let head: Head = serde_json::from_str(text).map_err(|e| malformed(None, e.to_string()))?;
-    let request_id = head
-        .request_id
-        .as_ref()
-        .and_then(|v| v.as_str())
-        .map(str::to_owned);
-    let Some(kind) = head.kind.as_ref().and_then(|v| v.as_str()) else {
+    let value = json::parse(text).map_err(|e| malformed(None, e.0))?;
+    let members = json::members(&value, "struct Head").map_err(|e| malformed(None, e.0))?;
+    let head = |key: &str| json::unique(members, key).map_err(|e| malformed(None, e.0));
+    let kind = head("type")?;
+    let request_id = head("requestId")?.and_then(Json::as_str).map(str::to_owned);
+    let Some(kind) = kind.and_then(Json::as_str) else {
         return Err(malformed(
             request_id,
             "a message needs a string field 'type'".into(),
@@ -337,43 +300,192 @@ pub fn decode_request(text: &str) -> Result<Envelope, (Option<String>, ProtocolE
             "a message needs a string field 'requestId'".into(),
         ));
     };
-    fn payload<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, String> {
-        serde_json::from_str(text).map_err(|e| e.to_string())
-    }
-    let request = match kind {
-        "enqueue" => payload::<EnqueuePayload>(text).map(|p| Request::Enqueue { job: p.job }),
-        "enqueueMany" => payload::<EnqueueManyPayload>(text).map(|p| Request::EnqueueMany {
-            jobs: p.jobs,
-            group_id: p.group_id,
-        }),
-        "cancel" => payload::<TargetPayload>(text).map(|p| Request::Cancel { target: p.target }),
-        "retry" => payload::<IdPayload>(text).map(|p| Request::Retry { id: p.id }),
-        "dismiss" => payload::<IdPayload>(text).map(|p| Request::Dismiss { id: p.id }),
-        "configure" => {
-            payload::<ConfigurePayload>(text).map(|p| Request::Configure { config: p.config })
-        }
-        "jobs" => payload::<JobsPayload>(text).map(|p| Request::Jobs {
-            group_id: p.group_id,
-        }),
-        "snapshot" => Ok(Request::Snapshot),
-        _ => Ok(Request::KeepAlive),
-    };
+    let m = members;
+    let request = (|| {
+        Ok(match kind {
+            "enqueue" => Request::Enqueue {
+                job: field(m, "job")?,
+            },
+            "enqueueMany" => Request::EnqueueMany {
+                jobs: field(m, "jobs")?,
+                group_id: field(m, "groupId")?,
+            },
+            "cancel" => Request::Cancel {
+                target: field(m, "target")?,
+            },
+            "retry" => Request::Retry {
+                id: field(m, "id")?,
+            },
+            "dismiss" => Request::Dismiss {
+                id: field(m, "id")?,
+            },
+            "configure" => Request::Configure {
+                config: field(m, "config")?,
+            },
+            "jobs" => Request::Jobs {
+                group_id: field(m, "groupId")?,
+            },
+            "snapshot" => Request::Snapshot,
+            _ => Request::KeepAlive,
+        })
+    })();
     match request {
         Ok(request) => Ok(Envelope {
             request_id,
             request,
         }),
-        Err(message) => Err(malformed(Some(request_id), message)),
+        Err(json::Error(message)) => Err(malformed(Some(request_id), message)),
     }
 }
 
 pub fn encode(message: &WorkerMessage) -> String {
-    // Serializing these plain data types cannot fail (no maps with non-string keys).
-    serde_json::to_string(message).unwrap_or_else(|e| {
-        format!(
-            r#"{{"type":"error","requestId":null,"error":{{"code":"malformed","message":"{e}"}}}}"#
-        )
-    })
+    crate::json::to_string(message)
+}
+
+crate::json_write!(JobUpdate {
+    id: "id",
+    state: "state",
+    lane: "lane",
+    key: "key",
+    group_id: "groupId",
+    budget: "budget",
+    attempts: "attempts",
+    not_before: "notBefore",
+    coalesced: "coalesced",
+    last_error: "lastError",
+    outcome: "outcome",
+});
+
+impl crate::json::ToJson for ReplyBody {
+    fn write_json(&self, out: &mut String) {
+        use crate::json::{open_tagged, write_field};
+        let tag = |out: &mut String, name| open_tagged(out, "type", name);
+        match self {
+            ReplyBody::Enqueued {
+                id,
+                coalesced,
+                state,
+            } => {
+                tag(out, "enqueued");
+                write_field(out, "id", id);
+                write_field(out, "coalesced", coalesced);
+                write_field(out, "state", state);
+            }
+            ReplyBody::EnqueuedMany { ids, warning } => {
+                tag(out, "enqueuedMany");
+                write_field(out, "ids", ids);
+                write_field(out, "warning", warning);
+            }
+            ReplyBody::Cancelled { ids } => {
+                tag(out, "cancelled");
+                write_field(out, "ids", ids);
+            }
+            ReplyBody::Retried { id } => {
+                tag(out, "retried");
+                write_field(out, "id", id);
+            }
+            ReplyBody::Dismissed { id } => {
+                tag(out, "dismissed");
+                write_field(out, "id", id);
+            }
+            ReplyBody::Configured => tag(out, "configured"),
+            ReplyBody::Snapshot { status } => {
+                tag(out, "snapshot");
+                write_field(out, "status", status);
+            }
+            ReplyBody::Jobs { jobs } => {
+                tag(out, "jobs");
+                write_field(out, "jobs", jobs);
+            }
+            ReplyBody::Alive => tag(out, "alive"),
+        }
+        out.push('}');
+    }
+}
+
+impl crate::json::ToJson for WorkerMessage {
+    fn write_json(&self, out: &mut String) {
+        use crate::json::{open_tagged, write_field};
+        let tag = |out: &mut String, name| open_tagged(out, "type", name);
+        match self {
+            WorkerMessage::Reply { request_id, body } => {
+                tag(out, "reply");
+                write_field(out, "requestId", request_id);
+                write_field(out, "body", body);
+            }
+            WorkerMessage::Error { request_id, error } => {
+                tag(out, "error");
+                write_field(out, "requestId", request_id);
+                write_field(out, "error", error);
+            }
+            WorkerMessage::Jobs { updates } => {
+                tag(out, "jobs");
+                write_field(out, "updates", updates);
+            }
+            WorkerMessage::Status { status } => {
+                tag(out, "status");
+                write_field(out, "status", status);
+            }
+        }
+        out.push('}');
+    }
+}
+
+impl crate::json::ToJson for ProtocolError {
+    fn write_json(&self, out: &mut String) {
+        use crate::json::{open_tagged, write_field};
+        let tag = |out: &mut String, name| open_tagged(out, "code", name);
+        match self {
+            ProtocolError::Malformed { message } => {
+                tag(out, "malformed");
+                write_field(out, "message", message);
+            }
+            ProtocolError::UnknownType { found } => {
+                tag(out, "unknown-type");
+                write_field(out, "found", found);
+            }
+            ProtocolError::TooLarge { bytes, max_bytes } => {
+                tag(out, "too-large");
+                write_field(out, "bytes", bytes);
+                write_field(out, "maxBytes", max_bytes);
+            }
+            ProtocolError::InvalidUrl { url, message } => {
+                tag(out, "invalid-url");
+                write_field(out, "url", url);
+                write_field(out, "message", message);
+            }
+            ProtocolError::InvalidRequest { message } => {
+                tag(out, "invalid-request");
+                write_field(out, "message", message);
+            }
+            ProtocolError::UnknownBudget { budget, known } => {
+                tag(out, "unknown-budget");
+                write_field(out, "budget", budget);
+                write_field(out, "known", known);
+            }
+            ProtocolError::NoBudgetForUrl { url } => {
+                tag(out, "no-budget-for-url");
+                write_field(out, "url", url);
+            }
+            ProtocolError::InvalidConfig { message } => {
+                tag(out, "invalid-config");
+                write_field(out, "message", message);
+            }
+            ProtocolError::NotFound { id } => {
+                tag(out, "not-found");
+                write_field(out, "id", id);
+            }
+            ProtocolError::IllegalTransition { message } => {
+                tag(out, "illegal-transition");
+                write_field(out, "message", message);
+            }
+            ProtocolError::Storage { message } => {
+                tag(out, "storage");
+                write_field(out, "message", message);
+            }
+        }
+        out.push('}');
+    }
 }
 
 #[cfg(test)]
@@ -423,6 +535,160 @@ mod tests {
             decode_request(&big),
             Err((None, ProtocolError::TooLarge { .. }))
         ));
+    }
+
+    #[test]
+    fn every_message_is_written_as_serde_writes_it() {
+        use crate::status::StateCounts;
+        let update = JobUpdate {
+            id: "j".into(),
+            state: JobState::Failed,
+            lane: Lane::Interactive,
+            key: Some("k".into()),
+            group_id: None,
+            budget: "b".into(),
+            attempts: 2,
+            not_before: 3,
+            coalesced: 0,
+            last_error: Some(JobError {
+                status: None,
+                message: "m".into(),
+            }),
+            outcome: Some(JobOutcome::default()),
+        };
+        let status = Status {
+            now: 1,
+            counts: StateCounts::default(),
+            budgets: vec![],
+            groups: vec![],
+            lanes: vec![],
+            eta_ms: Some(2),
+            attempts_per_job: 1.25,
+            offline: false,
+            warnings: vec![],
+        };
+        let bodies = vec![
+            ReplyBody::Enqueued {
+                id: "a".into(),
+                coalesced: true,
+                state: JobState::Queued,
+            },
+            ReplyBody::EnqueuedMany {
+                ids: vec!["a".into(), "b".into()],
+                warning: Some("w".into()),
+            },
+            ReplyBody::Cancelled { ids: vec![] },
+            ReplyBody::Retried { id: "r".into() },
+            ReplyBody::Dismissed { id: "d".into() },
+            ReplyBody::Configured,
+            ReplyBody::Snapshot {
+                status: status.clone(),
+            },
+            ReplyBody::Jobs {
+                jobs: vec![update.clone()],
+            },
+            ReplyBody::Alive,
+        ];
+        let errors = vec![
+            ProtocolError::Malformed {
+                message: "m".into(),
+            },
+            ProtocolError::UnknownType { found: "f".into() },
+            ProtocolError::TooLarge {
+                bytes: 1,
+                max_bytes: 2,
+            },
+            ProtocolError::InvalidUrl {
+                url: "u".into(),
+                message: "m".into(),
+            },
+            ProtocolError::InvalidRequest {
+                message: "m".into(),
+            },
+            ProtocolError::UnknownBudget {
+                budget: "b".into(),
+                known: vec!["x".into()],
+            },
+            ProtocolError::NoBudgetForUrl { url: "u".into() },
+            ProtocolError::InvalidConfig {
+                message: "m".into(),
+            },
+            ProtocolError::NotFound { id: "i".into() },
+            ProtocolError::IllegalTransition {
+                message: "m".into(),
+            },
+            ProtocolError::Storage {
+                message: "m".into(),
+            },
+        ];
+        let mut messages: Vec<WorkerMessage> = bodies
+            .into_iter()
+            .map(|body| WorkerMessage::Reply {
+                request_id: "r".into(),
+                body,
+            })
+            .collect();
+        for (i, error) in errors.into_iter().enumerate() {
+            messages.push(WorkerMessage::Error {
+                request_id: (i % 2 == 0).then(|| "r".into()),
+                error,
+            });
+        }
+        messages.push(WorkerMessage::Jobs {
+            updates: vec![update.clone(), update],
+        });
+        messages.push(WorkerMessage::Status { status });
+        for m in &messages {
+            assert_eq!(encode(m), serde_json::to_string(m).unwrap());
+        }
+    }
+
+    #[test]
+    fn decodes_every_request_type_as_serde_does() {
+        let cases = [
+            r#"{"requestId":"r","type":"enqueueMany","jobs":[{"url":"u"},{"url":"v","lane":"background"}],"groupId":"g"}"#,
+            r#"{"requestId":"r","type":"enqueueMany","jobs":[]}"#,
+            r#"{"requestId":"r","type":"cancel","target":"t"}"#,
+            r#"{"requestId":"r","type":"retry","id":"i"}"#,
+            r#"{"requestId":"r","type":"dismiss","id":"i"}"#,
+            r#"{"requestId":"r","type":"configure","config":{"retentionMs":5}}"#,
+            r#"{"requestId":"r","type":"snapshot"}"#,
+            r#"{"requestId":"r","type":"jobs","groupId":null}"#,
+            r#"{"requestId":"r","type":"jobs"}"#,
+            r#"{"requestId":"r","type":"keepAlive","extra":[1,2]}"#,
+        ];
+        for text in cases {
+            let env = decode_request(text).unwrap();
+            assert_eq!(
+                env,
+                serde_json::from_str::<Envelope>(text).unwrap(),
+                "{text}"
+            );
+        }
+        let refused = [
+            (
+                r#"{"requestId":"r","type":"cancel"}"#,
+                "missing field `target`",
+            ),
+            (r#"{"requestId":"r","type":"retry","id":5}"#, "invalid type"),
+            (
+                r#"{"requestId":"r","type":"type","type":"x"}"#,
+                "duplicate field `type`",
+            ),
+            (r#"[1]"#, "invalid type: sequence"),
+            (
+                r#"{"requestId":"r","type":"configure","config":{"budgets":[{"name":1}]}}"#,
+                "invalid type",
+            ),
+        ];
+        for (text, message) in refused {
+            match decode_request(text) {
+                Err((_, ProtocolError::Malformed { message: m })) => {
+                    assert!(m.starts_with(message), "{text}: {m}")
+                }
+                other => panic!("{text}: {other:?}"),
+            }
+        }
     }
 
     #[test]

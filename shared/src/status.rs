@@ -98,15 +98,73 @@ pub struct Status {
     pub warnings: Vec<String>,
 }
 
+crate::json_write!(StateCounts {
+    queued: "queued",
+    sending: "sending",
+    retry_wait: "retryWait",
+    done: "done",
+    failed: "failed",
+    cancelled: "cancelled",
+});
+
+crate::json_write!(BudgetStatus {
+    name: "name",
+    windows: "windows",
+    concurrency: "concurrency",
+    in_flight: "inFlight",
+    pending: "pending",
+    paused_until: "pausedUntil",
+    pause_reason: "pauseReason",
+    trouble: "trouble",
+    server_remaining: "serverRemaining",
+    server_reset_at: "serverResetAt",
+    eta_ms: "etaMs",
+    requests: "requests",
+    rate_limited: "rateLimited",
+    retries: "retries",
+    rate_limited_per_1000: "rateLimitedPer1000",
+    achieved_share: "achievedShare",
+});
+
+crate::json_write!(GroupStatus {
+    id: "id",
+    total: "total",
+    done: "done",
+    failed: "failed",
+    cancelled: "cancelled",
+    pending: "pending",
+    warning: "warning",
+});
+
+crate::json_write!(LaneStatus {
+    lane: "lane",
+    waiting: "waiting",
+    wait_p50_ms: "waitP50Ms",
+    wait_p95_ms: "waitP95Ms",
+});
+
+crate::json_write!(Status {
+    now: "now",
+    counts: "counts",
+    budgets: "budgets",
+    groups: "groups",
+    lanes: "lanes",
+    eta_ms: "etaMs",
+    attempts_per_job: "attemptsPerJob",
+    offline: "offline",
+    warnings: "warnings",
+});
+
 /// Percentile of a sample (nearest rank); `None` when empty.
 pub fn percentile(samples: &[DurationMs], p: f64) -> Option<DurationMs> {
     if samples.is_empty() {
         return None;
     }
-    let mut sorted = samples.to_vec();
-    sorted.sort_unstable();
-    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
-    sorted.get(rank.clamp(1, sorted.len()) - 1).copied()
+    let order = crate::job::sorted_order(samples.iter().copied());
+    let rank = ((p / 100.0) * samples.len() as f64).ceil() as usize;
+    order
+        .get(rank.clamp(1, samples.len()) - 1)
+        .map(|&i| samples[i])
 }
 
 fn window_name(w: &Window) -> String {
@@ -175,6 +233,65 @@ mod tests {
             Some("6,000 jobs need more than the hourly limit of 5,000: at least 1 h 12 min")
         );
         assert_eq!(capacity_warning(5, &windows), None);
+    }
+
+    #[test]
+    fn json_form_matches_serde() {
+        let status = Status {
+            now: 1,
+            counts: StateCounts {
+                queued: 1,
+                sending: 2,
+                retry_wait: 3,
+                done: 4,
+                failed: 5,
+                cancelled: 6,
+            },
+            budgets: vec![BudgetStatus {
+                name: "b".into(),
+                windows: vec![Window {
+                    limit: 1,
+                    length_ms: 2,
+                }],
+                concurrency: 3,
+                in_flight: 4,
+                pending: 5,
+                paused_until: Some(6),
+                pause_reason: Some("r".into()),
+                trouble: None,
+                server_remaining: Some(0),
+                server_reset_at: None,
+                eta_ms: Some(9),
+                requests: 10,
+                rate_limited: 11,
+                retries: 12,
+                rate_limited_per_1000: 1.5,
+                achieved_share: 0.333,
+            }],
+            groups: vec![GroupStatus {
+                id: "g".into(),
+                total: 1,
+                done: 0,
+                failed: 0,
+                cancelled: 0,
+                pending: 1,
+                warning: Some("w".into()),
+            }],
+            lanes: vec![LaneStatus {
+                lane: Lane::Background,
+                waiting: 1,
+                wait_p50_ms: None,
+                wait_p95_ms: Some(3),
+            }],
+            eta_ms: None,
+            attempts_per_job: 1.0,
+            offline: true,
+            warnings: vec!["x".into()],
+        };
+        assert_eq!(
+            crate::json::to_string(&status),
+            serde_json::to_string(&status).unwrap()
+        );
     }
 
     #[test]

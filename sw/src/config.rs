@@ -21,6 +21,7 @@
 //! prefixes and matches them against absolute job URLs.
 
 use serde::{Deserialize, Serialize};
+use sluice_shared::json::{self, FromJson, Json};
 use sluice_shared::{Algorithm, BudgetConfig, EngineConfig, Window};
 
 use crate::intercept::{RouteConfig, Routes};
@@ -69,16 +70,17 @@ impl ScriptConfig {
         if text.is_empty() || text == "null" || text == "undefined" {
             return Ok(Self::default());
         }
-        // Split off `intercept` and read the rest as an EngineConfig. (Not `#[serde(flatten)]`:
-        // that pulls serde's buffering machinery into the wasm for every nested type.)
         let invalid =
-            |e: serde_json::Error| format!("self.SLUICE_CONFIG is not a valid configuration: {e}");
-        let mut value: serde_json::Value = serde_json::from_str(text).map_err(invalid)?;
-        let intercept = match value.as_object_mut().and_then(|o| o.remove("intercept")) {
-            Some(routes) => serde_json::from_value(routes).map_err(invalid)?,
-            None => vec![],
+            |e: json::Error| format!("self.SLUICE_CONFIG is not a valid configuration: {e}");
+        let value = json::parse(text).map_err(invalid)?;
+        // Unknown fields are ignored, so the engine's part reads from the same object.
+        let intercept = match &value {
+            Json::Obj(members) => json::field_or(members, "intercept")
+                .map_err(invalid)?
+                .unwrap_or_default(),
+            _ => vec![],
         };
-        let engine = engine_config_from_value(value)
+        let engine = engine_config_from_value(&value)
             .map_err(|e| format!("self.SLUICE_CONFIG is not a valid configuration: {e}"))?;
         let config = Self { engine, intercept };
         config
@@ -136,32 +138,18 @@ impl Setup {
 }
 
 /// Reads an engine configuration from its JSON text.
-///
-/// It goes through the engine's own `configure` request decoder rather than a separate
-/// `Deserialize` call: each distinct deserializer instantiation of `EngineConfig` costs about
-/// 15 KB of wasm, and the protocol decoder is in the worker anyway.
 pub fn engine_config_from_json(text: &str) -> Result<EngineConfig, String> {
-    let config: serde_json::Value = serde_json::from_str(text).map_err(|e| e.to_string())?;
-    engine_config_from_value(config)
+    engine_config_from_value(&json::parse(text).map_err(|e| e.0)?)
 }
 
-/// [`engine_config_from_json`] for an already parsed value.
-pub fn engine_config_from_value(config: serde_json::Value) -> Result<EngineConfig, String> {
-    if !config.is_object() {
+/// [`engine_config_from_json`] for an already parsed value. Errors read as those of a
+/// `configure` request.
+pub fn engine_config_from_value(config: &Json) -> Result<EngineConfig, String> {
+    if !matches!(config, Json::Obj(_)) {
         return Err("a configuration must be an object".into());
     }
-    let mut envelope = serde_json::Map::new();
-    envelope.insert("requestId".into(), "".into());
-    envelope.insert("type".into(), "configure".into());
-    envelope.insert("config".into(), config);
-    let text = serde_json::Value::Object(envelope).to_string();
-    match sluice_shared::protocol::decode_request(&text) {
-        Ok(e) => match e.request {
-            sluice_shared::protocol::Request::Configure { config } => Ok(config),
-            _ => Err("not a configuration".into()),
-        },
-        Err((_, e)) => Err(e.to_string()),
-    }
+    EngineConfig::from_json(config)
+        .map_err(|e| sluice_shared::protocol::ProtocolError::Malformed { message: e.0 }.to_string())
 }
 
 /// Makes every `matchPrefixes` entry absolute against `origin` (`http://host:port`).
@@ -221,7 +209,7 @@ pub fn choose(script: &EngineConfig, saved: Option<SavedConfig>) -> (EngineConfi
 /// A stable fingerprint of a configuration (FNV-1a 64 of its JSON form, in hex). Field order
 /// is fixed by the struct definitions, so equal configurations give equal fingerprints.
 pub fn fingerprint(config: &EngineConfig) -> String {
-    let text = serde_json::to_string(config).unwrap_or_default();
+    let text = json::to_string(config);
     let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
     for byte in text.bytes() {
         hash ^= byte as u64;
@@ -328,7 +316,7 @@ mod tests {
     }
 
     #[test]
-    fn engine_configs_read_through_the_protocol_decoder() {
+    fn engine_configs_read_like_configure_requests() {
         let c = engine_config_from_json(r#"{"retentionMs": 7}"#).unwrap();
         assert_eq!(c.retention_ms, 7);
         assert!(engine_config_from_json(r#"{"retentionMs": "x"}"#).is_err());

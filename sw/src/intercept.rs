@@ -17,6 +17,7 @@
 //! `X-Sluice-Key` and `X-Sluice-Group` set lane, ordering key and group.
 
 use serde::{Deserialize, Serialize};
+use sluice_shared::json::{self, FromJson, Json};
 use sluice_shared::protocol::ProtocolError;
 use sluice_shared::{JobKind, JobSpec, JobState, Lane};
 
@@ -35,6 +36,17 @@ pub struct RouteConfig {
 
 fn any_method() -> String {
     "*".into()
+}
+
+impl FromJson for RouteConfig {
+    fn from_json(v: &Json) -> Result<Self, json::Error> {
+        let m = json::members(v, "struct RouteConfig")?;
+        Ok(Self {
+            method: json::field_or(m, "method")?.unwrap_or_else(any_method),
+            prefix: json::field(m, "prefix")?,
+            header: json::field(m, "header")?,
+        })
+    }
 }
 
 /// A route ready for matching: method upper-cased, prefix absolute, header lower-cased.
@@ -223,31 +235,38 @@ fn parse_kind(v: &str) -> Option<JobKind> {
 }
 
 /// The `202 Accepted` body for a queued request.
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
 struct Accepted<'a> {
     job_id: &'a str,
     coalesced: bool,
     state: JobState,
 }
 
+sluice_shared::json_write!(Accepted<'a> {
+    job_id: "jobId",
+    coalesced: "coalesced",
+    state: "state",
+});
+
 pub fn accepted_body(job_id: &str, coalesced: bool, state: JobState) -> String {
-    serde_json::to_string(&Accepted {
+    json::to_string(&Accepted {
         job_id,
         coalesced,
         state,
     })
-    .unwrap_or_else(|_| format!("{{\"jobId\":{job_id:?}}}"))
 }
 
-/// The status and JSON body answering an intercepted request that could not be queued.
+/// The status and JSON body answering an intercepted request that could not be queued:
+/// `{"error": <ProtocolError>, "message": <its text>}`.
 pub fn error_response(error: &ProtocolError) -> (u16, String) {
     let status = match error {
         ProtocolError::TooLarge { .. } => 413,
         ProtocolError::Storage { .. } => 503,
         _ => 400,
     };
-    let body = serde_json::json!({ "error": error, "message": error.to_string() }).to_string();
+    let mut body = String::from("{\"error\":");
+    json::ToJson::write_json(error, &mut body);
+    json::write_field(&mut body, "message", &error.to_string());
+    body.push('}');
     (status, body)
 }
 
@@ -258,7 +277,11 @@ mod tests {
     const ORIGIN: &str = "http://127.0.0.1:8123";
 
     fn routes(json: &str) -> Routes {
-        let configs: Vec<RouteConfig> = serde_json::from_str(json).unwrap();
+        let configs: Vec<RouteConfig> = json::from_str(json).unwrap();
+        assert_eq!(
+            configs,
+            serde_json::from_str::<Vec<RouteConfig>>(json).unwrap()
+        );
         let (routes, warnings) = Routes::new(&configs, ORIGIN);
         assert!(warnings.is_empty(), "{warnings:?}");
         routes
@@ -374,10 +397,15 @@ mod tests {
     fn responses_are_json() {
         let body = accepted_body("j1", false, JobState::Queued);
         assert_eq!(body, r#"{"jobId":"j1","coalesced":false,"state":"queued"}"#);
-        let (status, body) = error_response(&ProtocolError::Storage {
-            message: "x".into(),
-        });
+        let error = ProtocolError::Storage {
+            message: "x\"y".into(),
+        };
+        let (status, body) = error_response(&error);
         assert_eq!(status, 503);
+        assert_eq!(
+            body,
+            serde_json::json!({ "error": error, "message": error.to_string() }).to_string()
+        );
         assert!(body.contains("\"code\":\"storage\""), "{body}");
         let (status, _) = error_response(&ProtocolError::NoBudgetForUrl { url: "u".into() });
         assert_eq!(status, 400);

@@ -18,6 +18,8 @@
 pub mod broadcast;
 pub mod config;
 pub mod error;
+#[cfg(target_arch = "wasm32")]
+mod idb;
 pub mod intercept;
 pub mod store;
 pub mod transport;
@@ -47,13 +49,13 @@ mod exports {
     use sluice_shared::protocol::{decode_request, ProtocolError, WorkerMessage};
     use wasm_bindgen::prelude::*;
     use wasm_bindgen::JsCast;
-    use wasm_bindgen_futures::{future_to_promise, JsFuture};
+    use wasm_bindgen_futures::JsFuture;
     use web_sys::{ExtendableEvent, ExtendableMessageEvent, FetchEvent, Headers, ResponseInit};
 
     use crate::config::Setup;
     use crate::intercept::{accepted_body, error_response, spec_from_request};
     use crate::pump::settled as settle_promise;
-    use crate::worker::{self, reply_to, scope, setup, warn};
+    use crate::worker::{self, promise, reply_to, scope, setup, warn};
 
     /// Takes the worker script's configuration (`self.SLUICE_CONFIG`, may be undefined).
     #[wasm_bindgen]
@@ -86,7 +88,7 @@ mod exports {
 
     #[wasm_bindgen]
     pub fn on_activate(_event: ExtendableEvent) -> Promise {
-        future_to_promise(async {
+        promise(async {
             JsFuture::from(scope().clients().claim()).await?;
             // Resume the queue now, but do not hold activation (events wait for it) until idle.
             match worker::worker().await {
@@ -112,7 +114,7 @@ mod exports {
 
     #[wasm_bindgen]
     pub fn on_message(event: ExtendableMessageEvent) -> Promise {
-        future_to_promise(async move {
+        promise(async move {
             let source = event.source();
             let data = event.data();
             let Some(text) = data.as_string() else {
@@ -193,7 +195,7 @@ mod exports {
     /// state}`, or to a JSON error (400, 413, or 503 when storage failed: nothing was queued).
     #[wasm_bindgen]
     pub fn on_fetch(event: FetchEvent) -> Promise {
-        future_to_promise(async move {
+        promise(async move {
             let request = event.request();
             let method = request.method();
             let url = request.url();
@@ -228,7 +230,7 @@ mod exports {
 
     #[wasm_bindgen]
     pub fn on_sync(event: ExtendableEvent) -> Promise {
-        future_to_promise(async move {
+        promise(async move {
             let tag = Reflect::get(&event, &JsValue::from_str("tag"))
                 .ok()
                 .and_then(|t| t.as_string());

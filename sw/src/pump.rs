@@ -36,10 +36,9 @@ use js_sys::{Function, Promise};
 use sluice_shared::{Millis, Transmit, TransportError};
 use wasm_bindgen::closure::Closure;
 use wasm_bindgen::{JsCast, JsValue};
-use wasm_bindgen_futures::spawn_local;
 
 use crate::transport;
-use crate::worker::{is_redundant, now_ms, scope, Worker};
+use crate::worker::{is_redundant, now_ms, scope, spawn, Worker};
 
 /// Work due further away than this does not keep an event open: the browser keeps an idle
 /// worker for about 30 s, so the timer still fires for it, and if the worker was stopped the
@@ -142,7 +141,10 @@ impl Pump {
                 t.handle = Some(h);
                 t.deadline = Some(deadline);
             }
-            Err(e) => crate::worker::warn(&format!("setTimeout failed: {e:?}")),
+            Err(e) => crate::worker::warn(&format!(
+                "setTimeout failed: {}",
+                crate::error::describe(&e)
+            )),
         }
     }
 
@@ -211,7 +213,7 @@ pub fn start(w: &Rc<Worker>) {
             w.pump.on_timer();
         }
     }));
-    spawn_local(run(w.clone()));
+    spawn(run(w.clone()));
 }
 
 async fn run(w: Rc<Worker>) {
@@ -232,7 +234,7 @@ async fn run(w: Rc<Worker>) {
         let started = !transmits.is_empty();
         for t in transmits {
             w.pump.in_flight.set(w.pump.in_flight.get() + 1);
-            spawn_local(send_one(w.clone(), t));
+            spawn(send_one(w.clone(), t));
         }
 
         let now = now_ms();

@@ -16,8 +16,9 @@
 //! The schema is declared, not scripted: on a version change the builder keeps every listed
 //! store *with its records*, creates missing stores (version 2 added `journal`), and
 //! (re)builds indexes from the records already there. Key paths never change. Record contents
-//! evolve through serde: fields added to `Job` or `BudgetState` carry `#[serde(default)]`, so
-//! older records still decode; [`RECORD_FORMAT`] in the `schema` record tells a future version
+//! evolve through their serde form (written and read here with `sluice_shared::json`, which
+//! follows it): fields added to `Job` or `BudgetState` carry `#[serde(default)]` (and
+//! `= default` in their `json_struct!`), so older records still decode; [`RECORD_FORMAT`] in the `schema` record tells a future version
 //! which shape it is reading. A record that cannot be decoded is skipped for the session and
 //! left in place, never deleted.
 //!
@@ -46,8 +47,8 @@
 
 use std::collections::HashSet;
 
-use serde::{Deserialize, Serialize};
 use sluice_shared::budget::BudgetState;
+use sluice_shared::json::{self, ToJson};
 use sluice_shared::{Job, JobId};
 
 use crate::config::SavedConfig;
@@ -81,21 +82,30 @@ pub enum MetaOp {
 
 /// The saved configuration's record. The configuration is kept as JSON text, read back through
 /// [`crate::config::engine_config_from_json`] (one decoder for every configuration source).
-#[derive(Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
 struct ConfigRecord {
     k: String,
     config_json: String,
     script_fingerprint: String,
 }
 
-#[derive(Debug, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[derive(Debug, PartialEq)]
 pub struct SchemaRecord {
     pub k: String,
     pub version: u32,
     pub record_format: u32,
 }
+
+sluice_shared::json_struct!(ConfigRecord {
+    k: "k",
+    config_json: "configJson",
+    script_fingerprint: "scriptFingerprint",
+});
+
+sluice_shared::json_struct!(SchemaRecord {
+    k: "k",
+    version: "version",
+    record_format: "recordFormat",
+});
 
 impl SchemaRecord {
     pub fn current() -> Self {
@@ -108,33 +118,32 @@ impl SchemaRecord {
 }
 
 /// JSON array text of the records to put, for one `JSON.parse`.
-pub fn encode_all<T: Serialize>(records: &[T]) -> Result<String, String> {
-    serde_json::to_string(records).map_err(|e| e.to_string())
+pub fn encode_all<T: ToJson>(records: &[T]) -> String {
+    json::to_string(records)
 }
 
-pub fn encode_meta(op: &MetaOp) -> Option<Result<String, String>> {
-    let text = match op {
-        MetaOp::PutConfig(saved) => serde_json::to_string(&ConfigRecord {
+pub fn encode_meta(op: &MetaOp) -> Option<String> {
+    Some(match op {
+        MetaOp::PutConfig(saved) => json::to_string(&ConfigRecord {
             k: "config".into(),
-            config_json: serde_json::to_string(&saved.config).unwrap_or_default(),
+            config_json: json::to_string(&saved.config),
             script_fingerprint: saved.script_fingerprint.clone(),
         }),
-        MetaOp::PutSchema => serde_json::to_string(&SchemaRecord::current()),
+        MetaOp::PutSchema => json::to_string(&SchemaRecord::current()),
         MetaOp::DeleteConfig | MetaOp::DeleteJournal(_) => return None,
-    };
-    Some(text.map_err(|e| e.to_string()))
+    })
 }
 
 pub fn decode_job(text: &str) -> Result<Job, String> {
-    serde_json::from_str(text).map_err(|e| e.to_string())
+    json::from_str(text).map_err(|e| e.0)
 }
 
 pub fn decode_budget(text: &str) -> Result<BudgetState, String> {
-    serde_json::from_str(text).map_err(|e| e.to_string())
+    json::from_str(text).map_err(|e| e.0)
 }
 
 pub fn decode_config(text: &str) -> Result<SavedConfig, String> {
-    let record: ConfigRecord = serde_json::from_str(text).map_err(|e| e.to_string())?;
+    let record: ConfigRecord = json::from_str(text).map_err(|e| e.0)?;
     Ok(SavedConfig {
         config: crate::config::engine_config_from_json(&record.config_json)?,
         script_fingerprint: record.script_fingerprint,
@@ -142,7 +151,7 @@ pub fn decode_config(text: &str) -> Result<SavedConfig, String> {
 }
 
 pub fn decode_journal(text: &str) -> Result<Vec<Job>, String> {
-    serde_json::from_str(text).map_err(|e| e.to_string())
+    json::from_str(text).map_err(|e| e.0)
 }
 
 /// Adds the jobs of journal entries that are missing from the per-job records (a per-job
@@ -166,12 +175,13 @@ pub fn split_fresh<'a>(jobs: &'a [Job], fresh: &[JobId]) -> (Vec<&'a Job>, Vec<&
     if fresh.len() < JOURNAL_MIN_JOBS {
         return (Vec::new(), jobs.iter().collect());
     }
-    let fresh: HashSet<&str> = fresh.iter().map(String::as_str).collect();
-    jobs.iter().partition(|j| fresh.contains(j.id.as_str()))
+    // Owned ids: a set of `String`s is already in the wasm (`merge_journals`).
+    let fresh: HashSet<JobId> = fresh.iter().cloned().collect();
+    jobs.iter().partition(|j| fresh.contains(&j.id))
 }
 
 pub fn decode_schema(text: &str) -> Result<SchemaRecord, String> {
-    serde_json::from_str(text).map_err(|e| e.to_string())
+    json::from_str(text).map_err(|e| e.0)
 }
 
 /// Everything saved, as read at startup.
@@ -209,19 +219,41 @@ mod web {
     use std::task::{Context, Poll, Waker};
 
     use js_sys::{Array, Object, Reflect, JSON};
-    use rexie::{Index, ObjectStore, Rexie, TransactionMode, TransactionResult};
     use sluice_shared::{Changes, JobId};
     use wasm_bindgen::{JsCast, JsValue};
+    use web_sys::{IdbDatabase, IdbObjectStore, IdbTransaction, IdbTransactionMode};
 
     use super::*;
     use crate::error::SwError;
+    use crate::idb::{self, StoreSpec};
 
-    fn storage(e: rexie::Error) -> SwError {
-        match e {
-            rexie::Error::IdbError(inner) => SwError::Storage(inner.to_string()),
-            other => SwError::Storage(other.to_string()),
-        }
-    }
+    /// The schema (see the module docs).
+    static SCHEMA: [StoreSpec; 4] = [
+        StoreSpec {
+            name: JOBS,
+            key_path: "id",
+            indexes: &[
+                ("state", "\"state\""),
+                ("budget_state", "[\"budget\",\"state\"]"),
+                ("key", "\"key\""),
+            ],
+        },
+        StoreSpec {
+            name: BUDGETS,
+            key_path: "name",
+            indexes: &[],
+        },
+        StoreSpec {
+            name: META,
+            key_path: "k",
+            indexes: &[],
+        },
+        StoreSpec {
+            name: JOURNAL,
+            key_path: "id",
+            indexes: &[],
+        },
+    ];
 
     fn parse_array(text: &str) -> Result<Array, SwError> {
         JSON::parse(text)
@@ -294,12 +326,12 @@ mod web {
     /// Puts every record of `array`, [`PUT_CHUNK`] at a time with two chunks in flight: the
     /// first two at the first poll (a transaction left without requests commits), each next one
     /// when an earlier one completed (the transaction is still active then).
-    async fn put_chunked(store: &rexie::Store, array: Array) -> Result<(), SwError> {
+    async fn put_chunked(store: &IdbObjectStore, array: Array) -> Result<(), SwError> {
         let n = array.length();
         let chunk = |start: u32| {
             let end = start.saturating_add(PUT_CHUNK).min(n);
             let array = &array;
-            let fut = store.put_all((start..end).map(move |i| (array.get(i), None)));
+            let fut = idb::put_all(store, (start..end).map(move |i| array.get(i)));
             (end, Box::pin(fut))
         };
         let mut next = 0;
@@ -315,7 +347,7 @@ mod web {
             in_flight.retain_mut(|fut| match fut.as_mut().poll(cx) {
                 Poll::Ready(result) => {
                     if let Err(e) = result {
-                        first_error.get_or_insert(storage(e));
+                        first_error.get_or_insert(e);
                     }
                     false
                 }
@@ -332,78 +364,46 @@ mod web {
         .await
     }
 
-    fn committed(tx: rexie::Transaction) -> Op<'static> {
-        Box::pin(async move {
-            match tx.done().await.map_err(storage)? {
-                TransactionResult::Committed => Ok(()),
-                TransactionResult::Aborted => {
-                    Err(SwError::Storage("the transaction was aborted".into()))
-                }
-            }
-        })
+    fn committed(tx: IdbTransaction) -> Op<'static> {
+        Box::pin(async move { idb::committed(&tx).await })
     }
 
     /// The open database.
     pub struct Store {
-        db: Rexie,
+        db: IdbDatabase,
     }
 
     impl Store {
         /// Opens (creating or upgrading) the database.
         pub async fn open() -> Result<Self, SwError> {
-            let plain =
-                |name: &str, path: &str| Index::new(name, path).unique(false).multi_entry(false);
-            let db = Rexie::builder(DB_NAME)
-                .version(DB_VERSION)
-                .add_object_store(
-                    ObjectStore::new(JOBS)
-                        .key_path("id")
-                        .add_index(plain("state", "state"))
-                        .add_index(
-                            Index::new_array("budget_state", ["budget", "state"])
-                                .unique(false)
-                                .multi_entry(false),
-                        )
-                        .add_index(plain("key", "key")),
-                )
-                .add_object_store(ObjectStore::new(BUDGETS).key_path("name"))
-                .add_object_store(ObjectStore::new(META).key_path("k"))
-                .add_object_store(ObjectStore::new(JOURNAL).key_path("id"))
-                .build()
-                .await
-                .map_err(storage)?;
+            let db = idb::open(DB_NAME, DB_VERSION, &SCHEMA).await?;
             Ok(Self { db })
         }
 
         /// Reads every job, budget state, journal entry and the meta records, in one read-only
         /// transaction; journaled jobs fill in those missing from `jobs`.
         pub async fn load(&self) -> Result<Loaded, SwError> {
-            let tx = self
-                .db
-                .transaction(&[JOBS, BUDGETS, META, JOURNAL], TransactionMode::ReadOnly)
-                .map_err(storage)?;
-            let jobs = tx.store(JOBS).map_err(storage)?;
-            let budgets = tx.store(BUDGETS).map_err(storage)?;
-            let meta = tx.store(META).map_err(storage)?;
-            let journal = tx.store(JOURNAL).map_err(storage)?;
-            let job_values = jobs.get_all(None, None).await.map_err(storage)?;
-            let budget_values = budgets.get_all(None, None).await.map_err(storage)?;
-            let journal_values = journal.get_all(None, None).await.map_err(storage)?;
-            let config = meta
-                .get(JsValue::from_str("config"))
-                .await
-                .map_err(storage)?;
-            let schema = meta
-                .get(JsValue::from_str("schema"))
-                .await
-                .map_err(storage)?;
+            let tx = idb::transaction(
+                &self.db,
+                &[JOBS, BUDGETS, META, JOURNAL],
+                IdbTransactionMode::Readonly,
+            )?;
+            let jobs = idb::store(&tx, JOBS)?;
+            let budgets = idb::store(&tx, BUDGETS)?;
+            let meta = idb::store(&tx, META)?;
+            let journal = idb::store(&tx, JOURNAL)?;
+            let job_values = idb::get_all(&jobs).await?;
+            let budget_values = idb::get_all(&budgets).await?;
+            let journal_values = idb::get_all(&journal).await?;
+            let config = Some(idb::get(&meta, "config").await?);
+            let schema = Some(idb::get(&meta, "schema").await?);
             // A read-only transaction needs no commit: it ends by itself once idle.
             drop((jobs, budgets, meta, journal, tx));
 
             let mut loaded = Loaded::default();
-            loaded.jobs.reserve(job_values.len());
-            for v in &job_values {
-                match to_text(v)
+            loaded.jobs.reserve(job_values.length() as usize);
+            for v in job_values.iter() {
+                match to_text(&v)
                     .ok_or_else(|| "not JSON".to_string())
                     .and_then(|t| decode_job(&t))
                 {
@@ -412,9 +412,9 @@ mod web {
                 }
             }
             let mut journals = Vec::new();
-            for v in &journal_values {
-                let id = field(v, "id");
-                match field(v, "jobs")
+            for v in journal_values.iter() {
+                let id = field(&v, "id");
+                match field(&v, "jobs")
                     .ok_or_else(|| "no jobs text".to_string())
                     .and_then(|t| decode_journal(&t))
                 {
@@ -426,8 +426,8 @@ mod web {
                 }
             }
             loaded.from_journals = merge_journals(&mut loaded.jobs, journals);
-            for v in &budget_values {
-                match to_text(v)
+            for v in budget_values.iter() {
+                match to_text(&v)
                     .ok_or_else(|| "not JSON".to_string())
                     .and_then(|t| decode_budget(&t))
                 {
@@ -469,7 +469,7 @@ mod web {
             let journal = if journaled.is_empty() {
                 None
             } else {
-                let text = encode_all(&journaled).map_err(SwError::Storage)?;
+                let text = encode_all(&journaled);
                 let id = format!("journal-{}", journaled[0].id);
                 let record = Object::new();
                 Reflect::set(&record, &"id".into(), &JsValue::from_str(&id))?;
@@ -479,43 +479,38 @@ mod web {
             let direct = if direct.is_empty() {
                 None
             } else {
-                Some(parse_array(
-                    &encode_all(&direct).map_err(SwError::Storage)?,
-                )?)
+                Some(parse_array(&encode_all(&direct))?)
             };
             let budgets_array = if changes.budgets.is_empty() {
                 None
             } else {
-                Some(parse_array(
-                    &encode_all(&changes.budgets).map_err(SwError::Storage)?,
-                )?)
+                Some(parse_array(&encode_all(&changes.budgets))?)
             };
             let mut meta_puts = Vec::new();
             let mut delete_config = false;
             let mut delete_journals = Vec::new();
             for op in meta {
                 match (op, encode_meta(op)) {
-                    (_, Some(text)) => {
-                        meta_puts.push(JSON::parse(&text.map_err(SwError::Storage)?)?)
-                    }
+                    (_, Some(text)) => meta_puts.push(JSON::parse(&text)?),
                     (MetaOp::DeleteJournal(id), None) => delete_journals.push(id.clone()),
                     (_, None) => delete_config = true,
                 }
             }
 
             // Both transactions are created now, in this order, before anything else can be.
-            let tx = self
-                .db
-                .transaction(&[JOBS, BUDGETS, META, JOURNAL], TransactionMode::ReadWrite)
-                .map_err(storage)?;
+            let tx = idb::transaction(
+                &self.db,
+                &[JOBS, BUDGETS, META, JOURNAL],
+                IdbTransactionMode::Readwrite,
+            )?;
             let explode = match journal.as_ref() {
                 None => None,
                 Some((id, _, array)) => Some(self.explode(id.clone(), array.clone())?),
             };
-            let jobs = tx.store(JOBS).map_err(storage)?;
-            let budgets = tx.store(BUDGETS).map_err(storage)?;
-            let meta_store = tx.store(META).map_err(storage)?;
-            let journal_store = tx.store(JOURNAL).map_err(storage)?;
+            let jobs = idb::store(&tx, JOBS)?;
+            let budgets = idb::store(&tx, BUDGETS)?;
+            let meta_store = idb::store(&tx, META)?;
+            let journal_store = idb::store(&tx, JOURNAL)?;
 
             let mut ops: Vec<Op<'_>> = vec![committed(tx)];
             if let Some(array) = direct {
@@ -523,45 +518,28 @@ mod web {
             }
             for id in &changes.removed {
                 let jobs = &jobs;
-                ops.push(Box::pin(async move {
-                    jobs.delete(JsValue::from_str(id)).await.map_err(storage)
-                }));
+                ops.push(Box::pin(idb::delete(jobs, id)));
             }
             if let Some(array) = budgets_array {
                 let budgets = &budgets;
                 ops.push(Box::pin(async move {
-                    budgets
-                        .put_all(array.iter().map(|v| (v, None)))
-                        .await
-                        .map_err(storage)
+                    idb::put_all(budgets, array.iter()).await
                 }));
             }
             for record in meta_puts {
                 let store = &meta_store;
-                ops.push(Box::pin(async move {
-                    store.put(&record, None).await.map(|_| ()).map_err(storage)
-                }));
+                ops.push(Box::pin(async move { idb::put(store, &record).await }));
             }
             if delete_config {
-                let store = &meta_store;
-                ops.push(Box::pin(async move {
-                    store
-                        .delete(JsValue::from_str("config"))
-                        .await
-                        .map_err(storage)
-                }));
+                ops.push(Box::pin(idb::delete(&meta_store, "config")));
             }
             if let Some((_, record, _)) = journal {
                 let store = &journal_store;
-                ops.push(Box::pin(async move {
-                    store.put(&record, None).await.map(|_| ()).map_err(storage)
-                }));
+                ops.push(Box::pin(async move { idb::put(store, &record).await }));
             }
             for id in delete_journals {
                 let store = &journal_store;
-                ops.push(Box::pin(async move {
-                    store.delete(JsValue::from_str(&id)).await.map_err(storage)
-                }));
+                ops.push(Box::pin(async move { idb::delete(store, &id).await }));
             }
             join_all(ops).await?;
             Ok(explode)
@@ -571,22 +549,14 @@ mod web {
         /// journal entry, and issues its requests at once (polled here with a no-op waker; the
         /// caller's executor drives it from then on).
         fn explode(&self, id: String, array: Array) -> Result<Explode, SwError> {
-            let tx = self
-                .db
-                .transaction(&[JOBS, JOURNAL], TransactionMode::ReadWrite)
-                .map_err(storage)?;
-            let jobs = tx.store(JOBS).map_err(storage)?;
-            let journal = tx.store(JOURNAL).map_err(storage)?;
+            let tx = idb::transaction(&self.db, &[JOBS, JOURNAL], IdbTransactionMode::Readwrite)?;
+            let jobs = idb::store(&tx, JOBS)?;
+            let journal = idb::store(&tx, JOURNAL)?;
             let mut fut: Explode = Box::pin(async move {
                 let ops: Vec<Op<'_>> = vec![
                     committed(tx),
                     Box::pin(put_chunked(&jobs, array)),
-                    Box::pin(async {
-                        journal
-                            .delete(JsValue::from_str(&id))
-                            .await
-                            .map_err(storage)
-                    }),
+                    Box::pin(idb::delete(&journal, &id)),
                 ];
                 join_all(ops).await
             });
@@ -633,7 +603,7 @@ mod tests {
 
     #[test]
     fn job_records_carry_the_indexed_fields_at_top_level() {
-        let text = encode_all(&[job()]).unwrap();
+        let text = encode_all(&[job()]);
         let v: serde_json::Value = serde_json::from_str(&text).unwrap();
         let rec = &v[0];
         assert_eq!(rec["id"], "j1");
@@ -698,7 +668,7 @@ mod tests {
         let (journaled, direct) = split_fresh(&many, &fresh[..10]);
         assert!(journaled.is_empty());
         assert_eq!(direct.len(), many.len());
-        let text = encode_all(&journaled_ids(&many)).unwrap();
+        let text = encode_all(&journaled_ids(&many));
         assert_eq!(decode_journal(&text).unwrap().len(), many.len());
     }
 
@@ -712,14 +682,12 @@ mod tests {
             config: crate::config::ScriptConfig::default().engine,
             script_fingerprint: "abc".into(),
         };
-        let text = encode_meta(&MetaOp::PutConfig(saved.clone()))
-            .unwrap()
-            .unwrap();
+        let text = encode_meta(&MetaOp::PutConfig(saved.clone())).unwrap();
         let v: serde_json::Value = serde_json::from_str(&text).unwrap();
         assert_eq!(v["k"], "config");
         assert_eq!(v["scriptFingerprint"], "abc");
         assert_eq!(decode_config(&text).unwrap(), saved);
-        let text = encode_meta(&MetaOp::PutSchema).unwrap().unwrap();
+        let text = encode_meta(&MetaOp::PutSchema).unwrap();
         assert_eq!(decode_schema(&text).unwrap(), SchemaRecord::current());
         assert!(encode_meta(&MetaOp::DeleteConfig).is_none());
     }

@@ -13,6 +13,8 @@
 //! - Startup ([`worker`]) is shared: concurrent first events wait on one initialisation.
 
 use std::cell::{Cell, RefCell};
+use std::future::Future;
+use std::pin::Pin;
 use std::rc::{Rc, Weak};
 
 use js_sys::{Function, Object, Promise, Reflect};
@@ -23,7 +25,7 @@ use sluice_shared::{
     Changes, Engine, EngineConfig, Enqueued, JobId, JobSpec, Lane, Millis, Transmit,
 };
 use wasm_bindgen::{JsCast, JsValue};
-use wasm_bindgen_futures::{future_to_promise, spawn_local, JsFuture};
+use wasm_bindgen_futures::JsFuture;
 use web_sys::{ServiceWorkerGlobalScope, Url};
 
 use crate::broadcast::{post_to_all, Batcher};
@@ -42,6 +44,38 @@ pub fn scope() -> ServiceWorkerGlobalScope {
 
 pub fn warn(text: &str) {
     web_sys::console::warn_1(&JsValue::from_str(&format!("sluice: {text}")));
+}
+
+type Task = Pin<Box<dyn Future<Output = ()>>>;
+
+/// Runs a task on the worker's event loop. Every task and promise of the worker goes through
+/// here, boxed: each `spawn_local` or `future_to_promise` of a distinct future type is a copy
+/// of the executor's task code in the wasm.
+pub fn spawn(task: impl Future<Output = ()> + 'static) {
+    spawn_task(Box::pin(task));
+}
+
+fn spawn_task(task: Task) {
+    wasm_bindgen_futures::spawn_local(task);
+}
+
+/// A promise of what `f` resolves to (`future_to_promise`, over [`spawn`]).
+pub fn promise(f: impl Future<Output = Result<JsValue, JsValue>> + 'static) -> Promise {
+    promise_of(Box::pin(f))
+}
+
+fn promise_of(f: Pin<Box<dyn Future<Output = Result<JsValue, JsValue>>>>) -> Promise {
+    let mut f = Some(f);
+    Promise::new(&mut |resolve, reject| {
+        let Some(f) = f.take() else { return };
+        spawn(async move {
+            let (settle, value) = match f.await {
+                Ok(v) => (resolve, v),
+                Err(e) => (reject, e),
+            };
+            let _ = settle.call1(&JsValue::UNDEFINED, &value);
+        });
+    })
 }
 
 thread_local! {
@@ -77,7 +111,7 @@ pub async fn worker() -> Result<Rc<Worker>, SwError> {
     let promise = STARTING.with(|s| {
         s.borrow_mut()
             .get_or_insert_with(|| {
-                future_to_promise(async {
+                promise(async {
                     let result = Worker::start(setup()).await;
                     STARTING.with(|s| *s.borrow_mut() = None);
                     match result {
@@ -211,7 +245,7 @@ impl Worker {
     fn finish_in_background(&self, explode: Option<Explode>) {
         let Some(explode) = explode else { return };
         let me = self.me.clone();
-        spawn_local(async move {
+        spawn(async move {
             if let Err(e) = explode.await {
                 if let Some(w) = me.upgrade() {
                     w.stop(&format!("writing a journaled batch failed: {e}"));
@@ -348,7 +382,7 @@ impl Worker {
         }
         self.broadcasting.set(true);
         let w = self.clone();
-        spawn_local(async move {
+        spawn(async move {
             if let Err(e) = post_to_all(&messages).await {
                 warn(&format!("broadcast failed: {e}"));
             }
@@ -364,7 +398,7 @@ impl Worker {
         if self.sync_requested.replace(true) {
             return;
         }
-        spawn_local(async {
+        spawn(async {
             match register_sync().await {
                 Ok(true) => {}
                 Ok(false) => {} // no Background Sync here: pages' keep-alives wake the queue
@@ -496,7 +530,7 @@ impl Worker {
                             .is_none_or(|g| j.group_id.as_deref() == Some(g))
                     })
                     .collect();
-                jobs.sort_by_key(|j| j.seq);
+                sluice_shared::job::sort_by_seq(&mut jobs);
                 Ok(ReplyBody::Jobs {
                     jobs: jobs.into_iter().map(JobUpdate::from).collect(),
                 })

@@ -6,27 +6,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 use crate::e2e;
-
-/// Enqueues `n` creates as group `group` and keeps a `done` promise per job in
-/// `window.dones[group]` (resolving to 'done' or the rejection's code).
-fn enqueue_group_js(n: usize, group: &str) -> String {
-    format!(
-        r#"
-        const jobs = Array.from({{ length: {n} }}, (_, i) => ({{
-          url: '/api/contacts', kind: 'create', body: {{ name: '{group} ' + i }},
-        }}));
-        const r = await sluice.enqueueMany(jobs, '{group}');
-        window.dones = window.dones || {{}};
-        window.dones['{group}'] = r.ids.map((id) => sluice.done(id).then(
-          (o) => 'done ' + o.status, (e) => e.code));
-        return r.ids;
-        "#
-    )
-}
-
-fn settle_group_js(group: &str) -> String {
-    format!("return await Promise.all(window.dones['{group}']);")
-}
+use crate::support::js::{enqueue_group as enqueue_group_js, settle_group as settle_group_js};
 
 e2e!(a_stopped_worker_resumes_the_queue_from_storage, 90, |h| {
     let tab = h.open_e2e_with("keepAliveMs=300").await;

@@ -1,8 +1,12 @@
 //! What the server sees: the limit is kept and every create is applied once.
 
-use sluice::api::ConfigPatch;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use sluice::api::{ApiConfig, Arrival, ConfigPatch, HeaderMode, ScriptedResponse};
+use sluice::browser;
 
 use crate::e2e;
+use crate::support::{cpu_note, js, report, test_api_config, Harness, Options};
 
 e2e!(a_burst_stays_within_the_servers_limit, 90, |h| {
     h.api
@@ -43,3 +47,295 @@ e2e!(a_burst_stays_within_the_servers_limit, 90, |h| {
     assert!(took.as_secs_f64() < 8.0, "150 jobs took {took:?}");
     eprintln!("150 creates in {took:.1?}: {stats:?}");
 });
+
+/// The server of issue 4's bulk scenario: 100 per sliding second, 30 ms round trip.
+fn bulk_api() -> ApiConfig {
+    ApiConfig {
+        limit: 100,
+        window_ms: 1000,
+        latency_ms: 30,
+        seed: Some(7),
+        ..ApiConfig::default()
+    }
+}
+
+e2e!(
+    /// Issue 4, scenario 1: 2,000 creates at once against 100/s with 30 ms latency and 4 in
+    /// flight finish within 105% of the ideal time, with no 429 and never above the limit.
+    #[ignore = "engine bug: the worker reaches 0.84-0.90 of the limit, not the 0.95 that 105% \
+                of ideal needs (sluice simulate: 0.98). Pacing allows the next start at the last \
+                actual start + 1/limit with no catch-up, so every late wake-up (timer \
+                granularity, the IndexedDB commit that precedes each fetch, a start waiting for \
+                one of the 4 slots, each held ~8-15 ms beyond the 30 ms latency) is lost for good; \
+                measured gaps average 11.8 ms against 10.2. Needs a grid-based pacer (GCRA-style, \
+                small burst allowance) under the sliding log, and less per-start overhead"]
+    bulk_of_2000_finishes_within_105_percent_of_ideal_without_429s,
+    150,
+    Options::api(bulk_api()).exclusive(),
+    |h| {
+        const N: usize = 2000;
+        const LIMIT: f64 = 100.0;
+        const LATENCY_MS: f64 = 30.0;
+        let tab = h.open_e2e().await;
+        tab.eval(&js::configure(100, 4, "")).await;
+        let cpu = h.browser.cpu_sample();
+        let ids: Vec<String> = tab.eval_as(&js::enqueue_group(N, "bulk")).await;
+        assert_eq!(ids.len(), N);
+        let results: Vec<String> = tab.eval_as(&js::settle_group("bulk")).await;
+        assert!(js::all_done(&results), "not all done: {results:?}");
+
+        let stats = h.api.stats();
+        assert_eq!(stats.rate_limited, 0, "{stats:?}");
+        assert!(stats.max_in_window <= 100, "{stats:?}");
+        assert_eq!(stats.contacts, N, "{stats:?}");
+        assert_eq!(stats.duplicate_creates, 0, "{stats:?}");
+        assert_eq!(stats.total, N, "no request was sent twice: {stats:?}");
+        let by_key = h.api.applied_creates_by_key();
+        assert_eq!(by_key.len(), N);
+        assert!(by_key.values().all(|n| *n == 1));
+
+        // From the first arrival to the last response (the server answers after its latency).
+        let arrivals = h.api.arrivals();
+        let _ = std::fs::write(
+            h.artifacts.join("arrivals.json"),
+            serde_json::to_vec(&arrivals).unwrap_or_default(),
+        );
+        let first = arrivals.first().expect("arrivals").at_ms;
+        let last = arrivals.last().expect("arrivals").at_ms;
+        let finish_ms = last + LATENCY_MS - first;
+        let ideal_ms = (N as f64 - 1.0) / LIMIT * 1000.0 + LATENCY_MS;
+        let ratio = finish_ms / ideal_ms;
+        let share = N as f64 / (finish_ms / 1000.0) / LIMIT;
+        report(&format!(
+            "bulk 2000 @100/s, 30 ms: finish {:.2} s, ideal {:.2} s, ratio {ratio:.3}, \
+             share of limit {share:.3}, 429s {}, most in a window {}; {}",
+            finish_ms / 1000.0,
+            ideal_ms / 1000.0,
+            stats.rate_limited,
+            stats.max_in_window,
+            cpu_note(h, cpu)
+        ));
+        assert!(
+            ratio <= 1.05,
+            "finished in {finish_ms:.0} ms, {ratio:.3} of the ideal {ideal_ms:.0} ms"
+        );
+    }
+);
+
+/// Scenario 2: the first of four in-flight requests is answered 429 with `retry_after`. Checks
+/// that the rate-limited job is the first to start after the pause and every job ends done;
+/// returns when the 429 was answered (API time) and that first arrival after it.
+async fn four_in_flight_then_429(h: &Harness, retry_after: &str) -> (f64, Arrival) {
+    h.api
+        .push_script(
+            ScriptedResponse::status(429)
+                .with_header("Retry-After", retry_after)
+                .for_request(Some("POST"), Some("/api/contacts")),
+        )
+        .expect("script");
+    let tab = h.open_e2e().await;
+    // 50/s paces starts 20 ms apart: all four are out before the first answer.
+    tab.eval(&js::configure(50, 4, "")).await;
+    tab.eval(&js::enqueue_group(12, "p")).await;
+    let results: Vec<String> = tab.eval_as(&js::settle_group("p")).await;
+    assert!(js::all_done(&results), "{results:?}");
+
+    let arrivals = h.api.arrivals();
+    let rejected = arrivals
+        .iter()
+        .find(|a| a.status == 429)
+        .expect("the scripted 429")
+        .clone();
+    assert_eq!(
+        rejected.seq, 1,
+        "the first request takes the 429: {arrivals:?}"
+    );
+    let in_flight = arrivals
+        .iter()
+        .filter(|a| a.seq > 1 && a.at_ms < rejected.at_ms + PAUSE_TEST_LATENCY_MS)
+        .count();
+    assert_eq!(
+        in_flight, 3,
+        "four requests should have been in flight together: {arrivals:?}"
+    );
+    let answered_at = rejected.at_ms + PAUSE_TEST_LATENCY_MS;
+    let next = arrivals
+        .iter()
+        .find(|a| a.at_ms > answered_at)
+        .expect("an arrival after the pause")
+        .clone();
+    assert_eq!(
+        next.idempotency_key, rejected.idempotency_key,
+        "the rate-limited job must go first after the pause: {arrivals:?}"
+    );
+    assert_eq!(next.status, 201, "{next:?}");
+    let stats = h.api.stats();
+    assert_eq!(stats.contacts, 12, "{stats:?}");
+    assert_eq!(stats.duplicate_creates, 0, "{stats:?}");
+    assert_eq!(stats.rate_limited, 1, "{stats:?}");
+    (answered_at, next)
+}
+
+/// Long enough that all four requests are out before the first answer, even on a busy machine
+/// (they start about 20 ms apart at 50/s).
+const PAUSE_TEST_LATENCY_MS: f64 = 250.0;
+
+fn pause_api() -> ApiConfig {
+    ApiConfig {
+        latency_ms: PAUSE_TEST_LATENCY_MS as u64,
+        ..test_api_config()
+    }
+}
+
+e2e!(
+    /// Scenario 2: `Retry-After: 2` on the first of four requests in flight pauses the whole
+    /// budget: nothing starts for 2 s, then that job goes first.
+    a_429_with_retry_after_seconds_pauses_everything_and_that_job_goes_first,
+    60,
+    Options::api(pause_api()),
+    |h| {
+        let (answered_at, next) = four_in_flight_then_429(h, "2").await;
+        let gap = next.at_ms - answered_at;
+        report(&format!("Retry-After: 2 -> next start {gap:.0} ms after the 429"));
+        // The client read the answer no earlier than the server sent it; a millisecond of
+        // clock rounding either way.
+        assert!(gap >= 2000.0 - 2.0, "next start only {gap:.0} ms after the 429");
+        // The pause ends with a random ramp of up to 1 s, no more.
+        assert!(gap <= 3000.0 + 500.0, "next start {gap:.0} ms after the 429");
+    }
+);
+
+e2e!(
+    /// Scenario 2 with an HTTP-date: nothing starts before that date.
+    a_429_with_retry_after_date_pauses_everything_until_that_date,
+    60,
+    Options::api(pause_api()),
+    |h| {
+        // Whole seconds, 3-4 s ahead: the request arrives well before that.
+        let now = SystemTime::now();
+        let secs = now
+            .duration_since(UNIX_EPOCH)
+            .expect("clock after 1970")
+            .as_secs()
+            + 4;
+        let until = UNIX_EPOCH + Duration::from_secs(secs);
+        let date = httpdate::fmt_http_date(until);
+        let (answered_at, next) = four_in_flight_then_429(h, &date).await;
+        let until_api_ms = h.api_ms(browser::unix_ms(until));
+        report(&format!(
+            "Retry-After: {date} -> next start {:.0} ms after that date ({:.0} ms after the 429)",
+            next.at_ms - until_api_ms,
+            next.at_ms - answered_at
+        ));
+        assert!(
+            next.at_ms >= until_api_ms - 2.0,
+            "a request arrived {:.0} ms before the Retry-After date",
+            until_api_ms - next.at_ms
+        );
+        assert!(
+            next.at_ms <= until_api_ms + 1000.0 + 500.0,
+            "next start {:.0} ms after the date",
+            next.at_ms - until_api_ms
+        );
+    }
+);
+
+e2e!(
+    /// Scenario 3: the server says 2 remain (X-RateLimit-Remaining, reset in 3 s) while the
+    /// client's own count allows ~49 more: at most 2 more arrivals before the reset.
+    the_servers_remaining_count_caps_starts_until_its_reset,
+    60,
+    Options::api(ApiConfig {
+        headers: HeaderMode::None,
+        ..test_api_config()
+    })
+    .exclusive(),
+    |h| {
+        h.api
+            .push_script(
+                ScriptedResponse::headers([
+                    ("X-RateLimit-Limit", "50"),
+                    ("X-RateLimit-Remaining", "2"),
+                    ("X-RateLimit-Reset", "3"),
+                ])
+                .for_request(Some("POST"), Some("/api/contacts")),
+            )
+            .expect("script");
+        let tab = h.open_e2e().await;
+        tab.eval(&js::configure(50, 4, "")).await;
+        tab.eval(&js::enqueue_group(6, "s")).await;
+        let results: Vec<String> = tab.eval_as(&js::settle_group("s")).await;
+        assert!(js::all_done(&results), "{results:?}");
+
+        let arrivals = h.api.arrivals();
+        let told = arrivals
+            .iter()
+            .find(|a| a.scripted)
+            .expect("the scripted answer")
+            .clone();
+        // The reset counts from the answer, which left the server 5 ms after the arrival.
+        let before_reset: Vec<_> = arrivals
+            .iter()
+            .filter(|a| a.seq > told.seq && a.at_ms < told.at_ms + 3000.0)
+            .collect();
+        report(&format!(
+            "remaining 2: {} starts before the reset; after it: {:?}",
+            before_reset.len(),
+            arrivals
+                .iter()
+                .filter(|a| a.at_ms >= told.at_ms + 3000.0)
+                .map(|a| (a.at_ms - told.at_ms).round())
+                .collect::<Vec<_>>()
+        ));
+        assert!(
+            before_reset.len() <= 2,
+            "{} starts before the reset: {before_reset:?}",
+            before_reset.len()
+        );
+        let stats = h.api.stats();
+        assert_eq!(stats.contacts, 6, "{stats:?}");
+        assert_eq!(stats.rate_limited, 0, "{stats:?}");
+    }
+);
+
+e2e!(
+    /// The limit at low rates, where the 2% margin is only 20 ms of a 1 s window: a server as
+    /// strict as the budget (5 per second) sees no more than 5 in any second, through worker
+    /// restarts, and answers no 429.
+    #[ignore = "worker bug, shows on a busy machine (passes when idle): a start is stamped in \
+                the limiter before the IndexedDB commit that precedes its fetch, so a slow \
+                commit or a restarted worker's slow first fetch delays the arrival past the 2% \
+                margin (20 ms of a 1 s window). Seen: first arrival 43 ms late (gap 161 ms at \
+                5/s) -> 6 in one second -> 429. The engine then counts that self-inflicted 429 \
+                as other callers' use and runs at 3/s (gaps ~340 ms) for the rest of the run. \
+                Needs the start stamped when the fetch leaves (or a margin sized to the observed \
+                stamp-to-send delay)"]
+    a_slow_budget_is_never_exceeded_at_the_server,
+    90,
+    Options::api(ApiConfig {
+        limit: 5,
+        ..test_api_config()
+    }),
+    |h| {
+        let tab = h.open_e2e_with("keepAliveMs=300").await;
+        tab.eval(&js::configure(5, 1, "")).await;
+        tab.eval(&js::enqueue_group(40, "slow")).await;
+        for contacts in [8, 16, 24] {
+            h.wait_until("progress", Duration::from_secs(15), || {
+                h.api.contacts().len() >= contacts
+            })
+            .await;
+            h.stop_worker().await;
+        }
+        let results: Vec<String> = tab.eval_as(&js::settle_group("slow")).await;
+        assert!(js::all_done(&results), "{results:?}");
+        let arrivals = h.api.arrivals();
+        let times: Vec<f64> = arrivals.iter().map(|a| a.at_ms.round()).collect();
+        let gaps: Vec<f64> = times.windows(2).map(|w| w[1] - w[0]).collect();
+        report(&format!("5/s through restarts: gaps between arrivals {gaps:?} ms"));
+        let stats = h.api.stats();
+        assert_eq!(stats.rate_limited, 0, "{stats:?}; gaps {gaps:?}");
+        assert!(stats.max_in_window <= 5, "{stats:?}; gaps {gaps:?}");
+        assert_eq!(stats.duplicate_creates, 0, "{stats:?}");
+    }
+);

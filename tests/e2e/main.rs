@@ -1,12 +1,25 @@
 //! End-to-end tests: the real service worker and page client in headless Chromium, against
 //! the demo API in-process. One test binary (fewer links); each test has its own server and
-//! browser. See `support` for the harness.
+//! browser. See `support` for the harness (a thin layer over `sluice::browser`, which `sluice
+//! bench` drives too).
 //!
-//! Run: `cargo test --test e2e` (add `-- --nocapture` for timings). Without Chromium they
-//! skip, unless `CI` is set.
+//! Issue 4's scenarios, by file: `limits` (bulk at the limit, 429 pauses in both
+//! `Retry-After` forms, the server's remaining count, low-rate limits), `ordering`
+//! (idempotency of a create whose answer is lost, coalescing, per-key order, lanes and aging),
+//! `resilience` (reload, three tabs, a worker killed five times, offline with and without
+//! Background Sync, every tab closed, a new worker version), `input` (bad input, intercepted
+//! `fetch`), `bench` (`sluice bench --quick` end to end).
+//!
+//! Run: `cargo test --test e2e` (timings and measured figures are printed). Without Chromium
+//! they skip, unless `CI` is set. Tests that measure time run alone (`Options::exclusive`).
+//! `cargo test --test e2e -- --ignored` runs the tests that document open product bugs.
 
 mod support;
 
 mod basic;
+mod bench;
+mod input;
 mod lifecycle;
 mod limits;
+mod ordering;
+mod resilience;

@@ -1,5 +1,5 @@
-//! The end-to-end harness: the demo server in-process, a headless Chromium, and helpers to
-//! drive pages and the service worker.
+//! The end-to-end harness: a thin, panicking layer over `sluice::browser` (which `sluice
+//! bench` uses too): the demo server in-process, a headless Chromium, and the `e2e!` macro.
 //!
 //! Every test gets its own server (on `127.0.0.1:0`), its own browser and profile directory,
 //! so tests are independent and can run in parallel. The browser is killed when the
@@ -8,47 +8,40 @@
 //! Tests skip (pass with a message) when Chromium is missing, unless `CI` is set: then a
 //! missing browser fails them.
 
-#![allow(dead_code)] // helpers for tests still to come
-
-pub mod cdp;
+#![allow(dead_code)] // not every test binary module uses every helper
 
 use std::future::Future;
 use std::io::Write as _;
-use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::ops::Deref;
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use axum::http::header;
-use axum::response::IntoResponse;
-use chromiumoxide::cdp::js_protocol::runtime::EvaluateParams;
-use chromiumoxide::error::CdpError;
-use chromiumoxide::page::ScreenshotParams;
-use chromiumoxide::{Browser, Page};
-use futures::StreamExt;
 use serde::de::DeserializeOwned;
-use serde_json::{json, Value};
-use sluice::api::{ApiConfig, ApiHandle};
-use sluice::server::{self, WwwSource};
-
-pub use cdp::Cdp;
-
-/// The test page: loads the client, registers `/sw.js` and exposes `window.sluice`.
-pub const E2E_PAGE: &str = include_str!("../page.html");
+use serde_json::Value;
+use sluice::api::{ApiConfig, Arrival};
+use sluice::browser::{self, Rig, RigOptions};
+use sluice::server::WwwSource;
 
 /// How long a whole test may take unless it says otherwise.
 pub const DEFAULT_TEST_SECS: u64 = 90;
 
+pub mod js;
+
 /// Declares an end-to-end test: a multi-threaded tokio test that starts a [`Harness`] (or
 /// skips), runs the body with `$h: &Harness` under a time limit, and always kills the
-/// browser. `e2e!(name, secs, |h| { ... })`.
+/// browser. `e2e!(name, secs, |h| { ... })`; `e2e!(name, secs, options, |h| { ... })` starts
+/// it with [`Options`].
 #[macro_export]
 macro_rules! e2e {
-    ($(#[$meta:meta])* $name:ident, $secs:expr, |$h:ident| $body:block) => {
+    ($(#[$meta:meta])* $name:ident, $secs:expr, $options:expr, |$h:ident| $body:block) => {
         $(#[$meta])*
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
         async fn $name() {
-            let Some(harness) = $crate::support::Harness::start(stringify!($name)).await else {
+            let options: $crate::support::Options = $options;
+            let _turn = $crate::support::Turn::take(options.exclusive).await;
+            let Some(harness) =
+                $crate::support::Harness::start_with(stringify!($name), options).await
+            else {
                 return;
             };
             let $h: &$crate::support::Harness = &harness;
@@ -58,8 +51,17 @@ macro_rules! e2e {
             if result.is_err() {
                 panic!("{} timed out after {:?}", stringify!($name), limit);
             }
-            eprintln!("{} took {:.1?}", stringify!($name), started.elapsed());
+            $crate::support::report(&format!(
+                "{} took {:.1?}",
+                stringify!($name),
+                started.elapsed()
+            ));
         }
+    };
+    ($(#[$meta:meta])* $name:ident, $secs:expr, |$h:ident| $body:block) => {
+        $crate::e2e!(
+            $(#[$meta])* $name, $secs, $crate::support::Options::default(), |$h| $body
+        );
     };
     ($(#[$meta:meta])* $name:ident, |$h:ident| $body:block) => {
         $crate::e2e!($(#[$meta])* $name, $crate::support::DEFAULT_TEST_SECS, |$h| $body);
@@ -77,30 +79,90 @@ pub fn test_api_config() -> ApiConfig {
     }
 }
 
+/// How a test's harness is set up.
+#[derive(Clone, Debug)]
+pub struct Options {
+    pub api: ApiConfig,
+    /// Serve `www/` from a temporary copy the test may change (see [`Harness::www_dir`]).
+    pub www_copy: bool,
+    /// Run alone: the test measures time, and another browser sharing the two cores would
+    /// measure the machine instead of the worker.
+    pub exclusive: bool,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            api: test_api_config(),
+            www_copy: false,
+            exclusive: false,
+        }
+    }
+}
+
+impl Options {
+    pub fn api(api: ApiConfig) -> Self {
+        Self {
+            api,
+            ..Self::default()
+        }
+    }
+
+    pub fn with_www_copy(mut self) -> Self {
+        self.www_copy = true;
+        self
+    }
+
+    pub fn exclusive(mut self) -> Self {
+        self.exclusive = true;
+        self
+    }
+}
+
+/// A test's turn to run: shared by ordinary tests, sole for [`Options::exclusive`] ones.
+/// tokio's lock is fair, so a waiting exclusive test is not starved by a stream of others.
+pub enum Turn {
+    Shared(tokio::sync::OwnedRwLockReadGuard<()>),
+    Sole(tokio::sync::OwnedRwLockWriteGuard<()>),
+}
+
+impl Turn {
+    pub async fn take(exclusive: bool) -> Turn {
+        static LOCK: std::sync::OnceLock<std::sync::Arc<tokio::sync::RwLock<()>>> =
+            std::sync::OnceLock::new();
+        let lock = LOCK.get_or_init(Default::default).clone();
+        if exclusive {
+            Turn::Sole(lock.write_owned().await)
+        } else {
+            Turn::Shared(lock.read_owned().await)
+        }
+    }
+}
+
 fn ci() -> bool {
     std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "0" && v != "false")
 }
 
-/// `SLUICE_CHROMIUM`, else the first of the usual names on `PATH`.
-pub fn find_chromium() -> Option<PathBuf> {
-    if let Some(p) = std::env::var_os("SLUICE_CHROMIUM") {
-        return Some(PathBuf::from(p));
+/// Straight to the stderr handle: libtest captures `eprintln!` of passing tests, and skips and
+/// timings must be seen.
+pub fn report(line: &str) {
+    let _ = writeln!(std::io::stderr(), "{line}");
+}
+
+/// How busy the machine was since `since` (from [`sluice::browser::Browser::cpu_sample`]), for
+/// the report of a test that measures time.
+pub fn cpu_note(h: &Harness, since: Option<browser::load::CpuSample>) -> String {
+    match since
+        .zip(h.browser.cpu_sample())
+        .and_then(|(a, b)| a.until(&b))
+    {
+        Some(u) => format!(
+            "machine CPU: this test {:.0}%, other work {:.0}%",
+            u.ours * 100.0,
+            u.others * 100.0
+        ),
+        None => "machine CPU unknown".into(),
     }
-    let path = std::env::var_os("PATH")?;
-    for name in [
-        "chromium",
-        "chromium-browser",
-        "google-chrome",
-        "google-chrome-stable",
-    ] {
-        for dir in std::env::split_paths(&path) {
-            let candidate = dir.join(name);
-            if candidate.is_file() {
-                return Some(candidate);
-            }
-        }
-    }
-    None
 }
 
 /// Skips (returns false) with a message, or panics under CI.
@@ -111,132 +173,49 @@ fn require(ok: bool, what: &str) -> bool {
     if ci() {
         panic!("{what} (CI is set, so this is a failure, not a skip)");
     }
-    // Straight to the stderr handle: libtest captures `eprintln!` of passing tests, and a skip
-    // must be seen.
-    let _ = writeln!(
-        std::io::stderr(),
+    report(&format!(
         "SKIPPED {}: {what}; install it (apt-get install -y chromium) to run end-to-end tests",
         std::thread::current().name().unwrap_or("e2e test")
-    );
+    ));
     false
-}
-
-/// The Chromium process; killed with its whole process group when dropped.
-struct Chrome {
-    child: Child,
-    /// Removed after the process is gone (fields drop after `Drop::drop`).
-    _profile: tempfile::TempDir,
-}
-
-impl Chrome {
-    async fn launch(exe: &Path, artifacts: &Path) -> Result<(Chrome, String), String> {
-        let profile = tempfile::Builder::new()
-            .prefix("sluice-e2e-")
-            .tempdir()
-            .map_err(|e| format!("profile dir: {e}"))?;
-        let log = std::fs::File::create(artifacts.join("chromium.log"))
-            .map_err(|e| format!("chromium.log: {e}"))?;
-        let mut cmd = Command::new(exe);
-        cmd.args([
-            "--headless=new",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
-            "--no-first-run",
-            "--no-default-browser-check",
-            "--disable-dev-shm-usage",
-            "--disable-extensions",
-            "--mute-audio",
-            "--remote-debugging-port=0",
-            "--window-size=1024,768",
-        ])
-        .arg(format!("--user-data-dir={}", profile.path().display()))
-        .arg("about:blank")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(log);
-        // Its own process group, so that the renderers and the zygote die with it.
-        std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
-        let child = cmd
-            .spawn()
-            .map_err(|e| format!("starting {}: {e}", exe.display()))?;
-        let chrome = Chrome {
-            child,
-            _profile: profile,
-        };
-        // Chromium writes the port it chose and the browser's websocket path here.
-        let port_file = chrome._profile.path().join("DevToolsActivePort");
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            if let Ok(text) = std::fs::read_to_string(&port_file) {
-                let mut lines = text.lines();
-                if let (Some(port), Some(path)) = (lines.next(), lines.next()) {
-                    return Ok((
-                        chrome,
-                        format!("ws://127.0.0.1:{}{}", port.trim(), path.trim()),
-                    ));
-                }
-            }
-            if Instant::now() > deadline {
-                return Err("Chromium did not open its debugging port in 30 s".into());
-            }
-            tokio::time::sleep(Duration::from_millis(25)).await;
-        }
-    }
-}
-
-impl Drop for Chrome {
-    fn drop(&mut self) {
-        let pid = self.child.id() as libc::pid_t;
-        // SAFETY: sends a signal to the process group this harness created; no memory access.
-        unsafe {
-            libc::kill(-pid, libc::SIGKILL);
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 /// A server, a browser and the helpers to drive them. Dropping it kills the browser.
 pub struct Harness {
     pub name: String,
-    pub addr: SocketAddr,
-    /// `http://127.0.0.1:PORT`
-    pub origin: String,
-    /// The demo API: records every arrival, configurable at run time.
-    pub api: ApiHandle,
-    pub cdp: Cdp,
+    pub rig: Rig,
     /// Screenshots and the browser's log go here (`target/tmp/e2e/<test>/`).
     pub artifacts: PathBuf,
-    browser: Browser,
-    handler: tokio::task::JoinHandle<()>,
+    /// The served copy of `www/` when the test asked for one.
+    www: Option<tempfile::TempDir>,
     started: Instant,
-    // Last: the process is killed after the connections are dropped.
-    _chrome: Chrome,
+}
+
+impl Deref for Harness {
+    type Target = Rig;
+
+    fn deref(&self) -> &Rig {
+        &self.rig
+    }
 }
 
 impl Harness {
     /// Starts the server and the browser; `None` means "skip this test" (no Chromium and not
     /// under CI, or a build without the wasm bundles).
     pub async fn start(name: &str) -> Option<Harness> {
-        Self::start_with(name, test_api_config()).await
+        Self::start_with(name, Options::default()).await
     }
 
-    pub async fn start_with(name: &str, config: ApiConfig) -> Option<Harness> {
-        let chromium = find_chromium();
+    pub async fn start_with(name: &str, options: Options) -> Option<Harness> {
+        let chromium = browser::find_chromium();
         if !require(
             chromium.is_some(),
             "Chromium not found (set SLUICE_CHROMIUM or put chromium on PATH)",
         ) {
             return None;
         }
-        let wasm_built = sluice::assets::pkg("sluice_client_bg.wasm")
-            .is_some_and(|b| !b.is_empty())
-            && sluice::assets::pkg("sluice_sw_bg.wasm").is_some_and(|b| !b.is_empty());
         if !require(
-            wasm_built,
+            browser::wasm_built(),
             "the wasm bundles were not built (SLUICE_SKIP_WASM?)",
         ) {
             return None;
@@ -247,66 +226,52 @@ impl Harness {
             .join(name);
         let _ = std::fs::remove_dir_all(&artifacts);
         std::fs::create_dir_all(&artifacts).expect("artifacts dir");
-
-        config.validate().expect("API config");
-        let api = ApiHandle::new(config);
-        let app = server::router(api.clone(), WwwSource::Embedded).route(
-            "/e2e.html",
-            axum::routing::get(|| async {
-                (
-                    [
-                        (header::CONTENT_TYPE, "text/html; charset=utf-8"),
-                        (header::CACHE_CONTROL, "no-cache"),
-                    ],
-                    E2E_PAGE,
-                )
-                    .into_response()
-            }),
-        );
-        let addr = server::serve_in_background(SocketAddr::from(([127, 0, 0, 1], 0)), app)
-            .await
-            .expect("server");
-
-        let (chrome, ws_url) = Chrome::launch(&chromium.unwrap(), &artifacts)
-            .await
-            .unwrap_or_else(|e| panic!("launching Chromium: {e}"));
-        // Ours first, so that it sees the worker targets from the start.
-        let cdp = Cdp::connect(&ws_url)
-            .await
-            .unwrap_or_else(|e| panic!("CDP: {e}"));
-        let (browser, mut handler) = Browser::connect(ws_url.clone())
-            .await
-            .unwrap_or_else(|e| panic!("chromiumoxide: {e}"));
-        // Errors here are mostly events of a newer protocol than chromiumoxide knows: not fatal.
-        let handler = tokio::spawn(async move { while handler.next().await.is_some() {} });
-        cdp.note(format!("browser up in {:.1?}", started.elapsed()));
+        let www = options.www_copy.then(|| {
+            let dir = tempfile::Builder::new()
+                .prefix("sluice-www-")
+                .tempdir()
+                .expect("www dir");
+            browser::write_www(dir.path()).expect("copy www");
+            dir
+        });
+        let rig = Rig::start(RigOptions {
+            api: options.api,
+            www: www
+                .as_ref()
+                .map_or(WwwSource::Embedded, |d| WwwSource::Dir(d.path().into())),
+            chromium,
+            browser_log: Some(artifacts.join("chromium.log")),
+        })
+        .await
+        .unwrap_or_else(|e| panic!("starting the server and browser: {e}"));
         Some(Harness {
             name: name.to_string(),
-            origin: format!("http://{addr}"),
-            addr,
-            api,
-            cdp,
+            rig,
             artifacts,
-            browser,
-            handler,
+            www,
             started,
-            _chrome: chrome,
         })
     }
 
-    pub fn url(&self, path: &str) -> String {
-        format!("{}{}", self.origin, path)
+    /// The served copy of `www/` (only with [`Options::with_www_copy`]).
+    pub fn www_dir(&self) -> PathBuf {
+        self.www
+            .as_ref()
+            .expect("this test was not started with a www copy")
+            .path()
+            .to_path_buf()
     }
 
     /// Opens a new tab at `path` (on this server) and waits for it to load.
     pub async fn open(&self, path: &str) -> Tab {
-        let page = self
+        let inner = self
+            .rig
             .browser
-            .new_page(self.url(path))
+            .open(&self.url(path))
             .await
             .unwrap_or_else(|e| panic!("opening {path}: {e}"));
         Tab {
-            page,
+            inner,
             artifacts: self.artifacts.clone(),
         }
     }
@@ -316,131 +281,72 @@ impl Harness {
         self.open_e2e_with("").await
     }
 
-    /// As [`Harness::open_e2e`], with a query string for the page (`resendAfterMs=500`).
+    /// As [`Harness::open_e2e`], with a query string for the page (`keepAliveMs=300`).
     pub async fn open_e2e_with(&self, query: &str) -> Tab {
         let path = if query.is_empty() {
-            "/e2e.html".to_string()
+            browser::DRIVER_PATH.to_string()
         } else {
-            format!("/e2e.html?{query}")
+            format!("{}?{query}", browser::DRIVER_PATH)
         };
         let tab = self.open(&path).await;
         tab.wait_ready().await;
         tab
     }
 
-    /// Sends a `ServiceWorker.*` command through a page session.
-    async fn service_worker_call(&self, method: &str, params: Value) -> Result<Value, String> {
-        let session = self.cdp.control_session().await?;
-        self.cdp.call(method, params, Some(&session)).await
-    }
-
-    /// Stops the service worker (its memory is gone; the next event starts it afresh) and waits
-    /// until the browser reports it stopped. It may be running again already when this returns
-    /// (a page's keep-alive restarts it at once).
+    /// Stops the service worker and waits until the browser reports it stopped (see
+    /// [`sluice::browser::Browser::stop_workers`]).
     pub async fn stop_worker(&self) {
-        self.cdp.note("harness: stopping all workers");
-        let stops = self.worker_stops();
-        self.service_worker_call("ServiceWorker.stopAllWorkers", json!({}))
+        self.rig
+            .browser
+            .stop_workers()
             .await
-            .unwrap_or_else(|e| panic!("stopAllWorkers: {e}"));
-        self.wait_until("the worker to stop", Duration::from_secs(10), || {
-            self.worker_stops() > stops
-        })
-        .await;
+            .unwrap_or_else(|e| panic!("stopping the worker: {e}"));
     }
 
-    /// How many times a running service worker stopped so far.
     pub fn worker_stops(&self) -> u64 {
-        self.cdp.state().worker_stops
+        self.rig.browser.worker_stops()
     }
 
-    /// Whether any service worker version is starting or running.
     pub fn worker_running(&self) -> bool {
-        self.cdp.state().versions.values().any(|v| {
-            matches!(
-                v["runningStatus"].as_str(),
-                Some("starting") | Some("running")
-            )
-        })
+        self.rig.browser.worker_running()
     }
 
-    /// How many times a service worker was started so far.
     pub fn worker_starts(&self) -> u64 {
-        self.cdp.state().worker_starts
+        self.rig.browser.worker_starts()
     }
 
-    /// Takes the worker's own network offline or back online (pages are not affected). Applies
-    /// to workers started later too, before their first line runs.
     pub async fn set_worker_offline(&self, offline: bool) {
-        self.cdp
-            .note(format!("harness: worker offline = {offline}"));
-        let sessions: Vec<String> = {
-            let mut st = self.cdp.state();
-            st.offline = offline;
-            st.workers.values().flatten().cloned().collect()
-        };
-        for s in sessions {
-            // A session of a worker that is going away fails: the next one gets the flag.
-            if let Err(e) = self.cdp.emulate_offline(&s, offline).await {
-                self.cdp.note(format!("emulating offline={offline}: {e}"));
-            }
-        }
-    }
-
-    /// The id of the registration whose scope is on this server.
-    pub async fn registration_id(&self) -> String {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            let found = self
-                .cdp
-                .state()
-                .registrations
-                .iter()
-                .find(|(_, scope)| scope.starts_with(&self.origin))
-                .map(|(id, _)| id.clone());
-            if let Some(id) = found {
-                return id;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "no service worker registration for {} was reported",
-                self.origin
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        self.rig.browser.set_worker_offline(offline).await
     }
 
     /// Fires a Background Sync event at the worker.
     pub async fn dispatch_sync(&self, tag: &str, last_chance: bool) {
-        let registration_id = self.registration_id().await;
-        self.service_worker_call(
-            "ServiceWorker.dispatchSyncEvent",
-            json!({
-                "origin": self.origin,
-                "registrationId": registration_id,
-                "tag": tag,
-                "lastChance": last_chance,
-            }),
-        )
-        .await
-        .unwrap_or_else(|e| panic!("dispatchSyncEvent: {e}"));
+        self.rig
+            .browser
+            .dispatch_sync(&self.origin, tag, last_chance)
+            .await
+            .unwrap_or_else(|e| panic!("dispatchSyncEvent: {e}"));
     }
 
     /// Waits until `check` holds, polling every 20 ms; panics with `what` after `limit`.
-    pub async fn wait_until(&self, what: &str, limit: Duration, mut check: impl FnMut() -> bool) {
-        let deadline = Instant::now() + limit;
-        while !check() {
-            assert!(
-                Instant::now() < deadline,
-                "timed out after {limit:?} waiting for {what}"
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+    pub async fn wait_until(&self, what: &str, limit: Duration, check: impl FnMut() -> bool) {
+        browser::wait_for(what, limit, check)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
     }
 
     /// Console output of pages and workers so far, with harness notes.
     pub fn log(&self) -> Vec<String> {
-        self.cdp.state().log.clone()
+        self.rig.browser.log()
+    }
+
+    pub fn note(&self, line: impl Into<String>) {
+        self.rig.browser.cdp.note(line);
+    }
+
+    /// Arrivals at the API matching `f`.
+    pub fn arrivals_where(&self, f: impl Fn(&Arrival) -> bool) -> Vec<Arrival> {
+        self.api.arrivals().into_iter().filter(|a| f(a)).collect()
     }
 }
 
@@ -458,13 +364,12 @@ impl Drop for Harness {
                 self.artifacts.display()
             );
         }
-        self.handler.abort();
     }
 }
 
-/// One browser tab.
+/// One browser tab; every helper panics with the script and the error on failure.
 pub struct Tab {
-    pub page: Page,
+    pub inner: browser::Tab,
     artifacts: PathBuf,
 }
 
@@ -472,29 +377,10 @@ impl Tab {
     /// Runs `body` as the body of an async function in the page and returns its result
     /// (JSON-serialisable) or the exception's text.
     pub async fn try_eval(&self, body: &str) -> Result<Value, String> {
-        let expression = format!(
-            "(async () => {{ {body}\n}})().then(v => JSON.stringify(v === undefined ? null : v))"
-        );
-        let params = EvaluateParams::builder()
-            .expression(expression)
-            .await_promise(true)
-            .return_by_value(true)
-            .build()
-            .map_err(|e| e.to_string())?;
-        let result = match self.page.evaluate_expression(params).await {
-            Ok(r) => r,
-            Err(CdpError::JavascriptException(details)) => {
-                let text = details
-                    .exception
-                    .as_ref()
-                    .and_then(|e| e.description.clone())
-                    .unwrap_or_else(|| details.text.clone());
-                return Err(text);
-            }
-            Err(e) => return Err(e.to_string()),
-        };
-        let text: String = result.into_value().map_err(|e| e.to_string())?;
-        serde_json::from_str(&text).map_err(|e| format!("result is not JSON: {e}: {text}"))
+        self.inner.eval(body).await.map_err(|e| match e {
+            browser::Error::Script(text) => text,
+            other => other.to_string(),
+        })
     }
 
     /// [`Tab::try_eval`] that panics on an exception.
@@ -513,35 +399,41 @@ impl Tab {
 
     /// Waits until the test page registered the client (`window.sluice`).
     pub async fn wait_ready(&self) {
-        self.eval(
-            "if (!window.sluiceReady) throw new Error('not the e2e page'); await window.sluiceReady;",
-        )
-        .await;
+        self.inner
+            .wait_ready()
+            .await
+            .unwrap_or_else(|e| panic!("the e2e page did not get ready: {e}"));
     }
 
     /// Reloads and waits for the load (not for the client: see [`Tab::wait_ready`]).
     pub async fn reload(&self) {
-        self.page.reload().await.expect("reload");
+        self.inner.reload().await.expect("reload");
     }
 
     pub async fn goto(&self, url: &str) {
-        self.page.goto(url).await.expect("goto");
+        self.inner.goto(url).await.expect("goto");
+    }
+
+    /// Takes this tab's own network offline or back online.
+    pub async fn set_offline(&self, offline: bool) {
+        self.inner
+            .set_offline(offline)
+            .await
+            .unwrap_or_else(|e| panic!("page offline={offline}: {e}"));
     }
 
     /// Saves a PNG under the test's artifacts directory and returns its path.
     pub async fn screenshot(&self, name: &str) -> PathBuf {
         let path = self.artifacts.join(format!("{name}.png"));
-        let png = self
-            .page
-            .screenshot(ScreenshotParams::builder().build())
+        self.inner
+            .save_screenshot(&path)
             .await
-            .expect("screenshot");
-        std::fs::write(&path, png).expect("write screenshot");
+            .unwrap_or_else(|e| panic!("screenshot: {e}"));
         path
     }
 
     pub async fn close(self) {
-        let _ = self.page.close().await;
+        let _ = self.inner.close().await;
     }
 }
 

@@ -1,0 +1,1274 @@
+//! A small JSON codec for the service worker's wasm.
+//!
+//! Every type still derives serde's traits, and serde's JSON form stays the reference: pages,
+//! the demo server and the tests speak it. The worker, though, reads and writes its records
+//! and messages through this module instead of `serde_json`. Serde's derives monomorphize a
+//! streaming visitor per type (twice over: maps and sequences), which made up more than a
+//! third of the worker's wasm; here there is one parser into a [`Json`] tree, one writer, and
+//! per type only a list of fields ([`json_struct!`], [`json_enum!`]).
+//!
+//! The output is byte for byte what `serde_json::to_string` writes for the same value (same
+//! field order, escapes, integer and float forms), and the input rules are serde's: unknown
+//! fields are ignored, a missing `Option` is `None`, `#[serde(default)]` fields and containers
+//! fall back to their defaults, integers must fit their type. The tests of each type check
+//! both directions against serde. Error messages follow serde's wording; type errors name no
+//! line and column.
+
+use std::borrow::Cow;
+use std::collections::VecDeque;
+use std::fmt;
+
+/// A parsed JSON value. Strings borrow from the text unless they had escapes.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Json<'a> {
+    Null,
+    Bool(bool),
+    /// A non-negative integer that fits `u64`.
+    U64(u64),
+    /// A negative integer that fits `i64`.
+    I64(i64),
+    /// Any other number.
+    F64(f64),
+    Str(Cow<'a, str>),
+    Arr(Vec<Json<'a>>),
+    /// Members in the order written (duplicates kept: readers refuse them).
+    Obj(Vec<(Cow<'a, str>, Json<'a>)>),
+}
+
+/// Why a text or value could not be read.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Error(pub String);
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Error {}
+
+impl Json<'_> {
+    pub fn as_str(&self) -> Option<&str> {
+        match self {
+            Json::Str(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    /// The member named `key` of an object; the last one if repeated, as in a
+    /// `serde_json::Value`.
+    pub fn get(&self, key: &str) -> Option<&Self> {
+        match self {
+            Json::Obj(members) => members.iter().rev().find(|(k, _)| k == key).map(|(_, v)| v),
+            _ => None,
+        }
+    }
+
+    /// What serde calls this value in an "invalid type" error.
+    fn unexpected(&self) -> String {
+        match self {
+            Json::Null => "null".into(),
+            Json::Bool(b) => format!("boolean `{b}`"),
+            Json::U64(n) => format!("integer `{n}`"),
+            Json::I64(n) => format!("integer `{n}`"),
+            Json::F64(f) => {
+                let mut s = String::from("floating point `");
+                write_float(&mut s, *f);
+                s.push('`');
+                s
+            }
+            Json::Str(s) => format!("string \"{s}\""),
+            Json::Arr(_) => "sequence".into(),
+            Json::Obj(_) => "map".into(),
+        }
+    }
+
+    pub fn invalid_type(&self, expected: &str) -> Error {
+        Error(format!(
+            "invalid type: {}, expected {expected}",
+            self.unexpected()
+        ))
+    }
+}
+
+// ----- reading -----------------------------------------------------------------------------
+
+/// Parses one JSON text (surrounding whitespace allowed), with serde_json's syntax rules and
+/// messages.
+pub fn parse(text: &str) -> Result<Json<'_>, Error> {
+    let mut p = Parser {
+        text,
+        bytes: text.as_bytes(),
+        pos: 0,
+        depth: 0,
+    };
+    let value = p.value()?;
+    p.skip_ws();
+    if p.pos < p.bytes.len() {
+        return Err(p.error_at(p.pos + 1, "trailing characters"));
+    }
+    Ok(value)
+}
+
+/// Parses a text and reads it as `T`.
+pub fn from_str<T: FromJson>(text: &str) -> Result<T, Error> {
+    T::from_json(&parse(text)?)
+}
+
+struct Parser<'a> {
+    text: &'a str,
+    bytes: &'a [u8],
+    pos: usize,
+    depth: u32,
+}
+
+/// serde_json's nesting limit.
+const MAX_DEPTH: u32 = 128;
+
+impl<'a> Parser<'a> {
+    /// An error at the byte *before* `index` (serde_json counts columns that way).
+    fn error_at(&self, index: usize, message: &str) -> Error {
+        let index = index.min(self.bytes.len());
+        let before = &self.bytes[..index];
+        let line = 1 + before.iter().filter(|&&b| b == b'\n').count();
+        let column = match before.iter().rposition(|&b| b == b'\n') {
+            Some(nl) => index - nl - 1,
+            None => index,
+        };
+        Error(format!("{message} at line {line} column {column}"))
+    }
+
+    /// An error about the byte at `pos` (not consumed yet).
+    fn peek_error(&self, message: &str) -> Error {
+        self.error_at(self.pos + 1, message)
+    }
+
+    fn skip_ws(&mut self) {
+        while let Some(b' ' | b'\n' | b'\t' | b'\r') = self.bytes.get(self.pos) {
+            self.pos += 1;
+        }
+    }
+
+    fn peek(&self) -> Option<u8> {
+        self.bytes.get(self.pos).copied()
+    }
+
+    fn value(&mut self) -> Result<Json<'a>, Error> {
+        self.skip_ws();
+        let Some(b) = self.peek() else {
+            return Err(self.error_at(self.pos, "EOF while parsing a value"));
+        };
+        match b {
+            b'n' => self.ident(b"null", Json::Null),
+            b't' => self.ident(b"true", Json::Bool(true)),
+            b'f' => self.ident(b"false", Json::Bool(false)),
+            b'-' | b'0'..=b'9' => self.number(),
+            b'"' => {
+                self.pos += 1;
+                Ok(Json::Str(self.string()?))
+            }
+            b'[' | b'{' => {
+                self.depth += 1;
+                if self.depth >= MAX_DEPTH {
+                    return Err(self.peek_error("recursion limit exceeded"));
+                }
+                self.pos += 1;
+                let v = if b == b'[' {
+                    self.array()
+                } else {
+                    self.object()
+                };
+                self.depth -= 1;
+                v
+            }
+            _ => Err(self.peek_error("expected value")),
+        }
+    }
+
+    fn ident(&mut self, word: &[u8], value: Json<'a>) -> Result<Json<'a>, Error> {
+        for &expected in word {
+            match self.peek() {
+                None => return Err(self.error_at(self.pos, "EOF while parsing a value")),
+                Some(b) if b == expected => self.pos += 1,
+                Some(_) => return Err(self.error_at(self.pos + 1, "expected ident")),
+            }
+        }
+        Ok(value)
+    }
+
+    fn array(&mut self) -> Result<Json<'a>, Error> {
+        let mut items = Vec::new();
+        self.skip_ws();
+        if self.peek() == Some(b']') {
+            self.pos += 1;
+            return Ok(Json::Arr(items));
+        }
+        loop {
+            items.push(self.value()?);
+            self.skip_ws();
+            match self.peek() {
+                Some(b',') => {
+                    self.pos += 1;
+                    self.skip_ws();
+                    if self.peek() == Some(b']') {
+                        return Err(self.peek_error("trailing comma"));
+                    }
+                }
+                Some(b']') => {
+                    self.pos += 1;
+                    return Ok(Json::Arr(items));
+                }
+                Some(_) => return Err(self.peek_error("expected `,` or `]`")),
+                None => return Err(self.error_at(self.pos, "EOF while parsing a list")),
+            }
+        }
+    }
+
+    fn object(&mut self) -> Result<Json<'a>, Error> {
+        let mut members = Vec::with_capacity(8);
+        self.skip_ws();
+        if self.peek() == Some(b'}') {
+            self.pos += 1;
+            return Ok(Json::Obj(members));
+        }
+        loop {
+            match self.peek() {
+                Some(b'"') => self.pos += 1,
+                Some(_) => return Err(self.peek_error("key must be a string")),
+                None => return Err(self.error_at(self.pos, "EOF while parsing an object")),
+            }
+            let key = self.string()?;
+            self.skip_ws();
+            match self.peek() {
+                Some(b':') => self.pos += 1,
+                Some(_) => return Err(self.peek_error("expected `:`")),
+                None => return Err(self.error_at(self.pos, "EOF while parsing an object")),
+            }
+            let value = self.value()?;
+            members.push((key, value));
+            self.skip_ws();
+            match self.peek() {
+                Some(b',') => {
+                    self.pos += 1;
+                    self.skip_ws();
+                    if self.peek() == Some(b'}') {
+                        return Err(self.peek_error("trailing comma"));
+                    }
+                }
+                Some(b'}') => {
+                    self.pos += 1;
+                    return Ok(Json::Obj(members));
+                }
+                Some(_) => return Err(self.peek_error("expected `,` or `}`")),
+                None => return Err(self.error_at(self.pos, "EOF while parsing an object")),
+            }
+        }
+    }
+
+    /// The rest of a string whose opening quote was consumed.
+    fn string(&mut self) -> Result<Cow<'a, str>, Error> {
+        let start = self.pos;
+        let mut owned: Option<String> = None;
+        let mut run = start;
+        loop {
+            // Skip plain characters in one tight loop: most strings have no escapes.
+            let plain = self.bytes[self.pos..]
+                .iter()
+                .position(|&b| b == b'"' || b == b'\\' || b < 0x20);
+            let Some(skip) = plain else {
+                self.pos = self.bytes.len();
+                return Err(self.error_at(self.pos, "EOF while parsing a string"));
+            };
+            self.pos += skip;
+            let b = self.bytes[self.pos];
+            match b {
+                b'"' => {
+                    let tail = &self.text[run..self.pos];
+                    self.pos += 1;
+                    return Ok(match owned {
+                        None => Cow::Borrowed(tail),
+                        Some(mut s) => {
+                            s.push_str(tail);
+                            Cow::Owned(s)
+                        }
+                    });
+                }
+                b'\\' => {
+                    owned
+                        .get_or_insert_with(String::new)
+                        .push_str(&self.text[run..self.pos]);
+                    self.pos += 1;
+                    let Some(e) = self.peek() else {
+                        return Err(self.error_at(self.pos, "EOF while parsing a string"));
+                    };
+                    self.pos += 1;
+                    let c = match e {
+                        b'"' => '"',
+                        b'\\' => '\\',
+                        b'/' => '/',
+                        b'b' => '\x08',
+                        b'f' => '\x0c',
+                        b'n' => '\n',
+                        b'r' => '\r',
+                        b't' => '\t',
+                        b'u' => self.unicode_escape()?,
+                        _ => return Err(self.error_at(self.pos, "invalid escape")),
+                    };
+                    owned.get_or_insert_with(String::new).push(c);
+                    run = self.pos;
+                }
+                // A control character: the only other byte the search stops at.
+                _ => {
+                    return Err(self.error_at(
+                        self.pos + 1,
+                        "control character (\\u0000-\\u001F) found while parsing a string",
+                    ))
+                }
+            }
+        }
+    }
+
+    fn hex4(&mut self) -> Result<u16, Error> {
+        let Some(digits) = self.bytes.get(self.pos..self.pos + 4) else {
+            self.pos = self.bytes.len();
+            return Err(self.error_at(self.pos, "EOF while parsing a string"));
+        };
+        self.pos += 4;
+        let mut n: u16 = 0;
+        for &b in digits {
+            let digit = match b {
+                b'0'..=b'9' => b - b'0',
+                b'a'..=b'f' => b - b'a' + 10,
+                b'A'..=b'F' => b - b'A' + 10,
+                _ => return Err(self.error_at(self.pos, "invalid escape")),
+            };
+            n = (n << 4) | u16::from(digit);
+        }
+        Ok(n)
+    }
+
+    /// After `\u`: one code point, joining a surrogate pair.
+    fn unicode_escape(&mut self) -> Result<char, Error> {
+        let first = self.hex4()?;
+        let code = match first {
+            0xDC00..=0xDFFF => {
+                return Err(self.error_at(self.pos, "lone leading surrogate in hex escape"))
+            }
+            0xD800..=0xDBFF => {
+                for expected in [b'\\', b'u'] {
+                    match self.peek() {
+                        None => return Err(self.error_at(self.pos, "EOF while parsing a string")),
+                        Some(b) => {
+                            self.pos += 1;
+                            if b != expected {
+                                return Err(self.error_at(self.pos, "unexpected end of hex escape"));
+                            }
+                        }
+                    }
+                }
+                let second = self.hex4()?;
+                if !(0xDC00..=0xDFFF).contains(&second) {
+                    return Err(self.error_at(self.pos, "lone leading surrogate in hex escape"));
+                }
+                (((u32::from(first) - 0xD800) << 10) | (u32::from(second) - 0xDC00)) + 0x1_0000
+            }
+            n => u32::from(n),
+        };
+        char::from_u32(code).ok_or_else(|| self.error_at(self.pos, "invalid unicode code point"))
+    }
+
+    /// serde_json's number grammar and conversion (without its `float_roundtrip` feature).
+    fn number(&mut self) -> Result<Json<'a>, Error> {
+        let positive = if self.peek() == Some(b'-') {
+            self.pos += 1;
+            false
+        } else {
+            true
+        };
+        let mut significand: u64 = 0;
+        let mut exponent: i32 = 0;
+        let mut overflowed = false;
+        match self.peek() {
+            Some(b'0') => {
+                self.pos += 1;
+                if let Some(b'0'..=b'9') = self.peek() {
+                    return Err(self.peek_error("invalid number"));
+                }
+            }
+            Some(b'1'..=b'9') => {
+                while let Some(c @ b'0'..=b'9') = self.peek() {
+                    self.pos += 1;
+                    let digit = u64::from(c - b'0');
+                    if overflowed {
+                        exponent += 1;
+                    } else if let Some(n) = significand
+                        .checked_mul(10)
+                        .and_then(|n| n.checked_add(digit))
+                    {
+                        significand = n;
+                    } else {
+                        overflowed = true;
+                        exponent += 1;
+                    }
+                }
+            }
+            None => return Err(self.error_at(self.pos, "EOF while parsing a value")),
+            Some(_) => return Err(self.error_at(self.pos + 1, "invalid number")),
+        }
+        let mut float = overflowed;
+        if self.peek() == Some(b'.') {
+            self.pos += 1;
+            float = true;
+            let mut digits = 0;
+            while let Some(c @ b'0'..=b'9') = self.peek() {
+                self.pos += 1;
+                digits += 1;
+                if overflowed {
+                    continue;
+                }
+                let digit = u64::from(c - b'0');
+                match significand
+                    .checked_mul(10)
+                    .and_then(|n| n.checked_add(digit))
+                {
+                    Some(n) => {
+                        significand = n;
+                        exponent -= 1;
+                    }
+                    None => overflowed = true,
+                }
+            }
+            if digits == 0 {
+                return Err(match self.peek() {
+                    Some(_) => self.peek_error("invalid number"),
+                    None => self.error_at(self.pos, "EOF while parsing a value"),
+                });
+            }
+        }
+        if let Some(b'e' | b'E') = self.peek() {
+            self.pos += 1;
+            float = true;
+            let positive_exp = match self.peek() {
+                Some(b'+') => {
+                    self.pos += 1;
+                    true
+                }
+                Some(b'-') => {
+                    self.pos += 1;
+                    false
+                }
+                _ => true,
+            };
+            match self.peek() {
+                Some(b'0'..=b'9') => {}
+                None => return Err(self.error_at(self.pos, "EOF while parsing a value")),
+                Some(_) => return Err(self.error_at(self.pos + 1, "invalid number")),
+            }
+            let mut exp: i32 = 0;
+            while let Some(c @ b'0'..=b'9') = self.peek() {
+                self.pos += 1;
+                match exp
+                    .checked_mul(10)
+                    .and_then(|e| e.checked_add(i32::from(c - b'0')))
+                {
+                    Some(e) => exp = e,
+                    None => {
+                        if significand != 0 && positive_exp {
+                            return Err(self.error_at(self.pos, "number out of range"));
+                        }
+                        while let Some(b'0'..=b'9') = self.peek() {
+                            self.pos += 1;
+                        }
+                        return Ok(Json::F64(if positive { 0.0 } else { -0.0 }));
+                    }
+                }
+            }
+            exponent = if positive_exp {
+                exponent.saturating_add(exp)
+            } else {
+                exponent.saturating_sub(exp)
+            };
+        }
+        if !float {
+            return Ok(if positive {
+                Json::U64(significand)
+            } else {
+                let neg = (significand as i64).wrapping_neg();
+                // `-0` and integers below i64::MIN are floats, as in serde_json.
+                if neg >= 0 {
+                    Json::F64(-(significand as f64))
+                } else {
+                    Json::I64(neg)
+                }
+            });
+        }
+        let f = f64_from_parts(significand, exponent)
+            .ok_or_else(|| self.error_at(self.pos, "number out of range"))?;
+        Ok(Json::F64(if positive { f } else { -f }))
+    }
+}
+
+/// `significand * 10^exponent` the way serde_json computes it: one multiplication or division
+/// by a power of ten. `None` when it overflows.
+fn f64_from_parts(significand: u64, mut exponent: i32) -> Option<f64> {
+    let mut f = significand as f64;
+    loop {
+        let e = exponent.unsigned_abs();
+        if e <= 308 {
+            let pow = pow10(e);
+            if exponent >= 0 {
+                f *= pow;
+                if f.is_infinite() {
+                    return None;
+                }
+            } else {
+                f /= pow;
+            }
+            return Some(f);
+        }
+        if f == 0.0 {
+            return Some(f);
+        }
+        if exponent >= 0 {
+            return None;
+        }
+        f /= 1e308;
+        exponent += 308;
+    }
+}
+
+/// 10^e for e <= 308, each correctly rounded (serde_json's table: numbers in job bodies pass
+/// through [`ToJson for Json`](Json) unchanged only if both read them alike).
+fn pow10(e: u32) -> f64 {
+    POW10[e as usize]
+}
+
+#[rustfmt::skip]
+static POW10: [f64; 309] = [
+    1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15, 1e16,
+    1e17, 1e18, 1e19, 1e20, 1e21, 1e22, 1e23, 1e24, 1e25, 1e26, 1e27, 1e28, 1e29, 1e30, 1e31, 1e32,
+    1e33, 1e34, 1e35, 1e36, 1e37, 1e38, 1e39, 1e40, 1e41, 1e42, 1e43, 1e44, 1e45, 1e46, 1e47, 1e48,
+    1e49, 1e50, 1e51, 1e52, 1e53, 1e54, 1e55, 1e56, 1e57, 1e58, 1e59, 1e60, 1e61, 1e62, 1e63, 1e64,
+    1e65, 1e66, 1e67, 1e68, 1e69, 1e70, 1e71, 1e72, 1e73, 1e74, 1e75, 1e76, 1e77, 1e78, 1e79, 1e80,
+    1e81, 1e82, 1e83, 1e84, 1e85, 1e86, 1e87, 1e88, 1e89, 1e90, 1e91, 1e92, 1e93, 1e94, 1e95, 1e96,
+    1e97, 1e98, 1e99, 1e100, 1e101, 1e102, 1e103, 1e104, 1e105, 1e106, 1e107, 1e108, 1e109, 1e110,
+    1e111, 1e112, 1e113, 1e114, 1e115, 1e116, 1e117, 1e118, 1e119, 1e120, 1e121, 1e122, 1e123,
+    1e124, 1e125, 1e126, 1e127, 1e128, 1e129, 1e130, 1e131, 1e132, 1e133, 1e134, 1e135, 1e136,
+    1e137, 1e138, 1e139, 1e140, 1e141, 1e142, 1e143, 1e144, 1e145, 1e146, 1e147, 1e148, 1e149,
+    1e150, 1e151, 1e152, 1e153, 1e154, 1e155, 1e156, 1e157, 1e158, 1e159, 1e160, 1e161, 1e162,
+    1e163, 1e164, 1e165, 1e166, 1e167, 1e168, 1e169, 1e170, 1e171, 1e172, 1e173, 1e174, 1e175,
+    1e176, 1e177, 1e178, 1e179, 1e180, 1e181, 1e182, 1e183, 1e184, 1e185, 1e186, 1e187, 1e188,
+    1e189, 1e190, 1e191, 1e192, 1e193, 1e194, 1e195, 1e196, 1e197, 1e198, 1e199, 1e200, 1e201,
+    1e202, 1e203, 1e204, 1e205, 1e206, 1e207, 1e208, 1e209, 1e210, 1e211, 1e212, 1e213, 1e214,
+    1e215, 1e216, 1e217, 1e218, 1e219, 1e220, 1e221, 1e222, 1e223, 1e224, 1e225, 1e226, 1e227,
+    1e228, 1e229, 1e230, 1e231, 1e232, 1e233, 1e234, 1e235, 1e236, 1e237, 1e238, 1e239, 1e240,
+    1e241, 1e242, 1e243, 1e244, 1e245, 1e246, 1e247, 1e248, 1e249, 1e250, 1e251, 1e252, 1e253,
+    1e254, 1e255, 1e256, 1e257, 1e258, 1e259, 1e260, 1e261, 1e262, 1e263, 1e264, 1e265, 1e266,
+    1e267, 1e268, 1e269, 1e270, 1e271, 1e272, 1e273, 1e274, 1e275, 1e276, 1e277, 1e278, 1e279,
+    1e280, 1e281, 1e282, 1e283, 1e284, 1e285, 1e286, 1e287, 1e288, 1e289, 1e290, 1e291, 1e292,
+    1e293, 1e294, 1e295, 1e296, 1e297, 1e298, 1e299, 1e300, 1e301, 1e302, 1e303, 1e304, 1e305,
+    1e306, 1e307, 1e308
+];
+
+/// A type read from a [`Json`] value with serde's rules.
+pub trait FromJson: Sized {
+    fn from_json(v: &Json) -> Result<Self, Error>;
+
+    /// The value of an absent field: an error, except for `Option`s (`None`).
+    fn missing(field: &str) -> Result<Self, Error> {
+        Err(Error(format!("missing field `{field}`")))
+    }
+}
+
+/// The members of an object, or serde's error for anything else.
+pub fn members<'v, 'a>(
+    v: &'v Json<'a>,
+    expected: &str,
+) -> Result<&'v [(Cow<'a, str>, Json<'a>)], Error> {
+    match v {
+        Json::Obj(m) => Ok(m),
+        other => Err(other.invalid_type(expected)),
+    }
+}
+
+/// The one member named `key`, refusing duplicates like serde.
+pub fn unique<'v, 'a>(
+    members: &'v [(Cow<'a, str>, Json<'a>)],
+    key: &str,
+) -> Result<Option<&'v Json<'a>>, Error> {
+    let mut found = None;
+    for (k, v) in members {
+        if k == key {
+            if found.is_some() {
+                return Err(Error(format!("duplicate field `{key}`")));
+            }
+            found = Some(v);
+        }
+    }
+    Ok(found)
+}
+
+/// A struct field: present, or absent (an error unless `T` is an `Option`).
+pub fn field<T: FromJson>(members: &[(Cow<str>, Json)], key: &str) -> Result<T, Error> {
+    match unique(members, key)? {
+        Some(v) => T::from_json(v),
+        None => T::missing(key),
+    }
+}
+
+/// A field with a default: `None` when absent.
+pub fn field_or<T: FromJson>(members: &[(Cow<str>, Json)], key: &str) -> Result<Option<T>, Error> {
+    match unique(members, key)? {
+        Some(v) => T::from_json(v).map(Some),
+        None => Ok(None),
+    }
+}
+
+impl FromJson for String {
+    fn from_json(v: &Json) -> Result<Self, Error> {
+        match v {
+            Json::Str(s) => Ok(s.to_string()),
+            other => Err(other.invalid_type("a string")),
+        }
+    }
+}
+
+impl FromJson for bool {
+    fn from_json(v: &Json) -> Result<Self, Error> {
+        match v {
+            Json::Bool(b) => Ok(*b),
+            other => Err(other.invalid_type("a boolean")),
+        }
+    }
+}
+
+impl FromJson for f64 {
+    fn from_json(v: &Json) -> Result<Self, Error> {
+        match v {
+            Json::U64(n) => Ok(*n as f64),
+            Json::I64(n) => Ok(*n as f64),
+            Json::F64(f) => Ok(*f),
+            other => Err(other.invalid_type("f64")),
+        }
+    }
+}
+
+/// An integer of any width: `name` is serde's name for the type, `min` and `max` its range.
+fn integer(v: &Json, name: &str, min: i64, max: u64) -> Result<i128, Error> {
+    let n = match v {
+        Json::U64(n) => i128::from(*n),
+        Json::I64(n) => i128::from(*n),
+        other => return Err(other.invalid_type(name)),
+    };
+    if n < i128::from(min) || n > i128::from(max) {
+        return Err(Error(format!(
+            "invalid value: {}, expected {name}",
+            v.unexpected()
+        )));
+    }
+    Ok(n)
+}
+
+macro_rules! json_integers {
+    ($($t:ident),*) => {$(
+        impl FromJson for $t {
+            fn from_json(v: &Json) -> Result<Self, Error> {
+                integer(v, stringify!($t), $t::MIN as i64, $t::MAX as u64).map(|n| n as $t)
+            }
+        }
+
+        impl ToJson for $t {
+            fn write_json(&self, out: &mut String) {
+                #[allow(unused_comparisons)]
+                let negative = *self < 0;
+                let n = if negative {
+                    (*self as i64).unsigned_abs()
+                } else {
+                    *self as u64
+                };
+                write_integer(out, negative, n);
+            }
+        }
+    )*};
+}
+
+json_integers!(u16, u32, u64, usize, i64);
+
+impl<T: FromJson> FromJson for Option<T> {
+    fn from_json(v: &Json) -> Result<Self, Error> {
+        match v {
+            Json::Null => Ok(None),
+            other => T::from_json(other).map(Some),
+        }
+    }
+
+    fn missing(_field: &str) -> Result<Self, Error> {
+        Ok(None)
+    }
+}
+
+fn items<'v, 'a>(v: &'v Json<'a>) -> Result<&'v [Json<'a>], Error> {
+    match v {
+        Json::Arr(items) => Ok(items),
+        other => Err(other.invalid_type("a sequence")),
+    }
+}
+
+impl<T: FromJson> FromJson for Vec<T> {
+    fn from_json(v: &Json) -> Result<Self, Error> {
+        items(v)?.iter().map(T::from_json).collect()
+    }
+}
+
+impl<T: FromJson> FromJson for VecDeque<T> {
+    fn from_json(v: &Json) -> Result<Self, Error> {
+        items(v)?.iter().map(T::from_json).collect()
+    }
+}
+
+impl<A: FromJson, B: FromJson> FromJson for (A, B) {
+    fn from_json(v: &Json) -> Result<Self, Error> {
+        let items = items(v).map_err(|_| v.invalid_type("a tuple of size 2"))?;
+        let short = || {
+            Error(format!(
+                "invalid length {}, expected a tuple of size 2",
+                items.len()
+            ))
+        };
+        // In serde's order: each element as it comes, then the length.
+        let a = A::from_json(items.first().ok_or_else(short)?)?;
+        let b = B::from_json(items.get(1).ok_or_else(short)?)?;
+        if items.len() > 2 {
+            return Err(Error("trailing characters".into()));
+        }
+        Ok((a, b))
+    }
+}
+
+// ----- writing -----------------------------------------------------------------------------
+
+/// A type written as JSON exactly as serde_json writes it.
+pub trait ToJson {
+    fn write_json(&self, out: &mut String);
+}
+
+/// The JSON text of a value.
+pub fn to_string<T: ToJson + ?Sized>(value: &T) -> String {
+    let mut out = String::new();
+    value.write_json(&mut out);
+    out
+}
+
+/// Writes a string literal with serde_json's escapes.
+pub fn write_str(out: &mut String, s: &str) {
+    out.push('"');
+    let mut run = 0;
+    for (i, b) in s.bytes().enumerate() {
+        let escape = match b {
+            b'"' => "\\\"",
+            b'\\' => "\\\\",
+            b'\n' => "\\n",
+            b'\r' => "\\r",
+            b'\t' => "\\t",
+            0x08 => "\\b",
+            0x0c => "\\f",
+            0..=0x1f => "",
+            _ => continue,
+        };
+        out.push_str(&s[run..i]);
+        if escape.is_empty() {
+            const HEX: &[u8; 16] = b"0123456789abcdef";
+            out.push_str("\\u00");
+            out.push(HEX[usize::from(b >> 4)] as char);
+            out.push(HEX[usize::from(b & 0xf)] as char);
+        } else {
+            out.push_str(escape);
+        }
+        run = i + 1;
+    }
+    out.push_str(&s[run..]);
+    out.push('"');
+}
+
+fn write_integer(out: &mut String, negative: bool, n: u64) {
+    if negative {
+        out.push('-');
+    }
+    out.push_str(itoa::Buffer::new().format(n));
+}
+
+/// serde_json's float form: the shortest text that reads back the same; not finite is `null`.
+fn write_float(out: &mut String, f: f64) {
+    if f.is_finite() {
+        out.push_str(zmij::Buffer::new().format_finite(f));
+    } else {
+        out.push_str("null");
+    }
+}
+
+/// A float for a message, like `{}` prints it in all but the form of huge and tiny magnitudes
+/// (`1e21`, not 21 digits): `core`'s float formatting costs the wasm about 20 KB.
+pub fn display_f64(f: f64) -> String {
+    if f.is_nan() {
+        return "NaN".into();
+    }
+    if f.is_infinite() {
+        return if f > 0.0 { "inf" } else { "-inf" }.into();
+    }
+    let mut s = String::new();
+    write_float(&mut s, f);
+    if s.ends_with(".0") {
+        s.truncate(s.len() - 2);
+    }
+    s
+}
+
+impl ToJson for f64 {
+    fn write_json(&self, out: &mut String) {
+        write_float(out, *self);
+    }
+}
+
+impl ToJson for bool {
+    fn write_json(&self, out: &mut String) {
+        out.push_str(if *self { "true" } else { "false" });
+    }
+}
+
+impl ToJson for str {
+    fn write_json(&self, out: &mut String) {
+        write_str(out, self);
+    }
+}
+
+impl ToJson for String {
+    fn write_json(&self, out: &mut String) {
+        write_str(out, self);
+    }
+}
+
+impl<T: ToJson + ?Sized> ToJson for &T {
+    fn write_json(&self, out: &mut String) {
+        (**self).write_json(out);
+    }
+}
+
+impl<T: ToJson> ToJson for Option<T> {
+    fn write_json(&self, out: &mut String) {
+        match self {
+            Some(v) => v.write_json(out),
+            None => out.push_str("null"),
+        }
+    }
+}
+
+fn write_seq<'t, T: ToJson + 't>(out: &mut String, items: impl Iterator<Item = &'t T>) {
+    out.push('[');
+    for (i, item) in items.enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        item.write_json(out);
+    }
+    out.push(']');
+}
+
+impl<T: ToJson> ToJson for [T] {
+    fn write_json(&self, out: &mut String) {
+        write_seq(out, self.iter());
+    }
+}
+
+impl<T: ToJson> ToJson for Vec<T> {
+    fn write_json(&self, out: &mut String) {
+        write_seq(out, self.iter());
+    }
+}
+
+impl<T: ToJson> ToJson for VecDeque<T> {
+    fn write_json(&self, out: &mut String) {
+        write_seq(out, self.iter());
+    }
+}
+
+impl<A: ToJson, B: ToJson> ToJson for (A, B) {
+    fn write_json(&self, out: &mut String) {
+        out.push('[');
+        self.0.write_json(out);
+        out.push(',');
+        self.1.write_json(out);
+        out.push(']');
+    }
+}
+
+impl ToJson for Json<'_> {
+    /// As a `serde_json::Value` holding it writes it: object members sorted by name, the last
+    /// of repeated ones kept.
+    fn write_json(&self, out: &mut String) {
+        match self {
+            Json::Null => out.push_str("null"),
+            Json::Bool(b) => b.write_json(out),
+            Json::U64(n) => n.write_json(out),
+            Json::I64(n) => n.write_json(out),
+            Json::F64(f) => f.write_json(out),
+            Json::Str(s) => write_str(out, s),
+            Json::Arr(items) => items.write_json(out),
+            Json::Obj(members) => {
+                // Insertion sort keeps this small; bodies have few members.
+                let mut sorted: Vec<&(Cow<str>, Json)> = Vec::with_capacity(members.len());
+                for m in members {
+                    match sorted.binary_search_by(|x| x.0.as_ref().cmp(m.0.as_ref())) {
+                        Ok(i) => sorted[i] = m,
+                        Err(i) => sorted.insert(i, m),
+                    }
+                }
+                out.push('{');
+                for (i, (k, v)) in sorted.into_iter().enumerate() {
+                    if i > 0 {
+                        out.push(',');
+                    }
+                    write_str(out, k);
+                    out.push(':');
+                    v.write_json(out);
+                }
+                out.push('}');
+            }
+        }
+    }
+}
+
+/// Writes `{"tag":"name"` — the start of an internally tagged variant; fields follow with
+/// [`write_field`], then `}`.
+pub fn open_tagged(out: &mut String, tag: &str, name: &str) {
+    out.push_str("{\"");
+    out.push_str(tag);
+    out.push_str("\":\"");
+    out.push_str(name);
+    out.push('"');
+}
+
+/// Writes `,"key":value`.
+pub fn write_field<T: ToJson + ?Sized>(out: &mut String, key: &str, value: &T) {
+    out.push_str(",\"");
+    out.push_str(key);
+    out.push_str("\":");
+    value.write_json(out);
+}
+
+/// Implements [`ToJson`] and [`FromJson`] for a struct with named fields, as serde derives
+/// them. List every field in declaration order with its JSON name. `Name [default] { .. }`:
+/// absent fields take the struct's `Default` (`#[serde(default)]` on the container);
+/// `field: "key" = default`: that field alone falls back to its type's default.
+#[macro_export]
+macro_rules! json_struct {
+    ($($t:tt)*) => {
+        $crate::json_write!($($t)*);
+        $crate::json_read!($($t)*);
+    };
+}
+
+/// The [`ToJson`] half of [`json_struct!`] (same syntax).
+#[macro_export]
+macro_rules! json_write {
+    ($name:ident $(<$lt:lifetime>)? $([$cd:ident])? {
+        $f0:ident: $k0:literal $(= $d0:ident)? $(, $f:ident: $k:literal $(= $d:ident)?)* $(,)?
+    }) => {
+        impl $(<$lt>)? $crate::json::ToJson for $name $(<$lt>)? {
+            fn write_json(&self, out: &mut String) {
+                out.push_str(concat!("{\"", $k0, "\":"));
+                $crate::json::ToJson::write_json(&self.$f0, out);
+                $(
+                    out.push_str(concat!(",\"", $k, "\":"));
+                    $crate::json::ToJson::write_json(&self.$f, out);
+                )*
+                out.push('}');
+            }
+        }
+    };
+}
+
+/// The [`FromJson`] half of [`json_struct!`] (same syntax).
+#[macro_export]
+macro_rules! json_read {
+    ($name:ident [default] { $($f:ident: $k:literal $(= $d:ident)?),* $(,)? }) => {
+        impl $crate::json::FromJson for $name {
+            fn from_json(v: &$crate::json::Json) -> Result<Self, $crate::json::Error> {
+                let m = $crate::json::members(v, concat!("struct ", stringify!($name)))?;
+                let d = <$name as Default>::default();
+                Ok($name {
+                    $($f: match $crate::json::field_or(m, $k)? {
+                        Some(v) => v,
+                        None => d.$f,
+                    },)*
+                })
+            }
+        }
+    };
+    ($name:ident { $($f:ident: $k:literal $(= $d:ident)?),* $(,)? }) => {
+        impl $crate::json::FromJson for $name {
+            fn from_json(v: &$crate::json::Json) -> Result<Self, $crate::json::Error> {
+                let m = $crate::json::members(v, concat!("struct ", stringify!($name)))?;
+                Ok($name {
+                    $($f: $crate::json_read!(@field m, $k $(, $d)?),)*
+                })
+            }
+        }
+    };
+    (@field $m:ident, $k:literal) => {
+        $crate::json::field($m, $k)?
+    };
+    (@field $m:ident, $k:literal, default) => {
+        $crate::json::field_or($m, $k)?.unwrap_or_default()
+    };
+}
+
+/// Implements [`ToJson`] and [`FromJson`] for an enum of unit variants written as strings.
+#[macro_export]
+macro_rules! json_enum {
+    ($name:ident { $v0:ident = $s0:literal $(, $v:ident = $s:literal)* $(,)? }) => {
+        impl $crate::json::ToJson for $name {
+            fn write_json(&self, out: &mut String) {
+                out.push_str(match self {
+                    $name::$v0 => concat!("\"", $s0, "\""),
+                    $($name::$v => concat!("\"", $s, "\""),)*
+                });
+            }
+        }
+
+        impl $crate::json::FromJson for $name {
+            fn from_json(v: &$crate::json::Json) -> Result<Self, $crate::json::Error> {
+                match v.as_str() {
+                    Some($s0) => Ok($name::$v0),
+                    $(Some($s) => Ok($name::$v),)*
+                    Some(other) => Err($crate::json::Error(format!(
+                        concat!("unknown variant `{}`, expected one of `", $s0, "`" $(, ", `", $s, "`")*),
+                        other
+                    ))),
+                    // serde_json's words for a unit variant that is not a string.
+                    None => Err($crate::json::Error("expected value".into())),
+                }
+            }
+        }
+    };
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    /// Checks that `value` is written exactly as serde_json writes it and reads back equal.
+    pub fn same_as_serde<T>(value: &T)
+    where
+        T: ToJson + FromJson + serde::Serialize + serde::de::DeserializeOwned + PartialEq,
+        T: fmt::Debug,
+    {
+        let ours = to_string(value);
+        let theirs = serde_json::to_string(value).unwrap();
+        assert_eq!(ours, theirs);
+        let back: T = from_str(&theirs).unwrap();
+        assert_eq!(&back, value);
+        let back: T = serde_json::from_str(&ours).unwrap();
+        assert_eq!(&back, value);
+    }
+
+    /// Checks that a text reads the same as serde reads it, or fails where serde fails.
+    pub fn reads_like_serde<T>(text: &str)
+    where
+        T: FromJson + serde::de::DeserializeOwned + PartialEq + fmt::Debug,
+    {
+        let ours = from_str::<T>(text);
+        let theirs = serde_json::from_str::<T>(text);
+        match (ours, theirs) {
+            (Ok(a), Ok(b)) => assert_eq!(a, b, "{text}"),
+            (Err(a), Err(b)) => {
+                let b = b.to_string();
+                assert!(b.starts_with(&a.0), "{text}: ours {a:?}, serde_json {b:?}");
+            }
+            (a, b) => panic!("{text}: ours {a:?}, serde_json {b:?}"),
+        }
+    }
+
+    #[test]
+    fn values_parse_like_serde_json() {
+        let texts = [
+            "null",
+            " true ",
+            "false",
+            "0",
+            "-0",
+            "12345678901234567890",
+            "123456789012345678901234",
+            "-9223372036854775808",
+            "-9223372036854775809",
+            "1.5",
+            "-0.98",
+            "3.7000000000000006",
+            "1e3",
+            "1E-7",
+            "2.5e+2",
+            "0.1",
+            "123.456e-5",
+            "\"a\\\"b\\\\c\\/\\b\\f\\n\\r\\t\\u00e9\\ud83d\\ude00\"",
+            "\"é😀\"",
+            "[1, [2, []], {}]",
+            "{\"a\": {\"b\": [null]}, \"c\": \"d\"}",
+        ];
+        for text in texts.into_iter().chain([
+            "{\"b\":1,\"a\":{\"z\":[1.5,-2,\"\\n\"],\"y\":null},\"b\":true,\"\":0}",
+            "1e300",
+            "-0.0",
+            "100000000000000000000000",
+        ]) {
+            let ours = parse(text).unwrap();
+            let theirs: serde_json::Value = serde_json::from_str(text).unwrap();
+            assert_eq!(to_value(&ours), theirs, "{text}");
+            assert_eq!(to_string(&ours), theirs.to_string(), "{text}");
+            assert_eq!(
+                ours.get("b").map(to_value),
+                theirs.get("b").cloned(),
+                "{text}"
+            );
+        }
+    }
+
+    fn to_value(v: &Json) -> serde_json::Value {
+        use serde_json::Value;
+        match v {
+            Json::Null => Value::Null,
+            Json::Bool(b) => Value::Bool(*b),
+            Json::U64(n) => Value::from(*n),
+            Json::I64(n) => Value::from(*n),
+            Json::F64(f) => serde_json::Number::from_f64(*f).map_or(Value::Null, Value::Number),
+            Json::Str(s) => Value::String(s.to_string()),
+            Json::Arr(items) => Value::Array(items.iter().map(to_value).collect()),
+            Json::Obj(m) => Value::Object(
+                m.iter()
+                    .map(|(k, v)| (k.to_string(), to_value(v)))
+                    .collect(),
+            ),
+        }
+    }
+
+    #[test]
+    fn syntax_errors_match_serde_json() {
+        let texts = [
+            "",
+            "   ",
+            "{",
+            "[1,]",
+            "[1 2]",
+            "{\"a\" 1}",
+            "{\"a\":1,}",
+            "{1:2}",
+            "nul",
+            "nulx",
+            "tru",
+            "01",
+            "1.",
+            "1.e5",
+            "1e",
+            "1e+",
+            "-",
+            "- 1",
+            "\"abc",
+            "\"a\\x\"",
+            "\"\\ud800\"",
+            "\"\\udc00\"",
+            "\"\\u12\"",
+            "\"a\nb\"",
+            "1 2",
+            "{} x",
+            "\n\n  [1,\n  }",
+            "1e400",
+            "-1e99999999999",
+            "@",
+        ];
+        for text in texts {
+            let ours = parse(text).map(|_| ()).expect_err(text).0;
+            let theirs = serde_json::from_str::<serde_json::Value>(text)
+                .unwrap_err()
+                .to_string();
+            assert_eq!(ours, theirs, "{text:?}");
+        }
+        let deep = "[".repeat(200);
+        assert_eq!(
+            parse(&deep).unwrap_err().0,
+            serde_json::from_str::<serde_json::Value>(&deep)
+                .unwrap_err()
+                .to_string()
+        );
+    }
+
+    #[test]
+    fn writes_strings_and_numbers_like_serde_json() {
+        for s in [
+            "",
+            "plain",
+            "q\"b\\s/",
+            "\u{1}\u{1f}\u{7f}\n\r\t\u{8}\u{c}",
+            "é😀",
+        ] {
+            assert_eq!(to_string(s), serde_json::to_string(s).unwrap());
+        }
+        for f in [
+            0.0,
+            -0.0,
+            0.98,
+            0.1,
+            1e21,
+            1e-7,
+            3.7000000000000006,
+            f64::NAN,
+            1.0,
+        ] {
+            assert_eq!(to_string(&f), serde_json::to_string(&f).unwrap());
+        }
+        for f in [
+            0.98,
+            2.0,
+            -1.0,
+            0.0,
+            -0.0,
+            1.5,
+            f64::NAN,
+            f64::INFINITY,
+            -f64::INFINITY,
+        ] {
+            assert_eq!(display_f64(f), f.to_string());
+        }
+        for n in [0u64, 1, 9, 10, u64::MAX] {
+            assert_eq!(to_string(&n), serde_json::to_string(&n).unwrap());
+        }
+        assert_eq!(to_string(&-5i64), "-5");
+        assert_eq!(to_string(&i64::MIN), i64::MIN.to_string());
+    }
+
+    #[test]
+    fn primitives_read_like_serde() {
+        for text in [
+            "5",
+            "-1",
+            "1.5",
+            "5000000000",
+            "\"x\"",
+            "null",
+            "true",
+            "[]",
+        ] {
+            reads_like_serde::<u32>(text);
+            reads_like_serde::<u16>(text);
+            reads_like_serde::<u64>(text);
+            reads_like_serde::<i64>(text);
+            reads_like_serde::<usize>(text);
+            reads_like_serde::<f64>(text);
+            reads_like_serde::<bool>(text);
+            reads_like_serde::<String>(text);
+            reads_like_serde::<Option<String>>(text);
+            reads_like_serde::<Vec<u32>>(text);
+        }
+        for text in ["[\"a\",\"b\"]", "[\"a\"]", "[]", "{}", "[[\"a\",\"b\"]]"] {
+            reads_like_serde::<(String, String)>(text);
+            reads_like_serde::<Vec<(String, String)>>(text);
+        }
+    }
+}

@@ -1,0 +1,187 @@
+//! One browser tab, driven over our CDP connection.
+
+use std::path::Path;
+use std::time::Duration;
+
+use base64::Engine as _;
+use serde::de::DeserializeOwned;
+use serde_json::{json, Value};
+
+use super::cdp::{wait_event, Cdp, CALL_TIMEOUT};
+use super::Error;
+
+/// How long a page may take to load.
+const LOAD_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a script may run; callers bound their own waits more tightly.
+const EVAL_TIMEOUT: Duration = Duration::from_secs(900);
+
+pub struct Tab {
+    cdp: Cdp,
+    target_id: String,
+    session: String,
+}
+
+impl Tab {
+    /// Opens a new tab at `url` and waits for its load event.
+    pub(crate) async fn open(cdp: &Cdp, url: &str) -> Result<Tab, Error> {
+        // Blank first: the page must be attached with its events on before the real load
+        // starts, or its load event (and early console lines) could be missed.
+        let r = cdp
+            .call("Target.createTarget", json!({"url": "about:blank"}), None)
+            .await
+            .map_err(Error::Cdp)?;
+        let target_id = r["targetId"]
+            .as_str()
+            .ok_or_else(|| Error::Cdp(format!("Target.createTarget answered {r}")))?
+            .to_string();
+        let session = cdp
+            .page_session(&target_id, CALL_TIMEOUT)
+            .await
+            .map_err(Error::Cdp)?;
+        let tab = Tab {
+            cdp: cdp.clone(),
+            target_id,
+            session,
+        };
+        tab.goto(url).await?;
+        Ok(tab)
+    }
+
+    /// Navigates and waits for the load event.
+    pub async fn goto(&self, url: &str) -> Result<(), Error> {
+        let mut events = self.cdp.subscribe();
+        let r = self
+            .call("Page.navigate", json!({ "url": url }))
+            .await
+            .map_err(Error::Cdp)?;
+        if let Some(e) = r.get("errorText").and_then(Value::as_str) {
+            return Err(Error::Page(format!("loading {url}: {e}")));
+        }
+        wait_event(
+            &mut events,
+            &self.session,
+            "Page.loadEventFired",
+            LOAD_TIMEOUT,
+        )
+        .await
+        .map_err(|e| Error::Page(format!("loading {url}: {e}")))?;
+        Ok(())
+    }
+
+    /// Reloads and waits for the load event (not for the page's own start-up).
+    pub async fn reload(&self) -> Result<(), Error> {
+        let mut events = self.cdp.subscribe();
+        self.call("Page.reload", json!({}))
+            .await
+            .map_err(Error::Cdp)?;
+        wait_event(
+            &mut events,
+            &self.session,
+            "Page.loadEventFired",
+            LOAD_TIMEOUT,
+        )
+        .await
+        .map_err(|e| Error::Page(format!("reload: {e}")))?;
+        Ok(())
+    }
+
+    async fn call(&self, method: &str, params: Value) -> Result<Value, String> {
+        self.cdp.call(method, params, Some(&self.session)).await
+    }
+
+    /// Runs `body` as the body of an async function in the page and returns its result
+    /// (JSON-serialisable); an exception becomes [`Error::Script`] with its text.
+    pub async fn eval(&self, body: &str) -> Result<Value, Error> {
+        let expression = format!(
+            "(async () => {{ {body}\n}})().then(v => JSON.stringify(v === undefined ? null : v))"
+        );
+        let r = self
+            .cdp
+            .call_with_timeout(
+                "Runtime.evaluate",
+                json!({
+                    "expression": expression,
+                    "awaitPromise": true,
+                    "returnByValue": true,
+                }),
+                Some(&self.session),
+                EVAL_TIMEOUT,
+            )
+            .await
+            .map_err(Error::Cdp)?;
+        if let Some(d) = r.get("exceptionDetails") {
+            let text = d["exception"]["description"]
+                .as_str()
+                .or_else(|| d["text"].as_str())
+                .unwrap_or("exception without text");
+            return Err(Error::Script(text.to_string()));
+        }
+        let text = r["result"]["value"]
+            .as_str()
+            .ok_or_else(|| Error::Script(format!("no JSON result: {}", r["result"])))?;
+        serde_json::from_str(text)
+            .map_err(|e| Error::Script(format!("result is not JSON: {e}: {text}")))
+    }
+
+    /// [`Tab::eval`] into a type.
+    pub async fn eval_as<T: DeserializeOwned>(&self, body: &str) -> Result<T, Error> {
+        let v = self.eval(body).await?;
+        serde_json::from_value(v.clone())
+            .map_err(|e| Error::Script(format!("unexpected result {v}: {e}")))
+    }
+
+    /// Waits until the driver page registered the client (`window.sluice`).
+    pub async fn wait_ready(&self) -> Result<(), Error> {
+        self.eval(
+            "if (!window.sluiceReady) throw new Error('not the driver page: ' + location.href);\
+             await window.sluiceReady;",
+        )
+        .await
+        .map(drop)
+    }
+
+    /// Takes this tab's own network offline or back online (its service worker is not
+    /// affected: see [`super::Browser::set_worker_offline`]).
+    pub async fn set_offline(&self, offline: bool) -> Result<(), Error> {
+        self.cdp
+            .emulate_offline(&self.session, offline)
+            .await
+            .map_err(Error::Cdp)
+    }
+
+    /// A PNG of what the tab shows.
+    pub async fn screenshot(&self) -> Result<Vec<u8>, Error> {
+        // A tab behind another one is not painted, and its capture never completes.
+        self.call("Page.bringToFront", json!({}))
+            .await
+            .map_err(Error::Cdp)?;
+        let r = self
+            .call("Page.captureScreenshot", json!({"format": "png"}))
+            .await
+            .map_err(Error::Cdp)?;
+        let data = r["data"]
+            .as_str()
+            .ok_or_else(|| Error::Cdp("Page.captureScreenshot gave no data".into()))?;
+        base64::engine::general_purpose::STANDARD
+            .decode(data)
+            .map_err(|e| Error::Cdp(format!("screenshot is not base64: {e}")))
+    }
+
+    /// [`Tab::screenshot`] into a file.
+    pub async fn save_screenshot(&self, path: &Path) -> Result<(), Error> {
+        let png = self.screenshot().await?;
+        std::fs::write(path, png).map_err(|e| Error::Io(format!("{}: {e}", path.display())))
+    }
+
+    pub async fn close(self) -> Result<(), Error> {
+        self.cdp
+            .call(
+                "Target.closeTarget",
+                json!({ "targetId": self.target_id }),
+                None,
+            )
+            .await
+            .map(drop)
+            .map_err(Error::Cdp)
+    }
+}

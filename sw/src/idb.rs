@@ -1,0 +1,260 @@
+//! IndexedDB straight through web-sys, for [`crate::store`].
+//!
+//! Each request and transaction is awaited as a promise whose resolve and reject functions are
+//! its event handlers, so no Rust closure exists per request. (The `rexie` and `idb` crates did
+//! the same work with a closure and a channel per event, and with their error types, cost the
+//! worker's wasm about 25 KB.)
+//!
+//! Continuations run as microtasks of the success event, while the transaction is still
+//! active, so a caller may issue more requests after awaiting one (see `put_chunked`).
+
+use js_sys::{Array, Function, Promise, Reflect, JSON};
+use wasm_bindgen::closure::Closure;
+use wasm_bindgen::{JsCast, JsValue};
+use wasm_bindgen_futures::JsFuture;
+use web_sys::{
+    IdbDatabase, IdbIndexParameters, IdbObjectStore, IdbObjectStoreParameters, IdbRequest,
+    IdbTransaction, IdbTransactionMode, WorkerGlobalScope,
+};
+
+use crate::error::{describe, SwError};
+
+fn failed(what: &str, error: &JsValue) -> SwError {
+    SwError::Storage(format!("failed to {what}: {}", describe(error)))
+}
+
+/// A store as the schema declares it: key path and indexes (name, key path as JSON text: a
+/// string or an array of strings). Indexes are neither unique nor multi-entry.
+pub struct StoreSpec {
+    pub name: &'static str,
+    pub key_path: &'static str,
+    pub indexes: &'static [(&'static str, &'static str)],
+}
+
+thread_local! {
+    /// The event handlers of every request and transaction: each settles the promise whose
+    /// resolve or reject function was stashed on the event's `currentTarget`. Being script
+    /// functions, they end with a microtask checkpoint in every browser, so continuations run
+    /// while the transaction is still active.
+    static SETTLE: (Function, Function) = (handler(RESOLVE), handler(REJECT));
+}
+
+const RESOLVE: &str = "sluiceResolve";
+const REJECT: &str = "sluiceReject";
+
+fn handler(key: &'static str) -> Function {
+    Closure::<dyn Fn(JsValue)>::new(move |event: JsValue| {
+        let settle = Reflect::get(&event, &"currentTarget".into())
+            .and_then(|target| Reflect::get(&target, &key.into()))
+            .ok()
+            .and_then(|f| f.dyn_into::<Function>().ok());
+        if let Some(settle) = settle {
+            let _ = settle.call1(&JsValue::UNDEFINED, &event);
+        }
+    })
+    .into_js_value()
+    .unchecked_into()
+}
+
+/// A promise settled by the next event `listen` routes to the shared handlers.
+fn settled(target: &JsValue, listen: impl FnOnce(&Function, &Function)) -> JsFuture {
+    let promise = Promise::new(&mut |resolve, reject| {
+        let _ = Reflect::set(target, &RESOLVE.into(), &resolve);
+        let _ = Reflect::set(target, &REJECT.into(), &reject);
+    });
+    SETTLE.with(|(resolve, reject)| listen(resolve, reject));
+    JsFuture::from(promise)
+}
+
+/// Waits for a request: its result, or its error.
+pub async fn request(req: &IdbRequest, what: &str) -> Result<JsValue, SwError> {
+    let done = settled(req, |resolve, reject| {
+        req.set_onsuccess(Some(resolve));
+        req.set_onerror(Some(reject));
+    });
+    match done.await {
+        Ok(_) => req.result().map_err(|e| failed(what, &e)),
+        Err(_) => {
+            let error = req.error().ok().flatten().map_or(JsValue::NULL, Into::into);
+            Err(failed(what, &error))
+        }
+    }
+}
+
+/// Waits until a transaction committed; an abort or error is an error.
+pub async fn committed(tx: &IdbTransaction) -> Result<(), SwError> {
+    let done = settled(tx, |resolve, reject| {
+        tx.set_oncomplete(Some(resolve));
+        tx.set_onabort(Some(reject));
+        tx.set_onerror(Some(reject));
+    });
+    match done.await {
+        Ok(_) => Ok(()),
+        Err(event) => {
+            let kind = Reflect::get(&event, &"type".into())
+                .ok()
+                .and_then(|t| t.as_string());
+            if kind.as_deref() == Some("abort") {
+                return Err(SwError::Storage("the transaction was aborted".into()));
+            }
+            // An error event comes from the request that failed; its error says why.
+            let error = Reflect::get(&event, &"target".into())
+                .and_then(|target| Reflect::get(&target, &"error".into()))
+                .ok()
+                .filter(|e| !e.is_null() && !e.is_undefined())
+                .or_else(|| tx.error().map(Into::into))
+                .unwrap_or(JsValue::NULL);
+            Err(failed("complete a transaction", &error))
+        }
+    }
+}
+
+/// Opens (creating or upgrading) a database with exactly the stores and indexes of `schema`.
+/// An upgrade keeps the records of every listed store, creates missing stores, (re)builds
+/// indexes that are missing or differ, and drops stores and indexes that are not listed.
+pub async fn open(
+    name: &str,
+    version: u32,
+    schema: &'static [StoreSpec],
+) -> Result<IdbDatabase, SwError> {
+    let scope: WorkerGlobalScope = js_sys::global().unchecked_into();
+    let factory = scope
+        .indexed_db()
+        .map_err(|e| failed("open IndexedDB", &e))?
+        .ok_or_else(|| SwError::Storage("IndexedDB is not available".into()))?;
+    let req = factory
+        .open_with_u32(name, version)
+        .map_err(|e| failed("open the database", &e))?;
+    let upgrading = req.clone();
+    let on_upgrade = Closure::once(move |_event: JsValue| {
+        let (Ok(db), Some(tx)) = (upgrading.result(), upgrading.transaction()) else {
+            return;
+        };
+        if let Err(e) = upgrade(&db.unchecked_into(), &tx, schema) {
+            crate::worker::warn(&format!("upgrading the database failed: {}", describe(&e)));
+            let _ = tx.abort();
+        }
+    });
+    req.set_onupgradeneeded(Some(on_upgrade.as_ref().unchecked_ref()));
+    let result = request(&req, "open the database").await;
+    req.set_onupgradeneeded(None);
+    drop(on_upgrade);
+    let db: IdbDatabase = result?.unchecked_into();
+    // A newer version of the worker wants to upgrade: let it (this instance stops on its next
+    // write). The handler is `close` itself, called with the database as `this`.
+    if let Ok(close) = Reflect::get(&db, &"close".into()) {
+        db.set_onversionchange(close.dyn_ref::<Function>());
+    }
+    Ok(db)
+}
+
+fn upgrade(db: &IdbDatabase, tx: &IdbTransaction, schema: &[StoreSpec]) -> Result<(), JsValue> {
+    let existing = db.object_store_names();
+    for spec in schema {
+        let store = if existing.contains(spec.name) {
+            tx.object_store(spec.name)?
+        } else {
+            let params = IdbObjectStoreParameters::new();
+            params.set_key_path(&spec.key_path.into());
+            db.create_object_store_with_optional_parameters(spec.name, &params)?
+        };
+        ensure_indexes(&store, spec.indexes)?;
+    }
+    let listed = |name: &str| schema.iter().any(|s| s.name == name);
+    for name in string_list(&db.object_store_names()) {
+        if !listed(&name) {
+            db.delete_object_store(&name)?;
+        }
+    }
+    Ok(())
+}
+
+fn ensure_indexes(store: &IdbObjectStore, indexes: &[(&str, &str)]) -> Result<(), JsValue> {
+    for &(name, key_path) in indexes {
+        if let Ok(index) = store.index(name) {
+            let same_path =
+                JSON::stringify(&index.key_path()?)?.as_string().as_deref() == Some(key_path);
+            if same_path && !index.unique() && !index.multi_entry() {
+                continue;
+            }
+            store.delete_index(name)?;
+        }
+        let params = IdbIndexParameters::new();
+        params.set_unique(false);
+        params.set_multi_entry(false);
+        let path = JSON::parse(key_path)?;
+        match path.as_string() {
+            Some(single) => {
+                store.create_index_with_str_and_optional_parameters(name, &single, &params)?
+            }
+            None => store
+                .create_index_with_str_sequence_and_optional_parameters(name, &path, &params)?,
+        };
+    }
+    for name in string_list(&store.index_names()) {
+        if !indexes.iter().any(|&(n, _)| n == name) {
+            store.delete_index(&name)?;
+        }
+    }
+    Ok(())
+}
+
+fn string_list(list: &web_sys::DomStringList) -> Vec<String> {
+    (0..list.length()).filter_map(|i| list.item(i)).collect()
+}
+
+pub fn transaction(
+    db: &IdbDatabase,
+    stores: &[&str],
+    mode: IdbTransactionMode,
+) -> Result<IdbTransaction, SwError> {
+    let names: Array = stores.iter().map(|s| JsValue::from_str(s)).collect();
+    db.transaction_with_str_sequence_and_mode(&names, mode)
+        .map_err(|e| failed("start a transaction", &e))
+}
+
+pub fn store(tx: &IdbTransaction, name: &str) -> Result<IdbObjectStore, SwError> {
+    tx.object_store(name)
+        .map_err(|e| failed("open an object store", &e))
+}
+
+pub async fn get_all(store: &IdbObjectStore) -> Result<Array, SwError> {
+    let req = store.get_all().map_err(|e| failed("get all values", &e))?;
+    Ok(request(&req, "get all values").await?.unchecked_into())
+}
+
+/// The record with this key: `undefined` when there is none.
+pub async fn get(store: &IdbObjectStore, key: &str) -> Result<JsValue, SwError> {
+    let req = store
+        .get(&key.into())
+        .map_err(|e| failed("get a value", &e))?;
+    request(&req, "get a value").await
+}
+
+pub async fn put(store: &IdbObjectStore, value: &JsValue) -> Result<(), SwError> {
+    let req = store.put(value).map_err(|e| failed("put a value", &e))?;
+    request(&req, "put a value").await.map(drop)
+}
+
+/// Puts every value, issuing all requests at once; resolves when the last one succeeded (they
+/// complete in order, and a failed one aborts the transaction, failing the rest).
+pub async fn put_all(
+    store: &IdbObjectStore,
+    values: impl Iterator<Item = JsValue>,
+) -> Result<(), SwError> {
+    let mut last = None;
+    for value in values {
+        last = Some(store.put(&value).map_err(|e| failed("put a value", &e))?);
+    }
+    match last {
+        Some(req) => request(&req, "put a value").await.map(drop),
+        None => Ok(()),
+    }
+}
+
+pub async fn delete(store: &IdbObjectStore, key: &str) -> Result<(), SwError> {
+    let req = store
+        .delete(&key.into())
+        .map_err(|e| failed("delete a value", &e))?;
+    request(&req, "delete a value").await.map(drop)
+}
