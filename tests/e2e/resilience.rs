@@ -125,8 +125,12 @@ e2e!(
         tab.wait_ready().await;
         let after_reload = tab.eval("return await sluice.snapshot();").await;
         let budget = &after_reload["budgets"][0];
-        assert_eq!(budget["pausedUntil"].as_f64(), Some(paused_until), "{budget}");
-        assert!(budget["pauseReason"].is_string(), "{budget}");
+        // The status shows only pauses still ahead; on a busy machine the reload can outlast
+        // it. Whether anything was sent during the pause is checked on the arrivals below.
+        if after_reload["now"].as_f64().is_some_and(|now| now < paused_until) {
+            assert_eq!(budget["pausedUntil"].as_f64(), Some(paused_until), "{budget}");
+            assert!(budget["pauseReason"].is_string(), "{budget}");
+        }
         let listed: Vec<String> = tab
             .eval_as("return (await sluice.jobs('r')).map((j) => j.id);")
             .await;
@@ -144,11 +148,13 @@ e2e!(
         })
         .await;
         let after_restart = tab.eval("return await sluice.snapshot();").await;
-        assert_eq!(
-            after_restart["budgets"][0]["pausedUntil"].as_f64(),
-            Some(paused_until),
-            "{after_restart}"
-        );
+        if after_restart["now"].as_f64().is_some_and(|now| now < paused_until) {
+            assert_eq!(
+                after_restart["budgets"][0]["pausedUntil"].as_f64(),
+                Some(paused_until),
+                "{after_restart}"
+            );
+        }
 
         let ids_json = serde_json::to_string(&ids).expect("ids");
         let results: Vec<String> = tab.eval_as(&js::settle_ids(&ids_json)).await;
