@@ -62,8 +62,9 @@ fn bulk_api() -> ApiConfig {
 e2e!(
     /// Issue 4, scenario 1: 2,000 creates at once against 100/s with 30 ms latency and 4 in
     /// flight finish within 105% of the ideal time, with no 429 and never above the limit.
-    #[ignore = "engine bug: the worker reaches 0.84-0.90 of the limit, not the 0.95 that 105% \
-                of ideal needs (sluice simulate: 0.98). Pacing allows the next start at the last \
+    #[ignore = "engine bug: the worker reaches 0.91 of the limit on an idle machine (finish \
+                21.98 s = 1.098 of ideal; 0.66-0.87 when the machine is busy), not the 0.95 that \
+                105% of ideal needs (sluice simulate: 0.98). Pacing allows the next start at the last \
                 actual start + 1/limit with no catch-up, so every late wake-up (timer \
                 granularity, the IndexedDB commit that precedes each fetch, a start waiting for \
                 one of the 4 slots, each held ~8-15 ms beyond the 30 ms latency) is lost for good; \
@@ -232,8 +233,10 @@ e2e!(
             "a request arrived {:.0} ms before the Retry-After date",
             until_api_ms - next.at_ms
         );
+        // The date is read against the server's `Date`, which has whole seconds too (up to
+        // 1 s more wait), then the random ramp of up to 1 s.
         assert!(
-            next.at_ms <= until_api_ms + 1000.0 + 500.0,
+            next.at_ms <= until_api_ms + 2000.0 + 500.0,
             "next start {:.0} ms after the date",
             next.at_ms - until_api_ms
         );
