@@ -67,6 +67,11 @@ pub struct BudgetState {
     /// limiter leaves that much headroom.
     #[serde(default)]
     pub others: f64,
+    /// Set (and saved) before the first start that may be fetched before it is saved; cleared
+    /// when the budget is idle again. A restore that finds it set counts the starts that may
+    /// have gone out unsaved (see [`crate::engine::Engine::restore`]).
+    #[serde(default)]
+    pub sends_before_saving: bool,
 }
 
 crate::json_struct!(ServerView {
@@ -94,6 +99,7 @@ crate::json_struct!(BudgetState {
     counters: "counters",
     learned: "learned" = default,
     others: "others" = default,
+    sends_before_saving: "sendsBeforeSaving" = default,
 });
 
 impl BudgetState {
@@ -111,6 +117,7 @@ impl BudgetState {
             counters: BudgetCounters::default(),
             learned: Vec::new(),
             others: 0.0,
+            sends_before_saving: false,
         })
     }
 
@@ -127,7 +134,7 @@ impl BudgetState {
         fresh.set_headroom(self.limiter.headroom());
         if fresh.algorithm() == self.limiter.algorithm()
             && fresh.windows() == self.limiter.windows()
-            && fresh.pacing_ms() == self.limiter.pacing_ms()
+            && fresh.pacing_interval() == self.limiter.pacing_interval()
         {
             return Ok(());
         }
@@ -192,6 +199,17 @@ impl BudgetState {
         }
     }
 
+    /// A restored budget whose last run sent before saving: up to `n` starts (one round, at
+    /// most the concurrency cap) went out whose record was lost with the worker. They happened
+    /// before `now`, so counting them at `now` is the careful side: any window that holds one
+    /// of them and a start to come holds `now` too.
+    pub fn count_unsaved_starts(&mut self, n: u32, now: Millis) {
+        self.limiter.count_unrecorded_starts(n, now);
+        if let Some(server) = &mut self.server {
+            server.remaining = server.remaining.saturating_sub(u64::from(n));
+        }
+    }
+
     /// Pauses the whole budget until `now + wait`; a later pause only ever extends it. When it
     /// ends, sending resumes after a random ramp delay with the limiter empty, so traffic ramps
     /// up at the steady rate instead of bursting.
@@ -225,7 +243,7 @@ impl BudgetState {
                     length_ms: window_ms,
                 };
                 if !self.limiter.windows().contains(&window) {
-                    let pacing = self.limiter.pacing_ms() > 0;
+                    let pacing = self.limiter.is_paced();
                     self.limiter.retune(window);
                     self.limiter.set_pacing(pacing);
                     // Remember it the way the limiter does: one window per length (within 10%).

@@ -125,8 +125,10 @@ impl AgingConfig {
         }
     }
 
-    /// The longest a job of `lane` can be kept waiting by jobs of higher lanes: it rises one
-    /// lane per step until it ranks above any fresh interactive job.
+    /// How long until a job of `lane` ranks above any fresh interactive job: it rises one lane
+    /// per step. From then on it takes one start in [`crate::engine::AGED_TURN_EVERY`] while
+    /// fresh jobs compete, so it starts within this bound plus that many starts for itself and
+    /// for each risen job ahead of it.
     pub fn bound(&self, lane: Lane) -> Option<DurationMs> {
         self.step(lane).map(|s| s * (lane.rank() as u64 + 1))
     }

@@ -12,6 +12,8 @@
 //!    person's edit is not stuck behind a bulk job for the same record longer than that one job.
 //! 2. Lanes: interactive, then bulk, then background; a job rises one lane for every
 //!    `aging.step` it waits, so nothing starves (see [`crate::config::AgingConfig::bound`]).
+//!    While a risen job outranks a fresh one of a higher lane, it takes one start in
+//!    [`AGED_TURN_EVERY`], so an aged backlog never shuts people's actions out.
 //! 3. Within a lane, oldest first (a 429'd job keeps its place, so it goes first again).
 //!    Budgets are independent: a pause on one never holds up another.
 
@@ -35,6 +37,18 @@ use crate::time::{human_duration, DurationMs, Millis};
 
 /// Queue waits remembered per lane for the p50/p95 figures.
 const WAIT_SAMPLES: usize = 1_000;
+/// While a job that has aged past its lane's bound outranks a fresh job of a higher lane, it
+/// takes one start in this many, and the fresh jobs the rest.
+///
+/// Why not simply serve the aged job first: aging counts from enqueue, so a bulk backlog ages
+/// as a whole, and after one step all 2,000 jobs of a bulk edit would rank with (and, being
+/// older, ahead of) every interactive action for the rest of the run. A share keeps both
+/// promises: an aged job still starts within a known bound (its aging bound plus this many
+/// starts per aged job ahead of it), and a person's action still overtakes the backlog, waiting
+/// at most one start more only when people alone keep the budget busy. The count of starts in
+/// a row given to fresh jobs resets whenever nothing fresher competes, so sporadic actions
+/// during a long aged backlog always go first.
+pub const AGED_TURN_EVERY: u32 = 4;
 /// Longest time between probes while the network is down.
 const OFFLINE_PROBE_MAX_MS: DurationMs = 60_000;
 
@@ -49,6 +63,13 @@ pub struct Transmit {
     pub body: Option<String>,
     /// Abort the request after this long and report [`TransportError::Timeout`].
     pub timeout_ms: DurationMs,
+    /// Save [`Engine::take_changes`] before starting this request (and any other of the same
+    /// round). When false, the request may start at once and its start be saved alongside:
+    /// the saved budget already says that starts may go out unsaved, and a restore counts them
+    /// (see [`Engine::restore`]). Saving first would hold every request back by a storage
+    /// commit, a few milliseconds on every start, which with a few requests in flight is what
+    /// keeps a worker under the limit's rate.
+    pub save_first: bool,
 }
 
 /// A response as the transport saw it (headers hidden by CORS are simply absent).
@@ -97,6 +118,20 @@ impl Changes {
     }
 }
 
+/// A ready job's place in line: its lane after aging, then enqueue time and sequence.
+type Rank = (i64, Millis, u64);
+
+/// Whose turn a start was, for [`AGED_TURN_EVERY`].
+#[derive(Clone, Copy)]
+enum Turn {
+    /// The head of the top lane also ranked first.
+    Uncontested,
+    /// An aged job outranked it, but the fresh job went.
+    Fresh,
+    /// The aged job went.
+    Aged,
+}
+
 /// Ready jobs are ordered by (enqueued at, enqueue sequence): oldest first.
 type ReadyKey = (Millis, u64, JobId);
 
@@ -117,6 +152,9 @@ struct Budget {
     in_flight: Vec<(JobId, Millis)>,
     /// Smoothed response time, for the ETA when concurrency rather than the limit binds.
     latency_ms: Option<f64>,
+    /// Starts in a row that went to a fresh job of a higher lane while an aged job of a lower
+    /// lane outranked it (see [`AGED_TURN_EVERY`]).
+    aged_passed_over: u32,
 }
 
 impl Budget {
@@ -271,12 +309,19 @@ impl Engine {
             ready: Default::default(),
             in_flight: Vec::new(),
             latency_ms: None,
+            aged_passed_over: 0,
         })
     }
 
     /// Rebuilds an engine from what was saved. Jobs that were sending when the worker stopped
     /// have an unknown outcome: they go back to the queue and are sent again with the same
     /// idempotency key, and that interrupted attempt is not counted against them.
+    ///
+    /// A budget saved while its starts could go out before being saved
+    /// ([`Transmit::save_first`] false) may have lost the record of the last round: at most
+    /// `concurrency` starts, which are counted at `now` so the limit holds across the restart.
+    /// Its jobs need nothing: a job sent but saved as waiting is sent again with its key, as
+    /// if it had been saved as sending.
     pub fn restore(
         config: EngineConfig,
         rng: Rng,
@@ -289,6 +334,9 @@ impl Engine {
             if let Some(b) = engine.budgets.get_mut(&saved.name) {
                 b.state = saved;
                 b.state.reconfigure(&b.config, now)?;
+                if b.state.sends_before_saving {
+                    b.state.count_unsaved_starts(b.config.concurrency, now);
+                }
             }
         }
         let order = crate::job::sorted_order(jobs.iter().map(|j| j.seq));
@@ -791,7 +839,8 @@ impl Engine {
         }
         self.offline_until = None;
         self.promote_due(now);
-        let mut best: Option<((i64, Millis, u64), String, JobId)> = None;
+        // Per budget: the head of its top lane, and the head that ranks first once aged.
+        let mut best: Option<(Rank, String, JobId, Turn)> = None;
         for (name, b) in self.budgets.iter() {
             if !b.has_ready() {
                 continue;
@@ -803,16 +852,35 @@ impl Engine {
                 Some(t) if t <= now => {}
                 _ => continue,
             }
-            for lane in Lane::ALL {
-                if let Some((since, seq, id)) = b.ready[lane.index()].first() {
-                    let rank = (self.aged_rank(lane, *since, now), *since, *seq);
-                    if best.as_ref().is_none_or(|(r, _, _)| rank < *r) {
-                        best = Some((rank, name.clone(), id.clone()));
-                    }
-                }
+            let heads = Lane::ALL.into_iter().filter_map(|lane| {
+                let (since, seq, id) = b.ready[lane.index()].first()?;
+                Some(((self.aged_rank(lane, *since, now), *since, *seq), lane, id))
+            });
+            let Some(top) = heads.clone().next() else {
+                continue;
+            };
+            let Some(aged) = heads.min_by_key(|(rank, _, _)| *rank) else {
+                continue;
+            };
+            let (pick, turn) = if aged.1 == top.1 {
+                (aged, Turn::Uncontested)
+            } else if b.aged_passed_over + 1 < AGED_TURN_EVERY {
+                (top, Turn::Fresh)
+            } else {
+                (aged, Turn::Aged)
+            };
+            let (rank, _, id) = pick;
+            if best.as_ref().is_none_or(|(r, _, _, _)| rank < *r) {
+                best = Some((rank, name.clone(), id.clone(), turn));
             }
         }
-        let (_, budget_name, id) = best?;
+        let (_, budget_name, id, turn) = best?;
+        if let Some(b) = self.budgets.get_mut(&budget_name) {
+            b.aged_passed_over = match turn {
+                Turn::Fresh => b.aged_passed_over + 1,
+                Turn::Uncontested | Turn::Aged => 0,
+            };
+        }
         self.unplace(&id);
         let retry_config = self.config.retry.clone();
         let timeout_ms = retry_config.timeout_ms;
@@ -838,13 +906,19 @@ impl Engine {
             headers: job.request_headers(),
             body: job.body.clone(),
             timeout_ms,
+            save_first: false,
         };
         let b = self.budgets.get_mut(&budget_name)?;
+        let save_first = !b.state.sends_before_saving;
+        b.state.sends_before_saving = true;
         b.state.record_start(now, is_retry, &retry_config);
         b.in_flight.push((id.clone(), now));
         self.changed_jobs.insert(id);
         self.changed_budgets.insert(budget_name);
-        Some(transmit)
+        Some(Transmit {
+            save_first,
+            ..transmit
+        })
     }
 
     /// The next instant at which a request could start (or a backoff ends), if anything waits.
@@ -869,6 +943,26 @@ impl Engine {
         }
         // Forgetting done jobs needs no timer of its own: it rides along with every poll.
         next
+    }
+
+    /// The request of a job that was saved before it went out ([`Transmit::save_first`]) has
+    /// just been handed to the network: its start counts from now, not from when it was
+    /// polled, so a slow save cannot push its arrival past the windows' margin.
+    pub fn on_sent(&mut self, id: &str, now: Millis) {
+        let Some(budget_name) = self.jobs.get(id).map(|j| j.budget.clone()) else {
+            return;
+        };
+        let Some(b) = self.budgets.get_mut(&budget_name) else {
+            return;
+        };
+        let Some(entry) = b.in_flight.iter_mut().find(|(j, _)| j == id) else {
+            return;
+        };
+        if now > entry.1 {
+            b.state.limiter.restamp(entry.1, now);
+            entry.1 = now;
+            self.changed_budgets.insert(budget_name);
+        }
     }
 
     /// The response to a job's request arrived.
@@ -1194,6 +1288,14 @@ impl Engine {
             .filter_map(|id| self.jobs.get(&id).cloned())
             .collect();
         let removed = self.removed_jobs.take();
+        // A budget with nothing in flight and nothing ready has no start that could go out
+        // unsaved: its next start is saved first again, and a restore owes nothing.
+        for (name, b) in self.budgets.0.iter_mut() {
+            if b.state.sends_before_saving && b.in_flight.is_empty() && !b.has_ready() {
+                b.state.sends_before_saving = false;
+                self.changed_budgets.insert(name.clone());
+            }
+        }
         let budgets = self
             .changed_budgets
             .take()

@@ -95,9 +95,9 @@ pub struct Limiter {
     /// reads its windows from it, and it answers `starts_within` and rebuilds a meter when a
     /// retune adds a window.
     starts: VecDeque<Millis>,
-    /// Spread starts at least this far apart (0: off). See [`Limiter::set_pacing`].
+    /// Spreads starts evenly (none: off). See [`Limiter::set_pacing`].
     #[serde(default)]
-    pacing_ms: DurationMs,
+    pace: Option<Pacer>,
     /// Starts of the shortest window left to others who share the quota. See
     /// [`Limiter::set_headroom`].
     #[serde(default)]
@@ -110,7 +110,7 @@ crate::json_struct!(Limiter {
     target_utilization: "targetUtilization",
     meters: "meters",
     starts: "starts",
-    pacing_ms: "pacingMs" = default,
+    pace: "pace" = default,
     headroom: "headroom" = default,
 });
 
@@ -232,12 +232,12 @@ impl Limiter {
                 .map(|&w| Meter::fresh(algorithm, w, target_utilization))
                 .collect(),
             starts: VecDeque::new(),
-            pacing_ms: 0,
+            pace: None,
             headroom: 0,
         })
     }
 
-    /// Pacing: no two starts closer than the shortest window's length over its limit.
+    /// Pacing: starts on an even grid, one per shortest window's length over its limit.
     ///
     /// Why: a sliding log allows the whole limit at once, and once saturated it repeats that
     /// burst every window, leaving gaps in between. A person's action that arrives in a gap
@@ -245,12 +245,37 @@ impl Limiter {
     /// Pacing costs nothing in a steady run (the rate is the same) and only the opening burst of
     /// an idle budget. It is taken from the shortest window only: pacing a bulk job by an hourly
     /// quota would be far too careful while the per-second window allows more.
+    ///
+    /// The grid is kept like a GCRA's theoretical arrival time, in exact fractions of a
+    /// millisecond (10.21 ms for 100 per 1,021 ms, where whole milliseconds would drift off the
+    /// window). A start that comes late, by up to [`PACING_CATCH_UP`] intervals, leaves the
+    /// grid where it was, so the next starts make the delay up. That is what keeps a real
+    /// runtime at the rate: timers fire late, a slot frees a few milliseconds after it could
+    /// have, and spacing each start from the last *actual* one would lose every such delay for
+    /// good (a worker a millisecond late on a 10 ms interval runs at 90%). Catching up never
+    /// breaks the limit: every window is still enforced on its own, and the grid only spreads
+    /// what they allow.
     pub fn set_pacing(&mut self, on: bool) {
-        self.pacing_ms = if on {
-            self.shortest()
-                .map_or(0, |m| m.length / u64::from(self.own_share(m)))
+        let grid = if on {
+            self.shortest().map(|m| (m.length, self.own_share(m)))
         } else {
-            0
+            None
+        };
+        self.pace = match (grid, self.pace) {
+            (None, _) => None,
+            // Same spacing: keep the grid's position.
+            (Some((step, per)), Some(old)) if old.step == step && old.per == per => Some(old),
+            (Some((step, per)), old) => {
+                // A new spacing starts from where the old grid had got to, in whole ms.
+                let next = old.map_or(0, |p| p.next_ceil());
+                Some(Pacer {
+                    next,
+                    frac: 0,
+                    step,
+                    per,
+                    until: Millis::MAX,
+                })
+            }
         };
     }
 
@@ -261,7 +286,7 @@ impl Limiter {
     pub fn set_headroom(&mut self, n: u32) {
         if n != self.headroom {
             self.headroom = n;
-            if self.pacing_ms > 0 {
+            if self.pace.is_some() {
                 self.set_pacing(true);
             }
         }
@@ -280,18 +305,20 @@ impl Limiter {
         meter.limit.saturating_sub(self.headroom).max(1)
     }
 
-    pub fn pacing_ms(&self) -> DurationMs {
-        self.pacing_ms
+    pub fn is_paced(&self) -> bool {
+        self.pace.is_some()
+    }
+
+    /// The pacing interval as `(step, per)`: one start per `step / per` ms.
+    pub fn pacing_interval(&self) -> Option<(DurationMs, u32)> {
+        self.pace.map(|p| (p.step, p.per))
     }
 
     /// The earliest instant `>= now` at which every window allows one more start.
     pub fn next_start_at(&self, now: Millis) -> Millis {
         // Each window allows a start from some instant on and for ever after (until the next
         // start is recorded), so the earliest instant all of them allow is the latest of those.
-        let paced = match (self.pacing_ms, self.starts.back()) {
-            (0, _) | (_, None) => now,
-            (gap, Some(&last)) => last.saturating_add(gap),
-        };
+        let paced = self.pace.map_or(now, |p| p.earliest());
         let shared = match self.shortest() {
             Some(m) if self.headroom > 0 => {
                 let ours = self.own_share(m) as usize;
@@ -332,6 +359,33 @@ impl Limiter {
         for meter in &mut self.meters {
             meter.record(at);
         }
+        self.pace = self.pace.map(|p| p.after_on_grid(at));
+    }
+
+    /// A start recorded at `recorded` really went out at `sent`, later (it waited for a save,
+    /// say). The log takes the real instant, so the windows measure what the server sees; moving
+    /// a start later only makes every window stricter. The other algorithms keep the count
+    /// where it was recorded: their margin is in the count itself.
+    pub fn restamp(&mut self, recorded: Millis, sent: Millis) {
+        if sent <= recorded {
+            return;
+        }
+        if let Some(i) = self.starts.iter().rposition(|&s| s == recorded) {
+            self.starts.remove(i);
+            let at = self.starts.partition_point(|&s| s <= sent);
+            self.starts.insert(at, sent);
+        }
+    }
+
+    /// Counts `n` starts at `at` that happened at or before `at` but were never recorded, in
+    /// every window. The pacing grid is left alone: these are not starts to space the next
+    /// ones from, only a debt to the windows.
+    pub fn count_unrecorded_starts(&mut self, n: u32, at: Millis) {
+        let pace = self.pace;
+        for _ in 0..n {
+            self.record_start(at);
+        }
+        self.pace = pace;
     }
 
     /// After a pause: from `at` on, starts come only at the steady rate (limit / window), with
@@ -341,6 +395,10 @@ impl Limiter {
     pub fn start_empty(&mut self, at: Millis) {
         for meter in &mut self.meters {
             meter.start_empty(at);
+        }
+        // No catching up on the time the pause took.
+        if let Some(pace) = &mut self.pace {
+            pace.skip_to(at);
         }
     }
 
@@ -868,6 +926,12 @@ impl FixedState {
     }
 }
 
+/// How many pacing intervals late a start may be and still be made up by the starts after it
+/// (see [`Limiter::set_pacing`]): enough for a late timer or a slot that freed a little late,
+/// and so the most starts that can follow one another at once, a handful next to any window's
+/// limit.
+pub const PACING_CATCH_UP: u32 = 3;
+
 /// Spaces starts `step / per` ms apart until `until`, kept exactly like the GCRA's TAT.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -909,6 +973,32 @@ impl Pacer {
     fn earliest(&self) -> Millis {
         // From `until` on, pacing is over whatever `next` says.
         self.next_ceil().min(self.until)
+    }
+
+    /// The grid after a start at `at`. A start up to [`PACING_CATCH_UP`] intervals late keeps
+    /// the grid: the next slot is one interval after the missed one, so the lateness is made
+    /// up by the next starts. Later than that, the budget was idle or held back by something
+    /// else (all slots busy, another window), which is not owed: the grid starts afresh from
+    /// `at`, so an idle budget never opens with a burst.
+    fn after_on_grid(mut self, at: Millis) -> Self {
+        let at = u128::from(at) * u128::from(self.per);
+        let step = u128::from(self.step);
+        let late_by = at.saturating_sub(self.scaled());
+        let base = if late_by <= step * u128::from(PACING_CATCH_UP) {
+            self.scaled()
+        } else {
+            at
+        };
+        self.set_scaled(base + step);
+        self
+    }
+
+    /// Moves the next slot up to `at` if it lies before: the time before `at` is not owed.
+    fn skip_to(&mut self, at: Millis) {
+        let at = u128::from(at) * u128::from(self.per);
+        if self.scaled() < at {
+            self.set_scaled(at);
+        }
     }
 
     /// The pacer after a start at `at`, or none once its window is over.
@@ -1044,6 +1134,75 @@ mod tests {
         Algorithm::Gcra,
         Algorithm::FixedWindow,
     ];
+
+    #[test]
+    fn pacing_spreads_starts_on_an_exact_grid_with_no_opening_burst() {
+        let mut lim = limiter(Algorithm::SlidingLog, &[w(100, 1_000)], 0.98);
+        lim.set_pacing(true);
+        let starts = greedy(&mut lim, T0, 300);
+        // One per 10.21 ms (1,021 ms stretched over 100): never two at once, and 300 starts
+        // take 299 intervals, not 299 whole-millisecond gaps of 10 or 11.
+        assert!(starts.windows(2).all(|p| p[1] - p[0] >= 10), "{starts:?}");
+        let took = starts[299] - starts[0];
+        assert!((3_052..=3_054).contains(&took), "took {took} ms");
+        assert!(max_in_any_window(&starts, 1_000) <= 100);
+    }
+
+    #[test]
+    fn pacing_makes_up_for_starts_that_came_late() {
+        // A runtime that always starts 4 ms after it was allowed (a timer firing late): spaced
+        // from the last actual start it would run at 10.21 / 14.21 of the rate. On the grid the
+        // next start is due sooner, so the rate holds.
+        let mut lim = limiter(Algorithm::SlidingLog, &[w(100, 1_000)], 0.98);
+        lim.set_pacing(true);
+        let mut at = T0;
+        let mut starts = Vec::new();
+        for _ in 0..1_000 {
+            at = lim.next_start_at(at) + 4;
+            lim.record_start(at);
+            starts.push(at);
+        }
+        let took = (starts[999] - starts[0]) as f64;
+        let per_second = 999.0 / took * 1_000.0;
+        assert!(per_second >= 97.0, "{per_second:.1} per second");
+        assert!(max_in_any_window(&starts, 1_000) <= 100);
+    }
+
+    #[test]
+    fn pacing_does_not_owe_the_time_a_budget_was_idle() {
+        let mut lim = limiter(Algorithm::SlidingLog, &[w(100, 1_000)], 0.98);
+        lim.set_pacing(true);
+        greedy(&mut lim, T0, 10);
+        // Idle for a second, then busy: no burst to make up for the quiet time.
+        let starts = greedy(&mut lim, T0 + 2_000, 5);
+        assert_eq!(starts[0], T0 + 2_000);
+        assert!(starts.windows(2).all(|p| p[1] - p[0] >= 10), "{starts:?}");
+    }
+
+    #[test]
+    fn pacing_survives_a_save_and_restore() {
+        let mut lim = limiter(Algorithm::SlidingLog, &[w(100, 1_000)], 0.98);
+        lim.set_pacing(true);
+        greedy(&mut lim, T0, 7);
+        let restored = roundtrip(&lim);
+        assert_eq!(restored, lim);
+        assert_eq!(restored.next_start_at(T0), lim.next_start_at(T0));
+    }
+
+    #[test]
+    fn a_restamped_start_counts_from_when_it_went_out() {
+        let mut lim = limiter(Algorithm::SlidingLog, &[w(2, 1_000)], 0.98);
+        lim.record_start(T0);
+        lim.record_start(T0 + 10);
+        // The first waited 50 ms for a save: the window counts from T0 + 50, after the second.
+        lim.restamp(T0, T0 + 50);
+        assert_eq!(lim.next_start_at(T0), T0 + 10 + 1_021);
+        lim.record_start(T0 + 1_031);
+        assert_eq!(lim.next_start_at(T0 + 1_031), T0 + 50 + 1_021);
+        // Never earlier than recorded.
+        lim.restamp(T0 + 1_031, T0 + 1_000);
+        assert_eq!(lim.next_start_at(T0 + 1_031), T0 + 50 + 1_021);
+    }
 
     #[test]
     fn new_rejects_unusable_configurations() {

@@ -227,11 +227,22 @@ pub fn run(scenario: &Scenario) -> Report {
         }
     };
 
+    // A round whose starts went out before they were saved, as the worker does when the engine
+    // allows it: the save lands before the next event, unless that event kills the worker.
+    let mut unsaved_round = false;
     loop {
-        // Start everything the engine allows now.
-        while let Some(t) = engine.poll_transmit(now) {
-            // Persist before the fetch starts, as the worker does.
+        // The worker saves one round before it starts the next.
+        if std::mem::take(&mut unsaved_round) {
             persist(&mut engine, &mut saved_jobs, &mut saved_budgets);
+        }
+        // Start everything the engine allows now, as one round, saved first when asked.
+        let round: Vec<_> = std::iter::from_fn(|| engine.poll_transmit(now)).collect();
+        if round.iter().any(|t| t.save_first) {
+            persist(&mut engine, &mut saved_jobs, &mut saved_budgets);
+        } else if !round.is_empty() {
+            unsaved_round = true;
+        }
+        for t in round {
             report.requests += 1;
             report.starts.push(now);
             first_start.entry(t.job_id.clone()).or_insert_with(|| {
@@ -270,7 +281,9 @@ pub fn run(scenario: &Scenario) -> Report {
                 Event::Timeout(id),
             );
         }
-        persist(&mut engine, &mut saved_jobs, &mut saved_budgets);
+        if !unsaved_round {
+            persist(&mut engine, &mut saved_jobs, &mut saved_budgets);
+        }
 
         let next_event = events.peek().map(|Reverse((t, _, _))| *t);
         let next_timer = engine.poll_timeout(now).map(|t| t.max(now + 1));
@@ -293,6 +306,9 @@ pub fn run(scenario: &Scenario) -> Report {
         let Some(event) = payloads.get_mut(idx).and_then(Option::take) else {
             continue;
         };
+        if std::mem::take(&mut unsaved_round) && !matches!(event, Event::Rebuild) {
+            persist(&mut engine, &mut saved_jobs, &mut saved_budgets);
+        }
         match event {
             Event::Enqueue(i) => {
                 enqueues_left -= 1;

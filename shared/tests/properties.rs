@@ -153,9 +153,11 @@ proptest! {
         }
         for (i, (id, enqueued, l)) in watched.iter().enumerate() {
             // Once risen above every fresh interactive job, a job is behind only older jobs
-            // that rose too: each of those costs one token interval.
+            // that rose too, and the aged take one start in `AGED_TURN_EVERY` from the
+            // interactive stream: each aged job ahead, and this one, cost that many intervals.
             let older = watched[..i].len() as u64;
-            let bound = config.aging.bound(*l).unwrap() + older * token;
+            let turns = u64::from(sluice_shared::engine::AGED_TURN_EVERY);
+            let bound = config.aging.bound(*l).unwrap() + (older + 1) * turns * token;
             let s = started.get(id).copied();
             prop_assert!(s.is_some(), "{l:?} job enqueued at {enqueued} never started");
             let waited = s.unwrap() - enqueued;

@@ -454,6 +454,104 @@ fn interactive_overtakes_a_bulk_job_within_one_token_interval() {
 }
 
 #[test]
+fn interactive_actions_overtake_a_bulk_backlog_that_has_long_aged() {
+    // 600 bulk jobs at 10/s take a minute: most of the run, the backlog ranks as high as an
+    // interactive job (after 10 s) and then higher (after 20 s). A person's actions, one every
+    // few seconds, must still go first, each within one token interval.
+    let mut e = engine_with(budget(10, 1_000, 4));
+    for i in 0..600 {
+        e.enqueue(post(i), 0).unwrap();
+    }
+    let token = 1_000 / 10;
+    let mut now = 0;
+    let mut waiting: Option<(String, u64)> = None;
+    let mut waits = Vec::new();
+    let mut next_action = 15_000;
+    while now < 55_000 {
+        if now >= next_action && waiting.is_none() {
+            let s = JobSpec {
+                body: Some(format!("{now}")),
+                ..spec(
+                    JobKind::Custom,
+                    "POST",
+                    "https://api.example/chat",
+                    Lane::Interactive,
+                )
+            };
+            waiting = Some((e.enqueue(s, now).unwrap().id, now));
+            next_action = now + 3_000;
+        }
+        while let Some(t) = e.poll_transmit(now) {
+            if waiting.as_ref().is_some_and(|(id, _)| *id == t.job_id) {
+                let (_, at) = waiting.take().unwrap();
+                waits.push(now - at);
+            }
+            e.on_response(&t.job_id, ok(), now);
+        }
+        now = e
+            .poll_timeout(now)
+            .unwrap_or(now + 1)
+            .max(now + 1)
+            .min(now + 50);
+    }
+    assert!(waits.len() >= 10, "{waits:?}");
+    assert!(
+        waits.iter().all(|&w| w <= token + 20),
+        "interactive waits (ms) behind an aged backlog: {waits:?}"
+    );
+}
+
+#[test]
+fn aged_jobs_take_a_share_of_starts_from_an_endless_interactive_stream() {
+    // People alone would keep the budget busy for ever; bulk jobs past their aging bound still
+    // start, one in `AGED_TURN_EVERY`, and people get the rest.
+    let mut e = engine_with(budget(10, 1_000, 10));
+    for i in 0..5 {
+        e.enqueue(post(i), 0).unwrap();
+    }
+    let bound = e.config().aging.bound(Lane::Bulk).unwrap();
+    let turns = u64::from(sluice_shared::engine::AGED_TURN_EVERY);
+    let mut now = 0;
+    let mut n = 0;
+    let mut bulk_started = Vec::new();
+    let mut interactive_started = 0u64;
+    while now < bound + 20_000 {
+        for _ in 0..2 {
+            let s = JobSpec {
+                body: Some(format!("chat {n}")),
+                ..spec(
+                    JobKind::Custom,
+                    "POST",
+                    "https://api.example/chat",
+                    Lane::Interactive,
+                )
+            };
+            e.enqueue(s, now).unwrap();
+            n += 1;
+        }
+        while let Some(t) = e.poll_transmit(now) {
+            if t.url.ends_with("/contacts") {
+                bulk_started.push(now);
+            } else if now >= bound {
+                interactive_started += 1;
+            }
+            e.on_response(&t.job_id, ok(), now);
+        }
+        now += 100;
+    }
+    assert_eq!(bulk_started.len(), 5, "every aged bulk job started");
+    let last = *bulk_started.last().unwrap();
+    assert!(
+        last <= bound + 5 * turns * 100 + 200,
+        "the fifth aged job started at {last} ms (bound {bound} ms)"
+    );
+    assert!(
+        interactive_started >= (turns - 1) * 5,
+        "people still got most starts: {interactive_started}"
+    );
+}
+
+#[test]
 fn starvation_background_starts_within_its_aging_bound_under_endless_interactive_load() {
     let mut e = engine_with(budget(10, 1_000, 10));
     let bg = e
@@ -534,6 +632,63 @@ fn a_rebuild_keeps_the_pause_and_retries_in_flight_jobs_with_the_same_key() {
         let again = resent.iter().find(|x| x.job_id == t.job_id).unwrap();
         assert_eq!(again.headers, t.headers, "same idempotency key");
     }
+}
+
+#[test]
+fn only_the_first_round_after_idle_is_saved_before_it_goes_out_and_a_restore_counts_the_rest() {
+    let config = EngineConfig {
+        budgets: vec![burst(budget(5, 1_000, 2))],
+        ..EngineConfig::default()
+    };
+    let mut e = Engine::new(config.clone(), Rng::seeded(1)).unwrap();
+    for i in 0..6 {
+        e.enqueue(post(i), 0).unwrap();
+    }
+    let first = drain(&mut e, 0);
+    assert_eq!(first.len(), 2);
+    assert!(
+        first[0].save_first,
+        "an idle budget's first round is saved first"
+    );
+    let saved = e.take_changes();
+    assert!(saved.budgets[0].sends_before_saving);
+    for t in &first {
+        e.on_response(&t.job_id, ok(), 30);
+    }
+    let second = drain(&mut e, 30);
+    assert_eq!(second.len(), 2);
+    assert!(
+        second.iter().all(|t| !t.save_first),
+        "a busy budget sends at once"
+    );
+
+    // The worker dies before the second round is saved. The server has seen 4 of its 5 for
+    // this window; the restored engine must not start more than 1 before the window moves on.
+    let jobs: Vec<_> = e.jobs().cloned().collect();
+    let mut restored =
+        Engine::restore(config.clone(), Rng::seeded(2), jobs, saved.budgets, 40).expect("restore");
+    let mut now = 40;
+    let mut started = 0;
+    while now < 1_000 {
+        for t in drain(&mut restored, now) {
+            started += 1;
+            restored.on_response(&t.job_id, ok(), now);
+        }
+        now += 10;
+    }
+    assert_eq!(
+        started, 1,
+        "2 saved + 2 unsaved starts + 1 = the limit of 5"
+    );
+
+    // Once idle, the flag clears and the next start is saved first again.
+    let mut idle = Engine::new(config, Rng::seeded(3)).unwrap();
+    idle.enqueue(post(0), 0).unwrap();
+    let t = drain(&mut idle, 0);
+    idle.on_response(&t[0].job_id, ok(), 10);
+    assert!(!idle.take_changes().budgets[0].sends_before_saving);
+    idle.enqueue(post(1), 20).unwrap();
+    assert!(drain(&mut idle, 2_000)[0].save_first);
 }
 
 #[test]
@@ -628,10 +783,11 @@ fn offline_jobs_wait_without_spending_attempts() {
     e.poll_transmit(0).unwrap();
     e.on_transport_error(&id, TransportError::Offline, 5);
     assert_eq!(e.job(&id).unwrap().attempts, 0);
-    assert!(e.poll_transmit(10).is_none());
-    assert!(e.snapshot(10).offline);
+    // Past the pacing interval (1,021 ms / 100): only being offline holds it.
+    assert!(e.poll_transmit(20).is_none());
+    assert!(e.snapshot(20).offline);
     e.set_online();
-    assert!(e.poll_transmit(10).is_some());
+    assert!(e.poll_transmit(20).is_some());
 }
 
 #[test]

@@ -3,8 +3,9 @@
 //! ```text
 //! loop {
 //!     transmits = every engine.poll_transmit(now)
-//!     commit()                      // starts and sending states saved BEFORE any fetch
-//!     spawn a fetch per transmit    // each reports back to the engine and wakes the pump
+//!     spawn a fetch per transmit    // after the commit instead when the engine asks
+//!     commit()                      // starts and sending states saved before the next round
+//!                                   // each fetch reports back to the engine and wakes the pump
 //!     flush broadcasts that are due
 //!     resolve settle promises if idle (or past their cap)
 //!     arm THE timer for min(engine.poll_timeout, next broadcast, earliest settle cap)
@@ -227,14 +228,27 @@ async fn run(w: Rc<Worker>) {
         }
         let now = now_ms();
         let transmits = w.poll_transmits(now);
-        // Saved before any fetch starts: a crash cannot forget a start.
+        let started = !transmits.is_empty();
+        // The engine says whether this round's starts must be saved before they go out (the
+        // first round after an idle spell) or may go out at once and be saved alongside (a
+        // restore then counts them): see `Transmit::save_first`. Either way the round is saved
+        // before the next one begins.
+        let save_first = transmits.iter().any(|t| t.save_first);
+        let mut round = Some(transmits);
+        if !save_first {
+            send_all(&w, round.take());
+        }
         if w.commit(&[]).await.is_err() {
             break;
         }
-        let started = !transmits.is_empty();
-        for t in transmits {
-            w.pump.in_flight.set(w.pump.in_flight.get() + 1);
-            spawn(send_one(w.clone(), t));
+        if let Some(saved_first) = round.take() {
+            let now = now_ms();
+            let mut engine = w.engine_mut();
+            for t in &saved_first {
+                engine.on_sent(&t.job_id, now);
+            }
+            drop(engine);
+            send_all(&w, Some(saved_first));
         }
 
         let now = now_ms();
@@ -257,6 +271,13 @@ async fn run(w: Rc<Worker>) {
         w.pump.signal.wait().await;
     }
     w.pump.shut_down();
+}
+
+fn send_all(w: &Rc<Worker>, transmits: Option<Vec<Transmit>>) {
+    for t in transmits.into_iter().flatten() {
+        w.pump.in_flight.set(w.pump.in_flight.get() + 1);
+        spawn(send_one(w.clone(), t));
+    }
 }
 
 /// One fetch: its outcome goes to the engine; the pump saves and broadcasts it.

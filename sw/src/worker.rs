@@ -313,7 +313,7 @@ impl Worker {
     }
 
     /// Every request the engine allows to start now (their starts are recorded in the engine;
-    /// the caller commits before fetching).
+    /// the caller commits them before or alongside the fetches, as `Transmit::save_first` says).
     pub fn poll_transmits(&self, now: Millis) -> Vec<Transmit> {
         let mut engine = self.engine.borrow_mut();
         let mut out = Vec::new();
