@@ -227,8 +227,8 @@ impl BudgetState {
     }
 
     /// Takes in a quota the server reported in the response to a request started at
-    /// `request_started`; `later_in_flight` of our requests started after it and are not in the
-    /// server's count yet. The more careful of the server's and our own view wins.
+    /// `request_started`; `later_in_flight` of our requests started after it (answered or not)
+    /// and are not in the server's count yet. The more careful of the server's and our own view wins.
     pub fn apply_quota(
         &mut self,
         quota: &Quota,
@@ -271,13 +271,7 @@ impl BudgetState {
         }
         // Judge the server's view against our expectation before this reading moves it.
         let stricter = self.server_is_stricter(quota, remaining, request_started);
-        let shortest = self
-            .limiter
-            .windows()
-            .iter()
-            .min_by_key(|w| w.length_ms)
-            .copied();
-        if let Some(w) = shortest {
+        if let Some(w) = self.shortest_window() {
             let describes_shortest = quota
                 .window_ms
                 .is_none_or(|len| w.length_ms.abs_diff(len) * 10 <= len)
@@ -340,9 +334,18 @@ impl BudgetState {
         remaining.saturating_add(edge_slack) < expected_remaining
     }
 
-    /// The shortest window (the one headroom applies to) and our starts in it up to `at`.
+    /// The shortest window: the one headroom and pacing apply to.
+    fn shortest_window(&self) -> Option<Window> {
+        self.limiter
+            .windows()
+            .iter()
+            .min_by_key(|w| w.length_ms)
+            .copied()
+    }
+
+    /// The shortest window and our starts in it up to `at`.
     fn shortest_window_use(&self, at: Millis) -> Option<(Window, u64)> {
-        let w = *self.limiter.windows().iter().min_by_key(|w| w.length_ms)?;
+        let w = self.shortest_window()?;
         Some((w, u64::from(self.limiter.starts_within(at, w.length_ms))))
     }
 
@@ -385,7 +388,7 @@ impl BudgetState {
         if self.paused_until.is_some_and(|p| p > now) {
             return;
         }
-        let shortest = self.limiter.windows().iter().map(|w| w.length_ms).min();
+        let shortest = self.shortest_window().map(|w| w.length_ms);
         // Retry-After comes in whole seconds: "1" is the least a server can say.
         if retry_after
             .zip(shortest)
@@ -407,12 +410,7 @@ impl BudgetState {
         if self.others <= 0.0 {
             return;
         }
-        let limit = self
-            .limiter
-            .windows()
-            .iter()
-            .min_by_key(|w| w.length_ms)
-            .map_or(1, |w| w.limit);
+        let limit = self.shortest_window().map_or(1, |w| w.limit);
         let ours = limit.saturating_sub(self.limiter.headroom()).max(1);
         let per_start = 0.5f64.powf(1.0 / (20.0 * f64::from(ours)));
         self.others *= per_start;
@@ -423,12 +421,7 @@ impl BudgetState {
     }
 
     fn apply_headroom(&mut self) {
-        let limit = self
-            .limiter
-            .windows()
-            .iter()
-            .min_by_key(|w| w.length_ms)
-            .map_or(1, |w| w.limit);
+        let limit = self.shortest_window().map_or(1, |w| w.limit);
         // Others' traffic arrives at random: leave room for its spread too (about one standard
         // deviation of a count, as for arrivals at random), since every collision costs a pause.
         let spread = if self.others > 0.0 {

@@ -974,7 +974,13 @@ impl Engine {
         let signal = read_signal(response.status, &response.headers, now);
         if let Some(b) = self.budgets.get_mut(&budget_name) {
             if let Some(quota) = &signal.quota {
-                let later = b.in_flight.iter().filter(|(_, s)| *s > started).count() as u64;
+                // Every start after this request's, in flight or already answered, came after
+                // the count the server reported.
+                let later = u64::from(
+                    b.state
+                        .limiter
+                        .starts_within(now, now.saturating_sub(started)),
+                );
                 b.state.apply_quota(quota, started, later, now);
             }
         }

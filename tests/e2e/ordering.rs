@@ -339,13 +339,6 @@ e2e!(
     /// Scenario 6, later in the bulk job: once the bulk jobs have waited longer than their
     /// aging steps, an interactive action must still start within a token interval (+ slack),
     /// not behind the rest of the backlog.
-    #[ignore = "engine bug: aging lets every bulk job of a backlog outrank fresh interactive \
-                jobs once it has waited 2 aging steps (rank 1 - wait/bulkMs < 0 = interactive; \
-                ties go to the older job after 1 step), and they were all enqueued at once, so \
-                an interactive action waits for the whole rest of the backlog: 9-10 s here \
-                (bulkMs 1 s), ~11.5 s in `sluice bench` with the default 10 s. Aging should \
-                bound a bulk job's wait without putting the backlog ahead of new interactive \
-                work (e.g. let aged jobs take a share of the starts, not all of them)"]
     an_interactive_action_is_not_held_behind_a_bulk_backlog_that_has_aged,
     60,
     Options::api(priority_api()).exclusive(),
