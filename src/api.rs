@@ -35,7 +35,9 @@
 //! # Control API (JSON, never rate-limited or recorded)
 //! `GET|POST /__sluice/config`, `GET /__sluice/stats[?windowMs=]`,
 //! `GET /__sluice/arrivals[?since=seq]`, `POST /__sluice/reset`,
-//! `GET|POST|DELETE /__sluice/script`, `GET /__sluice/contacts`.
+//! `GET|POST|DELETE /__sluice/script`, `GET /__sluice/contacts`, `POST /__sluice/seed`
+//! (`{"count": 2000, "fields": {...}}`: creates contacts until the store holds `count`, at
+//! once, so a demo page has its data without spending the rate limit or the visitor's time).
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::net::SocketAddr;
@@ -578,6 +580,23 @@ impl ApiHandle {
         self.lock().contacts.values().cloned().collect()
     }
 
+    /// Creates contacts with `fields` (and the next free ids) until the store holds at least
+    /// `count`; returns how many it created. Neither rate-limited nor recorded as arrivals:
+    /// it is setup, not traffic. Under one lock, so two pages seeding at once create the
+    /// missing contacts once.
+    pub fn seed_contacts(&self, count: usize, fields: &Map<String, Value>) -> usize {
+        let mut inner = self.lock();
+        let missing = count.saturating_sub(inner.contacts.len());
+        for _ in 0..missing {
+            let id = inner.next_id;
+            inner.next_id += 1;
+            let mut record = fields.clone();
+            record.insert("id".into(), id.into());
+            inner.contacts.insert(id, Value::Object(record));
+        }
+        missing
+    }
+
     pub fn preflights(&self) -> u64 {
         self.lock().preflights
     }
@@ -1101,7 +1120,8 @@ pub fn router(api: ApiHandle) -> Router {
             "/__sluice/script",
             get(get_script).post(post_script).delete(delete_script),
         )
-        .route("/__sluice/contacts", get(get_contacts));
+        .route("/__sluice/contacts", get(get_contacts))
+        .route("/__sluice/seed", post(post_seed));
     Router::new()
         .route("/api", any(api_request))
         .route("/api/", any(api_request))
@@ -1216,6 +1236,8 @@ pub enum ControlError {
     Config(#[from] ConfigError),
     #[error(transparent)]
     Script(#[from] ScriptError),
+    #[error("count must be at most {max}, got {found}")]
+    SeedTooLarge { max: usize, found: usize },
 }
 
 impl IntoResponse for ControlError {
@@ -1294,6 +1316,31 @@ async fn delete_script(State(api): State<ApiHandle>) -> Json<Value> {
 
 async fn get_contacts(State(api): State<ApiHandle>) -> Json<Vec<Value>> {
     Json(api.contacts())
+}
+
+/// The most contacts one seed may ask for: far above any demo, far below a memory problem.
+const MAX_SEED: usize = 100_000;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SeedRequest {
+    count: usize,
+    /// The fields of every created contact (its `id` is added).
+    #[serde(default)]
+    fields: Map<String, Value>,
+}
+
+async fn post_seed(State(api): State<ApiHandle>, body: Bytes) -> Result<Json<Value>, ControlError> {
+    let seed: SeedRequest = serde_json::from_slice(&body)?;
+    if seed.count > MAX_SEED {
+        return Err(ControlError::SeedTooLarge {
+            max: MAX_SEED,
+            found: seed.count,
+        });
+    }
+    let created = api.seed_contacts(seed.count, &seed.fields);
+    let contacts = api.lock().contacts.len();
+    Ok(Json(json!({ "created": created, "contacts": contacts })))
 }
 
 #[cfg(test)]

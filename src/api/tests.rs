@@ -526,6 +526,36 @@ async fn control_api_changes_config_and_resets() {
 }
 
 #[tokio::test]
+async fn seed_fills_the_store_once_without_spending_the_limit() {
+    let (app, api) = app(limited(1, 1000));
+    send(&app, "POST", "/api/contacts", &[], r#"{"name":"Ada"}"#).await;
+    let body = r#"{"count": 3, "fields": {"owner": "Unassigned"}}"#;
+    let r = send(&app, "POST", "/__sluice/seed", &[], body).await;
+    assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
+    assert_eq!(r.body, json!({ "created": 2, "contacts": 3 }));
+    let again = send(&app, "POST", "/__sluice/seed", &[], body).await;
+    assert_eq!(
+        again.body,
+        json!({ "created": 0, "contacts": 3 }),
+        "at least, not more"
+    );
+    let contacts = api.contacts();
+    assert_eq!(contacts[0], json!({ "id": 1, "name": "Ada" }));
+    assert_eq!(contacts[2], json!({ "id": 3, "owner": "Unassigned" }));
+    assert_eq!(api.total(), 1, "seeding is not an arrival");
+    assert_eq!(
+        get(&app, "/api/contacts/3").await.status,
+        StatusCode::TOO_MANY_REQUESTS,
+        "nor did it use the window: the one create did"
+    );
+
+    let too_many = send(&app, "POST", "/__sluice/seed", &[], r#"{"count": 1000000}"#).await;
+    assert_eq!(too_many.status, StatusCode::BAD_REQUEST);
+    let typo = send(&app, "POST", "/__sluice/seed", &[], r#"{"cuont": 1}"#).await;
+    assert_eq!(typo.status, StatusCode::BAD_REQUEST);
+}
+
+#[tokio::test]
 async fn spawn_serves_on_a_real_socket() {
     let (addr, api) = spawn(ApiConfig::instant()).await.expect("spawn");
     let res = raw_get(addr, "/api/contacts").await;

@@ -27,7 +27,7 @@ use crate::api::{ApiConfig, ApiHandle, Arrival};
 use crate::server::{self, WwwSource};
 
 pub use cdp::Cdp;
-pub use tab::Tab;
+pub use tab::{Key, Leaving, Tab};
 
 /// The driver page: loads the client, registers the worker and exposes `window.sluice` and
 /// `window.e2e` (see the file for its query options).

@@ -15,6 +15,42 @@ const LOAD_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long a script may run; callers bound their own waits more tightly.
 const EVAL_TIMEOUT: Duration = Duration::from_secs(900);
 
+/// A key a person presses, for [`Tab::press`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Key {
+    Tab,
+    /// Shift+Tab: focus moves backwards.
+    ShiftTab,
+    Enter,
+    Space,
+    Escape,
+}
+
+impl Key {
+    /// (`key`, `code`, Windows virtual key code, the text it types, CDP modifiers).
+    fn cdp_fields(self) -> (&'static str, &'static str, u32, Option<&'static str>, u32) {
+        const SHIFT: u32 = 8;
+        match self {
+            Key::Tab => ("Tab", "Tab", 9, None, 0),
+            Key::ShiftTab => ("Tab", "Tab", 9, None, SHIFT),
+            // The text is what makes Chromium fire `keypress` and activate a focused button.
+            Key::Enter => ("Enter", "Enter", 13, Some("\r"), 0),
+            Key::Space => (" ", "Space", 32, Some(" "), 0),
+            Key::Escape => ("Escape", "Escape", 27, None, 0),
+        }
+    }
+}
+
+/// What happened when a tab was asked to leave its page (see [`Tab::leave`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Leaving {
+    /// The page let it go without asking; the tab now shows the new page.
+    Left,
+    /// The page asked for confirmation (`beforeunload`), with this message; it was declined,
+    /// so the tab still shows the old page.
+    Asked(String),
+}
+
 pub struct Tab {
     cdp: Cdp,
     target_id: String,
@@ -140,6 +176,120 @@ impl Tab {
         .map(drop)
     }
 
+    /// Runs `source` as a classic script in the page's global scope (top-level declarations
+    /// become globals), for injecting a library. Returns nothing; an exception is an error.
+    pub async fn run_script(&self, source: &str) -> Result<(), Error> {
+        let r = self
+            .call(
+                "Runtime.evaluate",
+                json!({ "expression": source, "returnByValue": true }),
+            )
+            .await
+            .map_err(Error::Cdp)?;
+        if let Some(d) = r.get("exceptionDetails") {
+            let text = d["exception"]["description"]
+                .as_str()
+                .or_else(|| d["text"].as_str())
+                .unwrap_or("exception without text");
+            return Err(Error::Script(text.to_string()));
+        }
+        Ok(())
+    }
+
+    /// Presses and releases `key` as trusted input: it goes to the focused element, moves
+    /// focus with Tab, activates buttons, and counts as a user gesture.
+    pub async fn press(&self, key: Key) -> Result<(), Error> {
+        // Keys go to the tab in front only.
+        self.call("Page.bringToFront", json!({}))
+            .await
+            .map_err(Error::Cdp)?;
+        let (name, code, key_code, text, modifiers) = key.cdp_fields();
+        let mut down = json!({
+            "type": "keyDown",
+            "key": name,
+            "code": code,
+            "windowsVirtualKeyCode": key_code,
+            "nativeVirtualKeyCode": key_code,
+            "modifiers": modifiers,
+        });
+        if let Some(text) = text {
+            down["text"] = json!(text);
+            down["unmodifiedText"] = json!(text);
+        }
+        self.call("Input.dispatchKeyEvent", down)
+            .await
+            .map_err(Error::Cdp)?;
+        self.call(
+            "Input.dispatchKeyEvent",
+            json!({
+                "type": "keyUp",
+                "key": name,
+                "code": code,
+                "windowsVirtualKeyCode": key_code,
+                "nativeVirtualKeyCode": key_code,
+                "modifiers": modifiers,
+            }),
+        )
+        .await
+        .map_err(Error::Cdp)?;
+        Ok(())
+    }
+
+    /// Navigates to `url` as a person leaving the page would, and declines if the page asks
+    /// for confirmation (`beforeunload`). Chromium asks only on a page the person has
+    /// interacted with (a [`Tab::press`] counts).
+    pub async fn leave(&self, url: &str) -> Result<Leaving, Error> {
+        let mut events = self.cdp.subscribe();
+        // The navigation's answer waits on the dialog, so it is not awaited before the events.
+        let navigate = self.call("Page.navigate", json!({ "url": url }));
+        tokio::pin!(navigate);
+        let mut navigated = false;
+        let deadline = tokio::time::Instant::now() + LOAD_TIMEOUT;
+        loop {
+            let event = tokio::select! {
+                r = &mut navigate, if !navigated => {
+                    r.map_err(Error::Cdp)?;
+                    navigated = true;
+                    continue;
+                }
+                e = tokio::time::timeout_at(deadline, events.recv()) => e,
+            };
+            let message = match event {
+                Err(_) => {
+                    return Err(Error::Timeout {
+                        what: format!("leaving for {url}"),
+                        limit: LOAD_TIMEOUT,
+                    })
+                }
+                Ok(Err(tokio::sync::broadcast::error::RecvError::Lagged(_))) => continue,
+                Ok(Err(e)) => return Err(Error::Cdp(e.to_string())),
+                Ok(Ok(m)) => m,
+            };
+            if message.get("sessionId").and_then(Value::as_str) != Some(&self.session) {
+                continue;
+            }
+            match message.get("method").and_then(Value::as_str) {
+                Some("Page.javascriptDialogOpening") => {
+                    let params = &message["params"];
+                    let asked = params["message"].as_str().unwrap_or("").to_string();
+                    if params["type"].as_str() != Some("beforeunload") {
+                        return Err(Error::Page(format!("unexpected dialog: {params}")));
+                    }
+                    self.call("Page.handleJavaScriptDialog", json!({ "accept": false }))
+                        .await
+                        .map_err(Error::Cdp)?;
+                    // Let the declined navigation's answer arrive before the next command.
+                    if !navigated {
+                        let _ = tokio::time::timeout(CALL_TIMEOUT, &mut navigate).await;
+                    }
+                    return Ok(Leaving::Asked(asked));
+                }
+                Some("Page.loadEventFired") => return Ok(Leaving::Left),
+                _ => {}
+            }
+        }
+    }
+
     /// Takes this tab's own network offline or back online (its service worker is not
     /// affected: see [`super::Browser::set_worker_offline`]).
     pub async fn set_offline(&self, offline: bool) -> Result<(), Error> {
@@ -147,6 +297,18 @@ impl Tab {
             .emulate_offline(&self.session, offline)
             .await
             .map_err(Error::Cdp)
+    }
+
+    /// Lays the page out as if the window's inside were `width` × `height` CSS pixels (also
+    /// what [`Tab::screenshot`] captures).
+    pub async fn set_viewport(&self, width: u32, height: u32) -> Result<(), Error> {
+        self.call(
+            "Emulation.setDeviceMetricsOverride",
+            json!({ "width": width, "height": height, "deviceScaleFactor": 1, "mobile": false }),
+        )
+        .await
+        .map(drop)
+        .map_err(Error::Cdp)
     }
 
     /// A PNG of what the tab shows.

@@ -39,7 +39,6 @@ const st = {
   run: null, // {ids: Set, announced: string|null}
   boot: { pending: 0, failed: 0, otherTabs: false },
   troubleClearedAt: 0,
-  seeding: null, // {done, of} while the demo API is being filled
   busy: false,
 };
 
@@ -106,10 +105,17 @@ function onBroadcast(message) {
     for (const u of message.updates) applyUpdate(u);
     scheduleUi();
   } else if (message.type === 'status') {
-    st.status = message.status;
-    lanes.sample(message.status);
-    scheduleUi();
+    takeStatus(message.status);
   }
+}
+
+/** Takes in a status from a broadcast or a snapshot, unless a newer one is already here
+ * (a snapshot's answer can arrive after a broadcast made later). */
+function takeStatus(status) {
+  if (st.status && status.now < st.status.now) return;
+  st.status = status;
+  lanes.sample(status);
+  scheduleUi();
 }
 
 /** Attaches a job the worker accepted to its row, with the value it sets. */
@@ -357,6 +363,9 @@ function onPhase(next, prev, t) {
     }
     case 'failed':
     case 'idle': {
+      // A cancel or a retry says what happened itself, once the worker answered, and moves
+      // focus there; a retry's end is announced after that.
+      if (st.busy === 'cancel' || st.busy === 'retry') break;
       const run = st.run;
       if (run && prev !== 'failed' && prev !== 'idle') {
         const r = runCounts(run);
@@ -436,12 +445,16 @@ function updateDetails(t) {
     if (st.phase === 'trouble') eta = 'Time left: unknown until sending resumes.';
     else if (st.phase === 'offline') eta = 'Time left: unknown while offline.';
     else if (status && status.etaMs != null && status.budgets.some((b) => b.pending > 0)) {
-      // Only an estimate that already counts the pending work (not one from before it was queued).
-      const left = status.etaMs - Math.max(0, Date.now() - status.now);
+      // Only an estimate that already counts the pending work (not one from before it was
+      // queued). The engine's assumes sending at the limit; when the browser or the API
+      // cannot keep up with it, the pace seen so far says more, so the longer one is shown.
+      const engineLeft = status.etaMs - Math.max(0, Date.now() - status.now);
+      const left = Math.max(engineLeft, pace.timeLeft(t.pending) ?? 0);
       const r = fmt.roughly(left);
       eta = r ? `Time left: ${r}.` : 'Time left: a few seconds.';
     }
   }
+  pace.note(t.pending);
   if (etaEl.textContent !== eta) etaEl.textContent = eta;
   etaEl.hidden = !eta;
   ticker.tick();
@@ -449,13 +462,7 @@ function updateDetails(t) {
   const run = st.run ? runCounts(st.run) : null;
   const progress = $('progress');
   const label = $('progress-label');
-  if (st.seeding) {
-    progress.max = st.seeding.of;
-    progress.value = st.seeding.done;
-    const text = `${fmt.int(st.seeding.done)} of ${fmt.int(st.seeding.of)} contacts created`;
-    if (label.textContent !== text) label.textContent = text;
-    $('progress-wrap').hidden = false;
-  } else if (run && run.total > 1 && (t.pending || st.phase === 'paused')) {
+  if (run && run.total > 1 && (t.pending || st.phase === 'paused')) {
     const finished = run.done + run.failed + run.cancelled;
     progress.max = run.total;
     progress.value = finished;
@@ -539,6 +546,32 @@ function updateWarnings(t) {
   if ($('queue-warning-text').textContent !== wtext) $('queue-warning-text').textContent = wtext;
   qw.hidden = !wtext;
 }
+
+// How fast pending changes are really going out: (time, pending) over the last few seconds.
+const pace = {
+  samples: [],
+  SPAN_MS: 8000,
+  note(pending) {
+    const now = Date.now();
+    let last = this.samples[this.samples.length - 1];
+    // More work was queued (or all of it finished): the old pace says nothing about the new.
+    if (!pending || (last && pending > last.pending)) {
+      this.samples = [];
+      last = undefined;
+    }
+    if (!pending) return;
+    if (!last || now - last.t >= 250 || pending !== last.pending) this.samples.push({ t: now, pending });
+    while (this.samples.length > 2 && now - this.samples[0].t > this.SPAN_MS) this.samples.shift();
+  },
+  /** Time for `pending` changes at the recent pace, once there are 3 s of it; else null. */
+  timeLeft(pending) {
+    const first = this.samples[0];
+    const last = this.samples[this.samples.length - 1];
+    if (!first || last.t - first.t < 3000) return null;
+    const perMs = (first.pending - last.pending) / (last.t - first.t);
+    return perMs > 0 ? pending / perMs : null;
+  },
+};
 
 // The countdown sits outside the live region and is computed from the pause's end each time.
 const ticker = {
@@ -743,6 +776,8 @@ async function cancelWaiting() {
   const t = tally();
   if (!t.waitingJobs.length) return { cancelled: 0 };
   st.busy = 'cancel';
+  // The run the message sums up, taken now: the broadcasts of the cancel may end it meanwhile.
+  const run = st.run;
   scheduleUi();
   try {
     const groups = new Set();
@@ -760,13 +795,15 @@ async function cancelWaiting() {
       const j = st.jobs.get(id);
       if (j && !FINAL.has(j.state)) applyUpdate({ ...j, state: 'cancelled' });
     }
-    const run = st.run;
     // Jobs already on the wire cannot be called back: let them land (briefly) so the message
     // says what really happened.
     await waitUntil(() => !run || runCounts(run).pending === 0, 3000);
     table.render();
-    const text = run ? summaryText(runCounts(run)) : `${fmt.count(ids.length, 'change')} cancelled.`;
+    const counts = run && runCounts(run);
+    const text = run ? summaryText(counts) : `${fmt.count(ids.length, 'change')} cancelled.`;
     if (run) run.announced = text;
+    // Over, unless some of it is still landing: then the end is announced if it changes this.
+    if (run && st.run === run && counts.pending === 0) st.run = null;
     say(text, 'info', { focus: true });
     return { cancelled: ids.length, text };
   } finally {
@@ -779,21 +816,27 @@ async function retryFailed() {
   const { failedJobs } = tally();
   if (!failedJobs.length) return { retried: 0 };
   st.busy = 'retry';
+  // A new run: the retried jobs (and, through their groups, the rest of their bulk change).
+  st.run = null;
+  // Sending again, announced below once the worker has taken them back: the broadcasts of
+  // their new state, which may come first, must not announce it on their own.
+  st.phase = 'sending';
   scheduleUi();
   try {
     const results = await Promise.allSettled(failedJobs.map((j) => st.sluice.retry(j.id)));
-    // A new run: the retried jobs (and, through their groups, the rest of their bulk change).
-    st.run = null;
     let ok = 0;
     results.forEach((r, i) => {
       if (r.status !== 'fulfilled') return;
       ok++;
       const j = st.jobs.get(failedJobs[i].id) || failedJobs[i];
-      applyUpdate({ ...j, state: 'queued', lastError: null });
+      noteRun(j.id);
+      // Unless a broadcast already told what became of it.
+      if (j.state === 'failed') applyUpdate({ ...j, state: 'queued', lastError: null });
     });
     // A retry lifts the budget's hold; status broadcasts from before it may still say trouble.
     st.troubleClearedAt = Date.now();
     const text = ok === 1 ? 'Retrying the failed change.' : `Retrying ${fmt.int(ok)} failed changes.`;
+    // Even if the retried changes are already saved: their end is announced after this.
     if (ok) st.phase = 'sending';
     say(ok ? text : 'The failed changes could not be retried.', ok ? 'progress' : 'error', { focus: true });
     return { retried: ok };
@@ -887,23 +930,21 @@ const chart = {
   buckets: new Map(),
   lastSeq: 0,
   offset: null, // page clock minus server clock (ms), estimated from arrivals
-  skip: null, // [from, to] seqs of this tab's setup requests
   total: 0,
   timer: 0,
   serverConfig: null,
-  async start(skip) {
-    this.skip = skip || null;
+  async start() {
     try {
-      // Recent history too (a reload mid-run), without setup requests.
+      // Recent history too (a reload mid-run).
       const stats = await server.getStats();
       this.lastSeq = Math.max(0, stats.total - 1500);
-      await this.poll(true);
+      await this.poll();
     } catch (_) { /* the chart is a nice-to-have */ }
     this.timer = setInterval(() => { if (!document.hidden) this.poll(); }, 1000);
     setInterval(() => { if (!document.hidden) this.draw(); }, 250);
     setInterval(() => { if (!document.hidden) this.checkReset(); }, 5000);
   },
-  async poll(history = false) {
+  async poll() {
     let list;
     try {
       list = await server.arrivalsSince(this.lastSeq);
@@ -913,8 +954,6 @@ const chart = {
     const now = Date.now();
     for (const a of list) {
       this.lastSeq = a.seq;
-      if (this.skip && a.seq >= this.skip[0] && a.seq <= this.skip[1]) continue;
-      if (history && a.method === 'POST' && a.path === '/api/contacts') continue;
       const offset = now - a.atMs;
       if (this.offset == null || offset < this.offset) this.offset = offset;
       const s = Math.floor(a.atMs / 1000);
@@ -1032,7 +1071,7 @@ const api = {
       $('api-result').textContent = `Could not read the demo API's settings: ${e.message}`;
     }
     setInterval(() => {
-      if (!document.hidden && !st.seeding) this.refresh();
+      if (!document.hidden) this.refresh();
     }, 3000);
   },
   /** Reads the server's settings again (another tab may have changed them). */
@@ -1085,6 +1124,8 @@ const api = {
         retentionMs: 60 * 60 * 1000,
       });
       told = true;
+      // The budget's new limit now, not at the next broadcast: the banner quotes it.
+      takeStatus(await st.sluice.snapshot());
     }
     this.showLimits();
     chart.draw();
@@ -1205,10 +1246,12 @@ function wire() {
   });
 
   window.addEventListener('beforeunload', (e) => {
-    // Only work a person is waiting for: interactive and bulk changes not yet sent.
+    // Only work a person is waiting for: interactive and bulk changes not yet sent, as this
+    // tab knows them (its own, at once) or the worker last said (any tab's). Background reads
+    // are not worth a question.
     const lanesNow = (st.status && st.status.lanes) || [];
     const waiting = lanesNow.filter((l) => l.lane !== 'background').reduce((a, l) => a + l.waiting, 0);
-    if (waiting > 0 || st.temp.size > 0) {
+    if (waiting > 0 || tally().waiting > 0) {
       e.preventDefault();
       e.returnValue = '';
     }
@@ -1231,9 +1274,12 @@ async function startSluice() {
   performance.mark('demo:registered');
   st.sluice = sluice;
   sluice.subscribe(onBroadcast);
+  // Saved values are read again now that every later change reaches this tab as a broadcast
+  // (the first read, before subscribing, may have missed some); at once, beside the listing.
+  const contacts = server.getContacts().catch(() => null);
   const [jobs, status] = await Promise.all([sluice.jobs(), sluice.snapshot()]);
   performance.mark('demo:listed');
-  return { jobs, status };
+  return { jobs, status, contacts: await contacts };
 }
 
 /** Puts these contacts (server records, sorted by id) in the table. */
@@ -1263,35 +1309,17 @@ async function boot() {
   sluiceP.catch(() => {});
   api.load();
 
-  // The table at once: the server's records, and the ids a first seed will create.
-  let records = firstRecords(await server.getContacts().catch(() => []));
-  let seedSeqs = null;
-  if (records.length < server.CONTACT_COUNT) {
-    const ids = records.map((r) => r.id);
-    let next = (ids.length ? ids[ids.length - 1] : 0) + 1;
-    const planned = records.slice();
-    while (planned.length < server.CONTACT_COUNT) planned.push({ id: next++, owner: 'Unassigned' });
-    buildRows(planned);
-    const missing = server.CONTACT_COUNT - records.length;
-    st.seeding = { done: 0, of: missing };
-    say(`Preparing the demo: creating ${fmt.int(missing)} contacts on the demo API (once per server start). Changes can be made when it is done.`, 'info');
-    scheduleUi();
-    const res = await server.ensureContacts((done, of) => {
-      st.seeding = { done, of };
-      scheduleUi();
-    });
-    st.seeding = null;
-    await api.refresh();
-    if (api.server) api.fill(api.server);
-    seedSeqs = res.seedSeqs || null;
-    records = firstRecords(res.contacts);
-    if (records.map((r) => r.id).join() !== planned.map((r) => r.id).join()) buildRows(records);
-  } else {
-    buildRows(records);
+  // The table at once: the server's records (seeded on the first visit after a server start).
+  let records = [];
+  try {
+    records = firstRecords(await server.ensureContacts());
+  } catch (e) {
+    say(`The demo API did not answer: ${e.message}`, 'error');
   }
+  buildRows(records);
   performance.mark('demo:table');
   rendered({ contacts: st.order.length });
-  chart.start(seedSeqs);
+  chart.start();
 
   let started;
   try {
@@ -1316,18 +1344,15 @@ async function boot() {
       table.mark(n);
     }
   }
-  if (!st.status) st.status = started.status;
-  lanes.sample(st.status);
-  // Saved values again, now that every later change reaches this tab as a broadcast.
-  try {
-    for (const r of await server.getContacts()) {
-      const known = st.contacts.get(r.id);
-      if (known && typeof r.owner === 'string' && known.base !== r.owner) {
-        known.base = r.owner;
-        table.mark(r.id);
-      }
+  takeStatus(started.status);
+  // The saved values read after subscribing are newer than any listed job's outcome.
+  for (const r of started.contacts || []) {
+    const known = st.contacts.get(r.id);
+    if (known && typeof r.owner === 'string' && known.base !== r.owner) {
+      known.base = r.owner;
+      table.mark(r.id);
     }
-  } catch (_) { /* the first read stands */ }
+  }
   const gone = Object.keys(stored).filter((id) => !st.jobs.has(id) || FINAL.has(st.jobs.get(id).state));
   for (const id of gone) edits.remove(id);
   const t = tally();
@@ -1348,9 +1373,8 @@ const ready = boot();
 ready.catch((e) => console.error('sluice demo:', e));
 
 window.demo = {
-  /** Resolves once Sluice is registered, the table rendered and the demo API holds the
-   * contacts (the first load after a server start creates them: some seconds); rejects if
-   * Sluice cannot start. */
+  /** Resolves once the table is rendered and Sluice registered and listed: every control
+   * works from then on. Rejects if Sluice cannot start. */
   ready,
   /** Resolves as soon as the table is on screen (before Sluice answers). */
   rendered: renderedP,

@@ -48,8 +48,21 @@ function hatch(ctx, color) {
   return ctx.createPattern(tile, 'repeat');
 }
 
+const AXIS_FONT = '11px system-ui, -apple-system, "Segoe UI", Roboto, sans-serif';
+
+function axisLabel(v) {
+  return (Math.round(v * 100) / 100).toLocaleString('en-US');
+}
+
+/** Where the plot starts: room for the widest value label (the top one, with its unit). */
+function plotLeft(ctx, max, unit) {
+  ctx.font = AXIS_FONT;
+  const widest = ctx.measureText(`${axisLabel(max)} ${unit}`).width;
+  return Math.max(44, Math.ceil(widest) + 10);
+}
+
 function axes(ctx, { left, top, right, bottom, max, unit, ink, grid }) {
-  ctx.font = '11px system-ui, -apple-system, "Segoe UI", Roboto, sans-serif';
+  ctx.font = AXIS_FONT;
   ctx.textBaseline = 'middle';
   ctx.textAlign = 'right';
   const steps = 4;
@@ -63,8 +76,7 @@ function axes(ctx, { left, top, right, bottom, max, unit, ink, grid }) {
     ctx.lineTo(right, Math.round(y) + 0.5);
     ctx.stroke();
     ctx.fillStyle = ink;
-    const label = String(Math.round(v * 100) / 100);
-    ctx.fillText(label + (i === steps && unit ? ` ${unit}` : ''), left - 6, y);
+    ctx.fillText(axisLabel(v) + (i === steps && unit ? ` ${unit}` : ''), left - 6, y);
   }
   ctx.textAlign = 'center';
   ctx.textBaseline = 'top';
@@ -87,7 +99,6 @@ export function drawRequests(canvas, { buckets, nowS, limitPerS, sluicePerS, his
   const okColor = css('--chart-ok');
   const limitedColor = css('--chart-429');
   const failColor = css('--chart-fail');
-  const left = 44;
   const right = width - 10;
   const top = 14;
   const bottom = height - 22;
@@ -114,6 +125,7 @@ export function drawRequests(canvas, { buckets, nowS, limitPerS, sluicePerS, his
   let max = niceMax(Math.max(peak * 1.1, topSluice * 1.25, 4));
   const limitOnScale = topLimit && topLimit * 1.25 <= max * 3;
   if (limitOnScale) max = Math.max(max, niceMax(topLimit * 1.25));
+  const left = plotLeft(ctx, max, '/s');
   axes(ctx, { left, top, right, bottom, max, unit: '/s', ink, grid });
   const slot = (right - left) / SPAN_S;
   const y = (v) => bottom - ((bottom - top) * v) / max;
@@ -213,7 +225,6 @@ export function drawLanes(canvas, { samples, now }) {
   const { ctx, width, height } = setupCanvas(canvas);
   const ink = css('--ink-2');
   const grid = css('--line');
-  const left = 44;
   const right = width - 10;
   const top = 12;
   const bottom = height - 22;
@@ -222,6 +233,7 @@ export function drawLanes(canvas, { samples, now }) {
   let peak = 0;
   for (const s of recent) for (const v of Object.values(s.lanes)) if (v != null) peak = Math.max(peak, v);
   const maxS = niceMax(Math.max(peak / 1000, 1));
+  const left = plotLeft(ctx, maxS, 's');
   axes(ctx, { left, top, right, bottom, max: maxS, unit: 's', ink, grid });
   const x = (t) => left + ((right - left) * (t - from)) / (SPAN_S * 1000);
   const y = (ms) => bottom - ((bottom - top) * (ms / 1000)) / maxS;

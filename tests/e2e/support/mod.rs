@@ -139,7 +139,7 @@ impl Turn {
     }
 }
 
-fn ci() -> bool {
+pub fn ci() -> bool {
     std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "0" && v != "false")
 }
 
@@ -251,6 +251,11 @@ impl Harness {
             www,
             started,
         })
+    }
+
+    /// Time since the harness started (server and browser included), for reports.
+    pub fn elapsed(&self) -> Duration {
+        self.started.elapsed()
     }
 
     /// The served copy of `www/` (only with [`Options::with_www_copy`]).
@@ -430,6 +435,38 @@ impl Tab {
             .await
             .unwrap_or_else(|e| panic!("screenshot: {e}"));
         path
+    }
+
+    /// Lays the page out for a `width` × `height` window (screenshots take that size).
+    pub async fn set_viewport(&self, width: u32, height: u32) {
+        self.inner
+            .set_viewport(width, height)
+            .await
+            .unwrap_or_else(|e| panic!("setting the viewport: {e}"));
+    }
+
+    /// Presses `key` (trusted input: moves focus, activates buttons).
+    pub async fn press(&self, key: browser::Key) {
+        self.inner
+            .press(key)
+            .await
+            .unwrap_or_else(|e| panic!("pressing {key:?}: {e}"));
+    }
+
+    /// Runs `source` as a classic script in the page's global scope (to inject a library).
+    pub async fn run_script(&self, source: &str) {
+        self.inner
+            .run_script(source)
+            .await
+            .unwrap_or_else(|e| panic!("injected script failed: {e}"));
+    }
+
+    /// Navigates to `url`, declining a `beforeunload` confirmation if the page asks for one.
+    pub async fn leave(&self, url: &str) -> browser::Leaving {
+        self.inner
+            .leave(url)
+            .await
+            .unwrap_or_else(|e| panic!("leaving for {url}: {e}"))
     }
 
     pub async fn close(self) {
