@@ -273,7 +273,7 @@ impl Limiter {
                     frac: 0,
                     step,
                     per,
-                    until: Millis::MAX,
+                    until: NEVER,
                 })
             }
         };
@@ -926,6 +926,11 @@ impl FixedState {
     }
 }
 
+/// "No end" for a pacer, as an instant that survives saving: the state is stored as JavaScript
+/// numbers, which hold integers exactly only up to 2^53 - 1 (`u64::MAX` comes back as a float
+/// that no longer decodes). That is some 285,000 years from the epoch in milliseconds.
+const NEVER: Millis = (1 << 53) - 1;
+
 /// How many pacing intervals late a start may be and still be made up by the starts after it
 /// (see [`Limiter::set_pacing`]): enough for a late timer or a slot that freed a little late,
 /// and so the most starts that can follow one another at once, a handful next to any window's
@@ -1184,6 +1189,17 @@ mod tests {
         let mut lim = limiter(Algorithm::SlidingLog, &[w(100, 1_000)], 0.98);
         lim.set_pacing(true);
         greedy(&mut lim, T0, 7);
+        // Saved as JavaScript numbers: every integer must be exact as a double.
+        let saved = crate::json::to_string(&lim);
+        let numbers = saved
+            .split(|c: char| !c.is_ascii_digit())
+            .filter_map(|n| n.parse::<u128>().ok());
+        for n in numbers {
+            assert!(
+                n < 1 << 53,
+                "{n} does not survive as a JavaScript number: {saved}"
+            );
+        }
         let restored = roundtrip(&lim);
         assert_eq!(restored, lim);
         assert_eq!(restored.next_start_at(T0), lim.next_start_at(T0));

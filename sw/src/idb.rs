@@ -209,6 +209,28 @@ pub fn transaction(
     mode: IdbTransactionMode,
 ) -> Result<IdbTransaction, SwError> {
     let names: Array = stores.iter().map(|s| JsValue::from_str(s)).collect();
+    if mode == IdbTransactionMode::Readwrite {
+        // "relaxed": committed once the data is handed to the operating system, without
+        // waiting for the disk to confirm it. That survives the worker, the tab and the browser
+        // being killed (what Sluice promises), only not the machine losing power, and it keeps
+        // a commit to a few milliseconds instead of a disk flush: the worker commits for every
+        // round of requests and every enqueue. Browsers without the option ignore it.
+        let options = js_sys::Object::new();
+        let _ = Reflect::set(
+            &options,
+            &JsValue::from_str("durability"),
+            &JsValue::from_str("relaxed"),
+        );
+        let open = Reflect::get(db, &JsValue::from_str("transaction"))
+            .ok()
+            .and_then(|f| f.dyn_into::<Function>().ok());
+        if let Some(open) = open {
+            return open
+                .call3(db, &names, &JsValue::from_str("readwrite"), &options)
+                .and_then(|tx| tx.dyn_into::<IdbTransaction>())
+                .map_err(|e| failed("start a transaction", &e));
+        }
+    }
     db.transaction_with_str_sequence_and_mode(&names, mode)
         .map_err(|e| failed("start a transaction", &e))
 }

@@ -273,16 +273,18 @@ async fn run(w: Rc<Worker>) {
     w.pump.shut_down();
 }
 
+/// Hands every request to the browser now, then waits for their answers in the background.
 fn send_all(w: &Rc<Worker>, transmits: Option<Vec<Transmit>>) {
     for t in transmits.into_iter().flatten() {
         w.pump.in_flight.set(w.pump.in_flight.get() + 1);
-        spawn(send_one(w.clone(), t));
+        let sent = transport::start(&t);
+        spawn(answer_one(w.clone(), t, sent));
     }
 }
 
-/// One fetch: its outcome goes to the engine; the pump saves and broadcasts it.
-async fn send_one(w: Rc<Worker>, t: Transmit) {
-    let result = transport::send(&t).await;
+/// One answer: its outcome goes to the engine; the pump saves and broadcasts it.
+async fn answer_one(w: Rc<Worker>, t: Transmit, sent: transport::Sent) {
+    let result = sent.response().await;
     w.pump
         .in_flight
         .set(w.pump.in_flight.get().saturating_sub(1));

@@ -38,7 +38,7 @@ pub fn classify_failure(name: &str, message: &str, online: bool) -> TransportErr
 }
 
 #[cfg(target_arch = "wasm32")]
-pub use web::{is_online, send};
+pub use web::{is_online, start, Sent};
 
 #[cfg(target_arch = "wasm32")]
 mod web {
@@ -93,19 +93,36 @@ mod web {
         Request::new_with_str_and_init(&t.url, &init)
     }
 
-    /// Sends one request and reads its response. Never panics; every failure is a
-    /// [`TransportError`].
-    pub async fn send(t: &Transmit) -> Result<Response, TransportError> {
+    /// A request handed to the browser: [`start`] calls `fetch` at once, [`Sent::response`]
+    /// waits for the answer.
+    pub struct Sent(Result<js_sys::Promise, TransportError>);
+
+    /// Calls `fetch` now, synchronously. The engine counted the start at this instant: the
+    /// request must leave before the worker does anything else (a save, a broadcast), or its
+    /// arrival drifts from its count by however long that takes.
+    pub fn start(t: &Transmit) -> Sent {
         // A request the browser refuses to build will never work: say so plainly.
-        let request = build(t).map_err(|e| {
-            TransportError::Network(format!(
-                "the browser refused the request: {}",
-                crate::error::describe(&e)
-            ))
-        })?;
-        let response = JsFuture::from(scope().fetch_with_request(&request))
-            .await
-            .map_err(|e| failure(&e))?;
+        Sent(
+            build(t)
+                .map(|request| scope().fetch_with_request(&request))
+                .map_err(|e| {
+                    TransportError::Network(format!(
+                        "the browser refused the request: {}",
+                        crate::error::describe(&e)
+                    ))
+                }),
+        )
+    }
+
+    impl Sent {
+        /// The response, read in full. Never panics; every failure is a [`TransportError`].
+        pub async fn response(self) -> Result<Response, TransportError> {
+            read(self.0?).await
+        }
+    }
+
+    async fn read(fetched: js_sys::Promise) -> Result<Response, TransportError> {
+        let response = JsFuture::from(fetched).await.map_err(|e| failure(&e))?;
         let response: web_sys::Response = response
             .dyn_into()
             .map_err(|_| TransportError::Network("fetch did not give a Response".into()))?;

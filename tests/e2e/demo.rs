@@ -104,9 +104,8 @@ async fn set_api(tab: &Tab, patch: &str, tell: bool) {
 }
 
 /// Sluice told `limit` per second and the demo API allowing twice that, for the tests that
-/// need a run without 429s at a rate the worker reaches: they keep clear of a worker bug that
-/// lets late, bunched arrivals put one start too many in the first window (see
-/// `demo_bulk_change_at_the_told_limit_draws_no_429`).
+/// are about the page rather than the limit: a 429 there would only be noise. The exact limit
+/// is checked by `demo_bulk_change_at_the_told_limit_draws_no_429`.
 async fn set_api_with_headroom(tab: &Tab, limit: u32) {
     set_api(
         tab,
@@ -834,12 +833,6 @@ e2e!(
 e2e!(
     /// Sluice told the demo API's exact limit, at a rate the worker reaches: a bulk change
     /// draws no 429.
-    #[ignore = "worker bug, the one limits::a_slow_budget_is_never_exceeded_at_the_server \
-                documents, seen here in 4 runs of 5 on a quiet machine: starts are stamped in \
-                the limiter before the IndexedDB commit that precedes each fetch, and the first \
-                starts of a 2,000-change enqueueMany arrive late and bunched (two 6 ms apart), so \
-                at 20/s the 21st arrival lands 988 ms after the first and is answered 429. The \
-                budget then counts its own 429 as other callers' use (at 5/s it went on at 3/s)"]
     demo_bulk_change_at_the_told_limit_draws_no_429,
     60,
     |h| {
