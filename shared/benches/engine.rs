@@ -18,7 +18,7 @@ const SIZES: [usize; 3] = [1_000, 100_000, 1_000_000];
 fn spec(n: usize) -> JobSpec {
     JobSpec {
         budget: "api".into(),
-        lane: if n % 10 == 0 {
+        lane: if n.is_multiple_of(10) {
             Lane::Interactive
         } else {
             Lane::Bulk
