@@ -147,6 +147,7 @@ pub fn protocol_code(e: &ProtocolError) -> &'static str {
         ProtocolError::NotFound { .. } => "not-found",
         ProtocolError::IllegalTransition { .. } => "illegal-transition",
         ProtocolError::Storage { .. } => "storage",
+        ProtocolError::Unavailable { .. } => "unavailable",
     }
 }
 
@@ -459,6 +460,19 @@ impl Core {
         result: Result<Value, ClientError>,
         now: f64,
     ) -> Received {
+        if let Err(ClientError::Worker(ProtocolError::Unavailable { message })) = &result {
+            // Nothing was done (the worker is restarting or handing over to a new version):
+            // the request stays outstanding and is sent again, at once to a new controller
+            // (`resend_all`) or after the usual wait.
+            if let Some(out) = self.outstanding.get_mut(request_id) {
+                if out.sends < self.timing.max_sends {
+                    out.last_sent = now;
+                    return Received::Ignored(format!(
+                        "worker unavailable, sending again: {message}"
+                    ));
+                }
+            }
+        }
         let Some(out) = self.outstanding.remove(request_id) else {
             return Received::Ignored(format!("no request '{request_id}' is waiting"));
         };
@@ -918,6 +932,32 @@ mod tests {
         let e = ready(&mut p).err().unwrap();
         assert_eq!(e.code(), "not-found");
         assert_eq!(e.to_string(), "no job or group 'x'");
+    }
+
+    #[test]
+    fn an_unavailable_worker_gets_the_request_again_instead_of_failing_it() {
+        let t = Timing::default();
+        let mut core = Core::new("c", t.clone());
+        let (text, mut p) = core.request(Call::new("cancel").with("target", "g"), 0.0);
+        let unavailable = serde_json::to_string(&WorkerMessage::Error {
+            request_id: Some(id_of(&text)),
+            error: ProtocolError::Unavailable {
+                message: "a newer version of the worker is taking over the queue".into(),
+            },
+        })
+        .unwrap();
+        assert!(matches!(
+            core.receive(&unavailable, 10.0),
+            Received::Ignored(_)
+        ));
+        assert!(poll(&mut p).is_pending());
+        // A new controller gets it at once; otherwise the usual wait applies.
+        assert_eq!(core.resend_all(20.0), vec![text.clone()]);
+        assert!(core.tick(20.0 + t.resend_after_ms - 1.0).is_empty());
+        assert_eq!(core.tick(20.0 + t.resend_after_ms), vec![text.clone()]);
+        let r = reply(&id_of(&text), ReplyBody::Cancelled { ids: vec![] });
+        assert_eq!(core.receive(&r, 30.0), Received::Settled);
+        assert_eq!(ready(&mut p).ok().unwrap().kind(), "cancelled");
     }
 
     #[test]

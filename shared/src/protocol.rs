@@ -205,6 +205,11 @@ pub enum ProtocolError {
     Storage {
         message: String,
     },
+    /// The worker cannot serve right now (restarting its queue, or handing over to a newer
+    /// version); the request had no effect and can be sent again.
+    Unavailable {
+        message: String,
+    },
 }
 
 impl fmt::Display for ProtocolError {
@@ -236,6 +241,10 @@ impl fmt::Display for ProtocolError {
             ProtocolError::Storage { message } => write!(
                 f,
                 "storage failed, nothing was changed; try again: {message}"
+            ),
+            ProtocolError::Unavailable { message } => write!(
+                f,
+                "{message}; nothing was changed, send it again in a moment"
             ),
         }
     }
@@ -483,6 +492,10 @@ impl crate::json::ToJson for ProtocolError {
                 tag(out, "storage");
                 write_field(out, "message", message);
             }
+            ProtocolError::Unavailable { message } => {
+                tag(out, "unavailable");
+                write_field(out, "message", message);
+            }
         }
         out.push('}');
     }
@@ -618,6 +631,9 @@ mod tests {
                 message: "m".into(),
             },
             ProtocolError::Storage {
+                message: "m".into(),
+            },
+            ProtocolError::Unavailable {
                 message: "m".into(),
             },
         ];

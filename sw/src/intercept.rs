@@ -260,7 +260,7 @@ pub fn accepted_body(job_id: &str, coalesced: bool, state: JobState) -> String {
 pub fn error_response(error: &ProtocolError) -> (u16, String) {
     let status = match error {
         ProtocolError::TooLarge { .. } => 413,
-        ProtocolError::Storage { .. } => 503,
+        ProtocolError::Storage { .. } | ProtocolError::Unavailable { .. } => 503,
         _ => 400,
     };
     let mut body = String::from("{\"error\":");

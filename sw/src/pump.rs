@@ -25,6 +25,17 @@
 //!   each one is a new event with a new settle promise, so the worker stays up while there is
 //!   work, and a worker stopped anyway restarts seamlessly on the next event (the pump of the
 //!   new instance picks up from storage).
+//! - **Handing over to a new version.** A new version calls `skipWaiting()`, but Chromium
+//!   activates it only once this one has no event in flight, and the settle promises above
+//!   would hold events open for as long as there is work. So as soon as a newer version is
+//!   installed and waiting (the pump is woken by its install's `statechange`), the pump stops
+//!   starting requests, waits for those in flight, saves their outcomes and tells the pages,
+//!   then stops the instance and resolves every settle promise. The browser activates the new
+//!   version, which rebuilds from storage (nothing is sent twice: nothing was in flight) and
+//!   claims the pages; they send it whatever the old one left unanswered. While it drains, the
+//!   old one still takes requests (saving them is all they need); once stopped it refuses them
+//!   as `unavailable` and starts no new instance (see [`crate::worker::worker`]), and the pages
+//!   send them again to the new one, so two instances never send side by side.
 
 use std::cell::{Cell, RefCell};
 use std::future::Future;
@@ -38,7 +49,7 @@ use wasm_bindgen::closure::Closure;
 use wasm_bindgen::{JsCast, JsValue};
 
 use crate::transport;
-use crate::worker::{is_redundant, now_ms, scope, spawn, Worker};
+use crate::worker::{now_ms, scope, spawn, superseded, Worker};
 
 /// Work due further away than this does not keep an event open: the browser keeps an idle
 /// worker for about 30 s, so the timer still fires for it, and if the worker was stopped the
@@ -221,14 +232,20 @@ async fn run(w: Rc<Worker>) {
         if w.is_stopped() {
             break;
         }
-        if is_redundant() {
-            w.stop("a newer version of the worker took over");
+        if superseded() {
+            hand_over(&w).await;
             break;
         }
         let now = now_ms();
         let transmits = w.poll_transmits(now);
         // Saved before any fetch starts: a crash cannot forget a start.
         if w.commit(&[]).await.is_err() {
+            break;
+        }
+        if superseded() {
+            // The successor may have loaded storage while that save ran: fetching now would
+            // send next to it. The saved starts are retried by the successor (same keys).
+            hand_over(&w).await;
             break;
         }
         let started = !transmits.is_empty();
@@ -257,6 +274,33 @@ async fn run(w: Rc<Worker>) {
         w.pump.signal.wait().await;
     }
     w.pump.shut_down();
+}
+
+/// Lets a newer version take over (see the module docs): starts nothing more, waits for the
+/// requests in flight and saves their outcomes, tells the pages, then stops this instance,
+/// which resolves every settle promise so that the browser can activate the successor.
+async fn hand_over(w: &Rc<Worker>) {
+    crate::worker::warn("a newer version of the worker is installed: handing the queue over");
+    loop {
+        if w.is_stopped() || w.commit(&[]).await.is_err() {
+            return;
+        }
+        if w.pump.in_flight.get() == 0 {
+            // Everything saved goes out now (not throttled), and once more if a request handled
+            // meanwhile changed more.
+            if w.broadcast_next_due().is_some() {
+                w.flush_broadcasts(now_ms(), true);
+            }
+            if w.broadcast_settled() {
+                break;
+            }
+        }
+        // Fetch completions and delivered broadcasts wake the pump; no timer is needed (every
+        // fetch ends by its timeout).
+        w.pump.arm(None, now_ms(), false);
+        w.pump.signal.wait().await;
+    }
+    w.stop("a newer version of the worker takes over the queue");
 }
 
 /// One fetch: its outcome goes to the engine; the pump saves and broadcasts it.

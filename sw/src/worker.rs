@@ -24,6 +24,7 @@ use sluice_shared::status::Status;
 use sluice_shared::{
     Changes, Engine, EngineConfig, Enqueued, JobId, JobSpec, Lane, Millis, Transmit,
 };
+use wasm_bindgen::closure::Closure;
 use wasm_bindgen::{JsCast, JsValue};
 use wasm_bindgen_futures::JsFuture;
 use web_sys::{ServiceWorkerGlobalScope, Url};
@@ -107,6 +108,11 @@ pub async fn worker() -> Result<Rc<Worker>, SwError> {
         if !w.is_stopped() {
             return Ok(w);
         }
+    }
+    // A superseded worker must not start a queue of its own next to its successor's (see
+    // `pump`, "Handing over to a new version").
+    if superseded() {
+        return Err(SwError::Superseded);
     }
     let promise = STARTING.with(|s| {
         s.borrow_mut()
@@ -581,14 +587,41 @@ async fn register_sync() -> Result<bool, SwError> {
     Ok(true)
 }
 
-/// Whether a newer worker has replaced this one (`self.serviceWorker.state`).
-pub fn is_redundant() -> bool {
-    Reflect::get(&js_sys::global(), &JsValue::from_str("serviceWorker"))
+/// Whether a newer version of the worker has replaced this one or is installed and waiting to
+/// (it called `skipWaiting`, so it activates as soon as this one has no event in flight).
+pub fn superseded() -> bool {
+    let redundant = Reflect::get(&js_sys::global(), &JsValue::from_str("serviceWorker"))
         .ok()
         .filter(|sw| sw.is_object())
         .and_then(|sw| Reflect::get(&sw, &JsValue::from_str("state")).ok())
         .and_then(|s| s.as_string())
-        .is_some_and(|s| s == "redundant")
+        .is_some_and(|s| s == "redundant");
+    redundant || scope().registration().waiting().is_some()
+}
+
+/// Wakes the pump whenever a newer version's install progresses, so that this instance notices
+/// at once that it is superseded and hands over (see `pump`). Called once, at startup.
+pub fn watch_for_successor() {
+    let wake: Function = Closure::<dyn Fn()>::new(|| {
+        if let Some(w) = current() {
+            w.pump.wake();
+        }
+    })
+    .into_js_value()
+    .unchecked_into();
+    let registration = scope().registration();
+    let on_update_found = Closure::<dyn Fn()>::new({
+        let registration = registration.clone();
+        let wake = wake.clone();
+        move || {
+            if let Some(next) = registration.installing() {
+                let _ = next.add_event_listener_with_callback("statechange", &wake);
+            }
+            let _ = wake.call0(&JsValue::UNDEFINED);
+        }
+    })
+    .into_js_value();
+    registration.set_onupdatefound(Some(on_update_found.unchecked_ref()));
 }
 
 /// Posts one message (JSON text) to the page that sent a request.
