@@ -11,12 +11,11 @@
 //! settles the request, the other is ignored.
 //!
 //! Resending is safe for reads (`snapshot`, `jobs`, `keepAlive`) and for requests that name
-//! their target (`cancel`, `retry`, `dismiss`, `configure`). An `enqueue` is not idempotent
-//! on the worker: if the worker saved the job but its reply was lost, a resent copy becomes a
-//! second job. The client therefore waits longer before resending those
-//! ([`Timing::slow_resend_after_ms`]) and gives every `create` job an `Idempotency-Key` of its
-//! own before the first send (see `job::prepare`), so that a duplicate job sends the same key
-//! and the server applies the create once.
+//! their target (`cancel`, `retry`, `dismiss`, `configure`). An `enqueue` names its job too:
+//! every job gets its id (and a `create` its `Idempotency-Key`) before the first send (see
+//! `job::prepare`), and the worker answers an enqueue of a job it already saved with that job
+//! instead of saving it again. Enqueues are still resent later than the rest
+//! ([`Timing::slow_resend_after_ms`]): a large `enqueueMany` takes the worker a while.
 //!
 //! # Reading messages
 //! Incoming messages are read as [`serde_json::Value`] and only the fields this bookkeeping

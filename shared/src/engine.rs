@@ -489,7 +489,8 @@ impl Engine {
         let seq = self.next_seq;
         self.next_seq += 1;
         let job = Job {
-            id: self.rng.uuid_v4(),
+            // A page fixes its jobs' ids (see `JobSpec::id`); the caller made sure it is new.
+            id: spec.id.unwrap_or_else(|| self.rng.uuid_v4()),
             budget,
             lane: spec.lane,
             key: spec.key.filter(|k| !k.is_empty()),
@@ -510,6 +511,7 @@ impl Engine {
             finished_at: None,
             started_at: None,
             seq,
+            folded: Vec::new(),
         };
         if let Some(result) = self.try_cancel_out(&job, now) {
             return result;
@@ -624,6 +626,7 @@ impl Engine {
             if let Some(t) = self.jobs.get_mut(&target) {
                 t.lane = t.lane.min(job.lane);
                 t.coalesced += 1;
+                t.folded.push(job.id.clone());
             }
             self.changed_jobs.insert(target.clone());
             self.replace_head_of(&target, now);
@@ -647,6 +650,7 @@ impl Engine {
             }
             t.lane = t.lane.min(later.lane);
             t.coalesced += 1 + later.coalesced;
+            t.folded.push(later.id.clone());
         }
         self.changed_jobs.insert(target.clone());
         self.replace_head_of(target, now);

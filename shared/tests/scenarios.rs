@@ -354,6 +354,46 @@ fn identical_idempotent_jobs_waiting_at_once_become_one() {
 }
 
 #[test]
+fn a_page_chosen_id_names_the_job_and_a_folded_job_is_remembered_by_its_carrier() {
+    let mut e = engine_with(budget(100, 1_000, 4));
+    let mine = JobSpec {
+        id: Some("page-1".into()),
+        ..post(1)
+    };
+    let a = e.enqueue(mine, 0).unwrap();
+    assert_eq!(a.id, "page-1");
+    assert_eq!(e.job("page-1").unwrap().idempotency_key.len(), 36);
+    let put = |id: &str| JobSpec {
+        id: Some(id.into()),
+        body: Some("{\"a\":1}".into()),
+        ..spec(JobKind::Custom, "PUT", "https://api.example/x", Lane::Bulk)
+    };
+    e.enqueue(put("put-1"), 0).unwrap();
+    let folded = e.enqueue(put("put-2"), 0).unwrap();
+    assert!(folded.coalesced);
+    assert_eq!(folded.id, "put-1");
+    assert_eq!(e.job("put-1").unwrap().folded, vec!["put-2".to_string()]);
+    let mut patch = |id: &str, n: u32| {
+        let mut p = spec(
+            JobKind::Patch,
+            "PATCH",
+            "https://api.example/c/9",
+            Lane::Bulk,
+        );
+        p.id = Some(id.into());
+        p.key = Some("c:9".into());
+        p.body = Some(format!("{{\"n\":{n}}}"));
+        e.enqueue(p, 0).unwrap()
+    };
+    patch("patch-1", 1);
+    patch("patch-2", 2);
+    assert_eq!(
+        e.job("patch-1").unwrap().folded,
+        vec!["patch-2".to_string()]
+    );
+}
+
+#[test]
 fn a_create_and_a_later_delete_neither_sent_cancel_out() {
     let mut e = engine_with(budget(1, 60_000, 1));
     e.enqueue(post(99), 0).unwrap();

@@ -202,6 +202,7 @@ pub fn spec_from_request(
     };
     let is_bodyless = matches!(method.to_ascii_uppercase().as_str(), "GET" | "HEAD");
     Ok(JobSpec {
+        id: None,
         budget: get("x-sluice-budget").unwrap_or_default(),
         lane,
         key: get("x-sluice-key"),

@@ -450,6 +450,15 @@ mod web {
             Ok(loaded)
         }
 
+        /// Resolves once every transaction created before this call has ended: a read-only
+        /// transaction on `jobs` starts only after the read-write ones created before it that
+        /// touch the same store. (Whether they committed is for their own callers to learn.)
+        pub async fn saved(&self) -> Result<(), SwError> {
+            let tx = idb::transaction(&self.db, &[JOBS], IdbTransactionMode::Readonly)?;
+            let jobs = idb::store(&tx, JOBS)?;
+            idb::get(&jobs, "").await.map(drop)
+        }
+
         /// Saves one batch of engine changes (and meta writes) in ONE transaction and returns
         /// once it committed; nothing is written when it fails. `fresh`: ids of jobs in
         /// `changes` never saved before; when there are many, they are journaled and the
@@ -598,6 +607,7 @@ mod tests {
             finished_at: None,
             started_at: Some(1_700_000_000_050),
             seq: 42,
+            folded: Vec::new(),
         }
     }
 

@@ -13,6 +13,7 @@
 //! - Startup ([`worker`]) is shared: concurrent first events wait on one initialisation.
 
 use std::cell::{Cell, RefCell};
+use std::collections::HashSet;
 use std::future::Future;
 use std::pin::Pin;
 use std::rc::{Rc, Weak};
@@ -177,6 +178,71 @@ pub struct Worker {
     sync_requested: Cell<bool>,
     /// Shown in every status: records skipped at load, a configuration that was refused.
     notes: Vec<String>,
+    /// Which job each folded job id lives on (see [`Folds`]).
+    folds: RefCell<Folds>,
+}
+
+/// The ids of jobs that were folded into another job on enqueue (`Job::folded`), each with the
+/// id of the job that carries it, sorted by folded id: an `enqueue` of such an id sent again
+/// is answered with the carrier. A sorted list rather than a map: folds are few, and a map of
+/// its own would cost the wasm more than this does.
+#[derive(Default)]
+pub struct Folds(Vec<(JobId, JobId)>);
+
+impl Folds {
+    fn of(engine: &Engine) -> Self {
+        let mut folds = Folds::default();
+        for job in engine.jobs() {
+            for id in &job.folded {
+                folds.insert(id.clone(), job.id.clone());
+            }
+        }
+        folds
+    }
+
+    fn insert(&mut self, folded: JobId, carrier: JobId) {
+        match self.0.binary_search_by(|(f, _)| f.as_str().cmp(&folded)) {
+            Ok(i) => self.0[i].1 = carrier,
+            Err(i) => self.0.insert(i, (folded, carrier)),
+        }
+    }
+
+    fn carrier(&self, folded: &str) -> Option<&JobId> {
+        let i = self
+            .0
+            .binary_search_by(|(f, _)| f.as_str().cmp(folded))
+            .ok()?;
+        Some(&self.0[i].1)
+    }
+
+    /// Records where a just enqueued job went, if it was folded into another one.
+    fn note(&mut self, asked: Option<JobId>, result: &Enqueued) {
+        if let Some(asked) = asked.filter(|a| *a != result.id) {
+            self.insert(asked, result.id.clone());
+        }
+    }
+}
+
+/// Longest job id a page may choose.
+const MAX_JOB_ID_BYTES: usize = 128;
+
+/// A page-chosen job id must be short printable text (it is a storage key and shows in logs).
+fn check_job_id(id: &str) -> Result<(), ProtocolError> {
+    let problem = if id.is_empty() {
+        "is empty"
+    } else if id.len() > MAX_JOB_ID_BYTES {
+        "is longer than 128 bytes"
+    } else if id.chars().any(char::is_control) {
+        "contains control characters"
+    } else {
+        return Ok(());
+    };
+    Err(ProtocolError::InvalidRequest {
+        message: format!(
+            "the job id '{}' {problem}; leave it out and the client picks one",
+            id.chars().take(40).collect::<String>()
+        ),
+    })
 }
 
 impl Worker {
@@ -225,6 +291,7 @@ impl Worker {
             }
         }
         let mut engine = engine.ok_or_else(|| SwError::Config("no usable configuration".into()))?;
+        let folds = Folds::of(&engine);
         let mut changes = engine.take_changes();
         // Jobs only a journal entry held are saved one per record now, and the entries go.
         add_jobs(&mut changes, &engine, &loaded.from_journals);
@@ -241,6 +308,7 @@ impl Worker {
             stopped: Cell::new(false),
             sync_requested: Cell::new(false),
             notes,
+            folds: RefCell::new(folds),
         });
         w.finish_in_background(explode);
         Ok(w)
@@ -439,11 +507,132 @@ impl Worker {
             .map_err(|e| invalid(describe(&e)))
     }
 
+    /// The job a page-chosen id already names: the job itself, or the one it was folded into.
+    fn known_job(&self, id: &str) -> Option<Enqueued> {
+        let engine = self.engine.borrow();
+        let (job, coalesced) = match engine.job(id) {
+            Some(job) => (job, false),
+            None => (engine.job(self.folds.borrow().carrier(id)?)?, true),
+        };
+        Some(Enqueued {
+            id: job.id.clone(),
+            coalesced,
+            state: job.state,
+        })
+    }
+
+    /// Waits until whatever is being saved is saved: a known job may still be in the
+    /// transaction of the request that first brought it, and its reply waits for that.
+    async fn known_jobs_saved(&self) -> Result<(), ProtocolError> {
+        self.store.saved().await?;
+        if self.is_stopped() {
+            return Err(SwError::Stopped.into());
+        }
+        Ok(())
+    }
+
     pub async fn enqueue(&self, mut spec: JobSpec) -> Result<Enqueued, ProtocolError> {
+        if let Some(id) = spec.id.as_deref() {
+            check_job_id(id)?;
+            // Sent again after a lost reply: already saved, answer with what it became.
+            if let Some(known) = self.known_job(id) {
+                self.known_jobs_saved().await?;
+                return Ok(known);
+            }
+        }
         spec.url = self.resolve_url(&spec.url)?;
+        let asked = spec.id.clone();
         let result = self.engine.borrow_mut().enqueue(spec, now_ms())?;
+        self.folds.borrow_mut().note(asked, &result);
         self.commit(&[]).await?;
         Ok(result)
+    }
+
+    /// An `enqueueMany`: all jobs or none, in one transaction. Jobs whose ids are already known
+    /// (the request was sent again after a lost reply) are answered as they are, not saved
+    /// again.
+    async fn enqueue_many(
+        &self,
+        jobs: Vec<JobSpec>,
+        group_id: Option<String>,
+    ) -> Result<ReplyBody, ProtocolError> {
+        let total = jobs.len();
+        let mut seen: HashSet<JobId> = HashSet::with_capacity(total);
+        let mut known: Vec<Option<Enqueued>> = Vec::with_capacity(total);
+        let mut fresh = Vec::with_capacity(total);
+        for (i, job) in jobs.into_iter().enumerate() {
+            let in_job = |e: ProtocolError| ProtocolError::InvalidRequest {
+                message: format!("job {} of {total}: {e}; nothing was enqueued", i + 1),
+            };
+            let found = match job.id.as_deref() {
+                None => None,
+                Some(id) => {
+                    check_job_id(id).map_err(in_job)?;
+                    if !seen.insert(id.to_string()) {
+                        return Err(in_job(ProtocolError::InvalidRequest {
+                            message: format!("another job of this request has the id '{id}'"),
+                        }));
+                    }
+                    self.known_job(id)
+                }
+            };
+            if found.is_none() {
+                fresh.push(job);
+            }
+            known.push(found);
+        }
+        drop(seen);
+        let mut warning = None;
+        if fresh.is_empty() {
+            self.known_jobs_saved().await?;
+        } else {
+            self.resolve_urls(&mut fresh, total)?;
+            let asked: Vec<Option<JobId>> = fresh.iter().map(|j| j.id.clone()).collect();
+            let (results, w) = self
+                .engine
+                .borrow_mut()
+                .enqueue_many(fresh, group_id, now_ms())?;
+            warning = w;
+            let mut folds = self.folds.borrow_mut();
+            for (asked, result) in asked.into_iter().zip(&results) {
+                folds.note(asked, result);
+            }
+            drop(folds);
+            let new_ids: Vec<JobId> = results
+                .iter()
+                .filter(|r| !r.coalesced)
+                .map(|r| r.id.clone())
+                .collect();
+            self.commit_fresh(&[], &new_ids).await?;
+            let mut results = results.into_iter();
+            for slot in known.iter_mut().filter(|k| k.is_none()) {
+                *slot = results.next();
+            }
+        }
+        Ok(ReplyBody::EnqueuedMany {
+            ids: known.into_iter().flatten().map(|r| r.id).collect(),
+            warning,
+        })
+    }
+
+    /// Resolves the jobs' URLs; bulk jobs usually share a few, so each distinct one once.
+    fn resolve_urls(&self, jobs: &mut [JobSpec], total: usize) -> Result<(), ProtocolError> {
+        let mut last: Option<(String, String)> = None;
+        for (i, job) in jobs.iter_mut().enumerate() {
+            if let Some((from, to)) = &last {
+                if *from == job.url {
+                    job.url = to.clone();
+                    continue;
+                }
+            }
+            let resolved =
+                self.resolve_url(&job.url)
+                    .map_err(|e| ProtocolError::InvalidRequest {
+                        message: format!("job {} of {total}: {e}; nothing was enqueued", i + 1),
+                    })?;
+            last = Some((std::mem::replace(&mut job.url, resolved.clone()), resolved));
+        }
+        Ok(())
     }
 
     /// Carries out one page request; every effect is saved before this returns.
@@ -457,42 +646,7 @@ impl Worker {
                     state: e.state,
                 })
             }
-            Request::EnqueueMany { mut jobs, group_id } => {
-                let total = jobs.len();
-                // Bulk jobs usually share a few URLs: resolve each distinct one once.
-                let mut last: Option<(String, String)> = None;
-                for (i, job) in jobs.iter_mut().enumerate() {
-                    if let Some((from, to)) = &last {
-                        if *from == job.url {
-                            job.url = to.clone();
-                            continue;
-                        }
-                    }
-                    let resolved =
-                        self.resolve_url(&job.url)
-                            .map_err(|e| ProtocolError::InvalidRequest {
-                                message: format!(
-                                    "job {} of {total}: {e}; nothing was enqueued",
-                                    i + 1
-                                ),
-                            })?;
-                    last = Some((std::mem::replace(&mut job.url, resolved.clone()), resolved));
-                }
-                let (results, warning) =
-                    self.engine
-                        .borrow_mut()
-                        .enqueue_many(jobs, group_id, now_ms())?;
-                let fresh: Vec<JobId> = results
-                    .iter()
-                    .filter(|r| !r.coalesced)
-                    .map(|r| r.id.clone())
-                    .collect();
-                self.commit_fresh(&[], &fresh).await?;
-                Ok(ReplyBody::EnqueuedMany {
-                    ids: results.into_iter().map(|r| r.id).collect(),
-                    warning,
-                })
-            }
+            Request::EnqueueMany { jobs, group_id } => self.enqueue_many(jobs, group_id).await,
             Request::Cancel { target } => {
                 let ids = self.engine.borrow_mut().cancel(&target, now_ms())?;
                 self.commit(&[]).await?;
