@@ -429,6 +429,12 @@ impl Core {
                 if let Some(updates) = message.get("updates").and_then(Value::as_array) {
                     self.apply_updates(updates);
                 }
+                // A forgotten job's end was announced before (or was missed): nobody may wait
+                // on it forever.
+                let removed = message.get("removed").and_then(Value::as_array);
+                for id in removed.into_iter().flatten().filter_map(Value::as_str) {
+                    self.gone(id);
+                }
                 Received::Broadcast
             }
             ("status", _) => {
@@ -615,17 +621,20 @@ impl Core {
             .map(|(id, _)| id.clone())
             .collect();
         for id in gone {
-            if let Some(w) = self.waiters.remove(&id) {
-                for tx in w.txs {
-                    tx.send(Err(JobEnd {
-                        id: id.clone(),
-                        state: None,
-                        status: None,
-                        reason: format!(
-                            "the worker no longer knows job {id} (dismissed or expired)"
-                        ),
-                    }));
-                }
+            self.gone(&id);
+        }
+    }
+
+    /// Ends the waits on a job the worker no longer knows.
+    fn gone(&mut self, id: &str) {
+        if let Some(w) = self.waiters.remove(id) {
+            for tx in w.txs {
+                tx.send(Err(JobEnd {
+                    id: id.to_string(),
+                    state: None,
+                    status: None,
+                    reason: format!("the worker no longer knows job {id} (dismissed or expired)"),
+                }));
             }
         }
     }
@@ -884,7 +893,11 @@ mod tests {
     }
 
     fn jobs_broadcast(updates: Vec<JobUpdate>) -> String {
-        serde_json::to_string(&WorkerMessage::Jobs { updates }).unwrap()
+        serde_json::to_string(&WorkerMessage::Jobs {
+            updates,
+            removed: vec![],
+        })
+        .unwrap()
     }
 
     fn enqueue(core: &mut Core, now: f64) -> (String, Pending) {
@@ -1275,5 +1288,21 @@ mod tests {
         assert!(matches!(core.receive("{nope", 0.0), Received::Ignored(_)));
         let e = r#"{"type":"error","requestId":null,"error":{"code":"malformed","message":"x"}}"#;
         assert!(matches!(core.receive(e, 0.0), Received::Ignored(_)));
+    }
+
+    #[test]
+    fn a_removed_job_ends_its_waits_as_gone() {
+        let mut core = Core::new("c", Timing::default());
+        let mut done = core.wait_done("j", 0.0);
+        let removed = serde_json::to_string(&WorkerMessage::Jobs {
+            updates: vec![],
+            removed: vec!["j".into()],
+        })
+        .unwrap();
+        assert_eq!(core.receive(&removed, 1.0), Received::Broadcast);
+        let end = ready(&mut done).err().unwrap();
+        assert_eq!(end.state, None);
+        assert!(end.reason.contains("no longer knows"), "{end}");
+        assert_eq!(core.waiting_jobs(), 0);
     }
 }

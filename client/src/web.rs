@@ -151,7 +151,7 @@ export interface EngineConfig {
 }
 /** What subscribers receive: every job-state and status broadcast of the worker. */
 export type WorkerBroadcast =
-  | { type: "jobs"; updates: JobUpdate[] }
+  | { type: "jobs"; updates: JobUpdate[]; /** Jobs the worker forgot (expired, dismissed). */ removed: string[] }
   | { type: "status"; status: Status };
 "#;
 

@@ -444,6 +444,7 @@ impl Engine {
         if let Some(body) = &spec.body {
             if body.len() > self.config.max_body_bytes {
                 return Err(ProtocolError::TooLarge {
+                    what: crate::protocol::TOO_LARGE_BODY.into(),
                     bytes: body.len(),
                     max_bytes: self.config.max_body_bytes,
                 });

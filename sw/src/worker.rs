@@ -374,14 +374,16 @@ impl Worker {
                 return Err(e);
             }
         }
+        let mut batcher = self.batcher.borrow_mut();
+        batcher.push_removed(&changes.removed);
         if !changes.jobs.is_empty() {
             let urgent = changes.jobs.iter().any(|j| j.lane == Lane::Interactive);
             let updates = changes.jobs.iter().map(JobUpdate::from).collect();
-            self.batcher.borrow_mut().push(updates, urgent);
+            batcher.push(updates, urgent);
             // Urgent updates go out as soon as the pump runs; let it run.
             self.pump.wake();
         } else {
-            self.batcher.borrow_mut().mark_status();
+            batcher.mark_status();
         }
         Ok(())
     }
@@ -444,9 +446,10 @@ impl Worker {
             return;
         }
         let mut messages = Vec::with_capacity(2);
-        if !flush.jobs.is_empty() {
+        if !flush.jobs.is_empty() || !flush.removed.is_empty() {
             messages.push(sluice_shared::protocol::encode(&WorkerMessage::Jobs {
                 updates: flush.jobs,
+                removed: flush.removed,
             }));
         }
         if flush.status {

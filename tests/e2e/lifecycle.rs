@@ -251,3 +251,68 @@ e2e!(
         assert_eq!(h.api.stats().duplicate_creates, 0);
     }
 );
+
+e2e!(
+    /// Jobs the worker forgets (done ones past their retention time, a dismissed failed one)
+    /// are announced to every tab, so that no view keeps showing them.
+    forgotten_jobs_are_dropped_from_every_tabs_view,
+    60,
+    |h| {
+        h.api
+            .push_script(
+                sluice::api::ScriptedResponse::status(422)
+                    .for_request(Some("POST"), Some("/api/contacts")),
+            )
+            .expect("script");
+        let actor = h.open_e2e().await;
+        let watcher = h.open_e2e().await;
+        actor
+            .eval(&crate::support::js::configure(50, 4, "retentionMs: 1000"))
+            .await;
+        let r = actor
+            .eval(
+                r#"
+                const one = (name) => sluice.enqueue({ url: '/api/contacts', kind: 'create',
+                  lane: 'interactive', body: { name } });
+                const failed = await one('refused');
+                const failure = await failed.done.then(() => 'done', (e) => e.code);
+                const kept = await Promise.all(['a', 'b'].map(one));
+                await Promise.all(kept.map((j) => j.done));
+                await sluice.dismiss(failed.id);
+                // Past the retention time, the next event lets the worker forget the done jobs.
+                await e2e.sleep(1500);
+                await sluice.snapshot();
+                return { failed: failed.id, failure, done: kept.map((j) => j.id) };
+                "#,
+            )
+            .await;
+        assert_eq!(r["failure"], "failed", "{r}");
+        let mut expected: Vec<String> = vec![r["failed"].as_str().unwrap_or_default().to_owned()];
+        expected.extend(
+            r["done"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|v| v.as_str().map(str::to_owned)),
+        );
+        for tab in [&actor, &watcher] {
+            let removed: Vec<String> = crate::support::eventually(
+                "every forgotten job announced",
+                Duration::from_secs(5),
+                || async {
+                    let removed: Vec<String> = tab
+                        .eval_as(
+                            "return e2e.broadcasts.filter((m) => m.type === 'jobs')\
+                             .flatMap((m) => m.removed || []);",
+                        )
+                        .await;
+                    expected.iter().all(|id| removed.contains(id)).then_some(removed)
+                },
+            )
+            .await;
+            assert_eq!(removed.len(), 3, "each announced once: {removed:?}");
+            let listed: u64 = tab.eval_as("return (await sluice.jobs()).length;").await;
+            assert_eq!(listed, 0, "the worker forgot them");
+        }
+    }
+);
