@@ -291,18 +291,33 @@ impl Engine {
                 b.state.reconfigure(&b.config, now)?;
             }
         }
+        engine.restore_more(jobs, now);
+        Ok(engine)
+    }
+
+    /// Adds saved jobs that a restore left out, as [`Engine::restore`] would have taken them;
+    /// a job the engine knows already is skipped (its version here is the newer one).
+    ///
+    /// For a worker that restores in two steps, so it can send before a large queue is read:
+    /// first every waiting job up to some point in enqueue order (all earlier waiting jobs of
+    /// any key are among them, so per-key order holds), then the rest. Until the rest is in,
+    /// only the pump may use the engine: an enqueue, cancel or status would see part of the
+    /// queue.
+    pub fn restore_more(&mut self, jobs: Vec<Job>, now: Millis) {
         let order = crate::job::sorted_order(jobs.iter().map(|j| j.seq));
         let mut jobs: Vec<Option<Job>> = jobs.into_iter().map(Some).collect();
         for mut job in order.into_iter().filter_map(|i| jobs[i].take()) {
-            engine.next_seq = engine.next_seq.max(job.seq + 1);
+            if self.jobs.contains_key(&job.id) {
+                continue;
+            }
+            self.next_seq = self.next_seq.max(job.seq + 1);
             if job.state == JobState::Sending {
                 job.state = JobState::Queued;
-                engine.changed_jobs.insert(job.id.clone());
+                self.changed_jobs.insert(job.id.clone());
             }
-            engine.admit(job);
+            self.admit(job);
         }
-        engine.replace_all(now);
-        Ok(engine)
+        self.replace_all(now);
     }
 
     /// Puts a job into the indexes (not into ready/delayed: see `place`).

@@ -28,6 +28,8 @@ pub struct Batcher {
     removed: Vec<JobId>,
     urgent: bool,
     status_dirty: bool,
+    /// No status goes out while set (the engine holds only part of the queue yet).
+    status_held: bool,
     last_jobs: Option<Millis>,
     last_status: Option<Millis>,
 }
@@ -87,12 +89,21 @@ impl Batcher {
         self.status_dirty = true;
     }
 
+    /// Holds status snapshots back (job updates still go out), or lets them go again.
+    pub fn hold_status(&mut self, held: bool) {
+        self.status_held = held;
+    }
+
     fn has_jobs(&self) -> bool {
         !self.pending.is_empty() || !self.removed.is_empty()
     }
 
+    fn status_waiting(&self) -> bool {
+        self.status_dirty && !self.status_held
+    }
+
     pub fn has_pending(&self) -> bool {
-        self.has_jobs() || self.status_dirty
+        self.has_jobs() || self.status_waiting()
     }
 
     /// When the next flush is due, if anything waits.
@@ -105,7 +116,7 @@ impl Batcher {
             }
         });
         let status = self
-            .status_dirty
+            .status_waiting()
             .then(|| self.last_status.map_or(0, |t| t + STATUS_EVERY_MS));
         match (jobs, status) {
             (Some(a), Some(b)) => Some(a.min(b)),
@@ -126,7 +137,7 @@ impl Batcher {
             self.last_jobs = Some(now);
         }
         let status_due = idle || self.last_status.is_none_or(|t| now >= t + STATUS_EVERY_MS);
-        if self.status_dirty && status_due {
+        if self.status_waiting() && status_due {
             flush.status = true;
             self.status_dirty = false;
             self.last_status = Some(now);
@@ -250,6 +261,21 @@ mod tests {
         );
         assert!(b.take_due(STATUS_EVERY_MS, false).status);
         assert!(!b.has_pending());
+    }
+
+    #[test]
+    fn a_held_status_waits_until_released() {
+        let mut b = Batcher::default();
+        b.hold_status(true);
+        b.push(vec![update("a", JobState::Done)], false);
+        let f = b.take_due(0, true);
+        assert_eq!(f.jobs.len(), 1, "job updates still go");
+        assert!(!f.status);
+        assert_eq!(b.next_due(), None);
+        assert!(!b.has_pending());
+        b.hold_status(false);
+        assert_eq!(b.next_due(), Some(0));
+        assert!(b.take_due(1, false).status);
     }
 
     #[test]

@@ -2,6 +2,8 @@
 //!
 //! ```text
 //! loop {
+//!     fetch the starts a request already saved with its own changes (an enqueue saves the
+//!                                   starts it makes possible in its own transaction)
 //!     transmits = every engine.poll_transmit(now)
 //!     commit()                      // starts and sending states saved BEFORE any fetch
 //!     spawn a fetch per transmit    // each reports back to the engine and wakes the pump
@@ -114,6 +116,9 @@ pub struct Pump {
     signal: Signal,
     running: Cell<bool>,
     in_flight: Cell<usize>,
+    /// Starts a request handler saved with its own changes, for the pump to fetch.
+    saved_starts: RefCell<Vec<Transmit>>,
+    handing_over: Cell<bool>,
     timer: RefCell<Timer>,
     /// Settle promises' resolve functions, with the instant each must resolve at the latest.
     waiters: RefCell<Vec<(Millis, Function)>>,
@@ -124,6 +129,22 @@ impl Pump {
     /// Something happened: run one more iteration soon.
     pub fn wake(&self) {
         self.signal.notify();
+    }
+
+    /// Whether starting requests is still up to this instance (not while it hands over to a
+    /// newer version).
+    pub fn may_start(&self) -> bool {
+        self.running.get() && !self.handing_over.get()
+    }
+
+    /// Requests whose starts were saved by someone else's commit (see
+    /// `Worker::poll_with_request`): the pump fetches them on its next turn.
+    pub fn fetch_saved_starts(&self, starts: Vec<Transmit>) {
+        if starts.is_empty() {
+            return;
+        }
+        self.saved_starts.borrow_mut().extend(starts);
+        self.wake();
     }
 
     fn arm(&self, deadline: Option<Millis>, now: Millis, stalled: bool) {
@@ -236,6 +257,12 @@ async fn run(w: Rc<Worker>) {
             hand_over(&w).await;
             break;
         }
+        // Starts a request's own transaction saved go out at once, whatever this turn's save
+        // may have to wait for.
+        let saved: Vec<Transmit> = std::mem::take(&mut *w.pump.saved_starts.borrow_mut());
+        for t in saved {
+            fetch(&w, t);
+        }
         let now = now_ms();
         let transmits = w.poll_transmits(now);
         // Saved before any fetch starts: a crash cannot forget a start.
@@ -250,13 +277,16 @@ async fn run(w: Rc<Worker>) {
         }
         let started = !transmits.is_empty();
         for t in transmits {
-            w.pump.in_flight.set(w.pump.in_flight.get() + 1);
-            spawn(send_one(w.clone(), t));
+            fetch(&w, t);
         }
+        w.read_rest_of_queue();
 
         let now = now_ms();
         let next_job = w.poll_timeout(now);
-        let idle = w.pump.in_flight.get() == 0 && next_job.is_none_or(|t| t > now + IDLE_GRACE_MS);
+        // Not idle while part of the queue is still being read: it may hold work.
+        let idle = w.has_whole_queue()
+            && w.pump.in_flight.get() == 0
+            && next_job.is_none_or(|t| t > now + IDLE_GRACE_MS);
         let became_idle = idle && !w.pump.was_idle.get();
         w.pump.was_idle.set(idle);
         w.flush_broadcasts(now, became_idle);
@@ -281,6 +311,7 @@ async fn run(w: Rc<Worker>) {
 /// which resolves every settle promise so that the browser can activate the successor.
 async fn hand_over(w: &Rc<Worker>) {
     crate::worker::warn("a newer version of the worker is installed: handing the queue over");
+    w.pump.handing_over.set(true);
     loop {
         if w.is_stopped() || w.commit(&[]).await.is_err() {
             return;
@@ -301,6 +332,11 @@ async fn hand_over(w: &Rc<Worker>) {
         w.pump.signal.wait().await;
     }
     w.stop("a newer version of the worker takes over the queue");
+}
+
+fn fetch(w: &Rc<Worker>, t: Transmit) {
+    w.pump.in_flight.set(w.pump.in_flight.get() + 1);
+    spawn(send_one(w.clone(), t));
 }
 
 /// One fetch: its outcome goes to the engine; the pump saves and broadcasts it.
