@@ -11,12 +11,11 @@
 //! settles the request, the other is ignored.
 //!
 //! Resending is safe for reads (`snapshot`, `jobs`, `keepAlive`) and for requests that name
-//! their target (`cancel`, `retry`, `dismiss`, `configure`). An `enqueue` is not idempotent
-//! on the worker: if the worker saved the job but its reply was lost, a resent copy becomes a
-//! second job. The client therefore waits longer before resending those
-//! ([`Timing::slow_resend_after_ms`]) and gives every `create` job an `Idempotency-Key` of its
-//! own before the first send (see `job::prepare`), so that a duplicate job sends the same key
-//! and the server applies the create once.
+//! their target (`cancel`, `retry`, `dismiss`, `configure`). An `enqueue` names its job too:
+//! every job gets its id (and a `create` its `Idempotency-Key`) before the first send (see
+//! `job::prepare`), and the worker answers an enqueue of a job it already saved with that job
+//! instead of saving it again. Enqueues are still resent later than the rest
+//! ([`Timing::slow_resend_after_ms`]): a large `enqueueMany` takes the worker a while.
 //!
 //! # Reading messages
 //! Incoming messages are read as [`serde_json::Value`] and only the fields this bookkeeping
@@ -147,6 +146,7 @@ pub fn protocol_code(e: &ProtocolError) -> &'static str {
         ProtocolError::NotFound { .. } => "not-found",
         ProtocolError::IllegalTransition { .. } => "illegal-transition",
         ProtocolError::Storage { .. } => "storage",
+        ProtocolError::Unavailable { .. } => "unavailable",
     }
 }
 
@@ -429,6 +429,12 @@ impl Core {
                 if let Some(updates) = message.get("updates").and_then(Value::as_array) {
                     self.apply_updates(updates);
                 }
+                // A forgotten job's end was announced before (or was missed): nobody may wait
+                // on it forever.
+                let removed = message.get("removed").and_then(Value::as_array);
+                for id in removed.into_iter().flatten().filter_map(Value::as_str) {
+                    self.gone(id);
+                }
                 Received::Broadcast
             }
             ("status", _) => {
@@ -459,6 +465,19 @@ impl Core {
         result: Result<Value, ClientError>,
         now: f64,
     ) -> Received {
+        if let Err(ClientError::Worker(ProtocolError::Unavailable { message })) = &result {
+            // Nothing was done (the worker is restarting or handing over to a new version):
+            // the request stays outstanding and is sent again, at once to a new controller
+            // (`resend_all`) or after the usual wait.
+            if let Some(out) = self.outstanding.get_mut(request_id) {
+                if out.sends < self.timing.max_sends {
+                    out.last_sent = now;
+                    return Received::Ignored(format!(
+                        "worker unavailable, sending again: {message}"
+                    ));
+                }
+            }
+        }
         let Some(out) = self.outstanding.remove(request_id) else {
             return Received::Ignored(format!("no request '{request_id}' is waiting"));
         };
@@ -602,17 +621,20 @@ impl Core {
             .map(|(id, _)| id.clone())
             .collect();
         for id in gone {
-            if let Some(w) = self.waiters.remove(&id) {
-                for tx in w.txs {
-                    tx.send(Err(JobEnd {
-                        id: id.clone(),
-                        state: None,
-                        status: None,
-                        reason: format!(
-                            "the worker no longer knows job {id} (dismissed or expired)"
-                        ),
-                    }));
-                }
+            self.gone(&id);
+        }
+    }
+
+    /// Ends the waits on a job the worker no longer knows.
+    fn gone(&mut self, id: &str) {
+        if let Some(w) = self.waiters.remove(id) {
+            for tx in w.txs {
+                tx.send(Err(JobEnd {
+                    id: id.to_string(),
+                    state: None,
+                    status: None,
+                    reason: format!("the worker no longer knows job {id} (dismissed or expired)"),
+                }));
             }
         }
     }
@@ -871,7 +893,11 @@ mod tests {
     }
 
     fn jobs_broadcast(updates: Vec<JobUpdate>) -> String {
-        serde_json::to_string(&WorkerMessage::Jobs { updates }).unwrap()
+        serde_json::to_string(&WorkerMessage::Jobs {
+            updates,
+            removed: vec![],
+        })
+        .unwrap()
     }
 
     fn enqueue(core: &mut Core, now: f64) -> (String, Pending) {
@@ -918,6 +944,32 @@ mod tests {
         let e = ready(&mut p).err().unwrap();
         assert_eq!(e.code(), "not-found");
         assert_eq!(e.to_string(), "no job or group 'x'");
+    }
+
+    #[test]
+    fn an_unavailable_worker_gets_the_request_again_instead_of_failing_it() {
+        let t = Timing::default();
+        let mut core = Core::new("c", t.clone());
+        let (text, mut p) = core.request(Call::new("cancel").with("target", "g"), 0.0);
+        let unavailable = serde_json::to_string(&WorkerMessage::Error {
+            request_id: Some(id_of(&text)),
+            error: ProtocolError::Unavailable {
+                message: "a newer version of the worker is taking over the queue".into(),
+            },
+        })
+        .unwrap();
+        assert!(matches!(
+            core.receive(&unavailable, 10.0),
+            Received::Ignored(_)
+        ));
+        assert!(poll(&mut p).is_pending());
+        // A new controller gets it at once; otherwise the usual wait applies.
+        assert_eq!(core.resend_all(20.0), vec![text.clone()]);
+        assert!(core.tick(20.0 + t.resend_after_ms - 1.0).is_empty());
+        assert_eq!(core.tick(20.0 + t.resend_after_ms), vec![text.clone()]);
+        let r = reply(&id_of(&text), ReplyBody::Cancelled { ids: vec![] });
+        assert_eq!(core.receive(&r, 30.0), Received::Settled);
+        assert_eq!(ready(&mut p).ok().unwrap().kind(), "cancelled");
     }
 
     #[test]
@@ -1236,5 +1288,21 @@ mod tests {
         assert!(matches!(core.receive("{nope", 0.0), Received::Ignored(_)));
         let e = r#"{"type":"error","requestId":null,"error":{"code":"malformed","message":"x"}}"#;
         assert!(matches!(core.receive(e, 0.0), Received::Ignored(_)));
+    }
+
+    #[test]
+    fn a_removed_job_ends_its_waits_as_gone() {
+        let mut core = Core::new("c", Timing::default());
+        let mut done = core.wait_done("j", 0.0);
+        let removed = serde_json::to_string(&WorkerMessage::Jobs {
+            updates: vec![],
+            removed: vec!["j".into()],
+        })
+        .unwrap();
+        assert_eq!(core.receive(&removed, 1.0), Received::Broadcast);
+        let end = ready(&mut done).err().unwrap();
+        assert_eq!(end.state, None);
+        assert!(end.reason.contains("no longer knows"), "{end}");
+        assert_eq!(core.waiting_jobs(), 0);
     }
 }

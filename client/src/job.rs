@@ -17,6 +17,8 @@ use crate::core::ClientError;
 #[derive(Debug, Default, Deserialize)]
 #[serde(default, deny_unknown_fields, rename_all = "camelCase")]
 pub struct JobInput {
+    /// The page's own id for the job; by default the client makes one (a UUID).
+    pub id: Option<String>,
     pub budget: Option<String>,
     pub lane: Option<Lane>,
     pub key: Option<String>,
@@ -104,6 +106,7 @@ pub fn normalize(
         }
     };
     let mut spec = JobSpec {
+        id: input.id.filter(|id| !id.trim().is_empty()),
         budget: input.budget.unwrap_or_default(),
         lane: input.lane.unwrap_or_default(),
         key: input.key,
@@ -119,9 +122,10 @@ pub fn normalize(
 }
 
 /// What every job goes through before it is sent, from JS or from Rust: the method is
-/// upper-cased (POST when it has a body, GET otherwise, if unset) and a `create` gets its
-/// `Idempotency-Key` here rather than in the worker, so that a resent `enqueue` (see
-/// `core`) carries the same key and the server applies the create once.
+/// upper-cased (POST when it has a body, GET otherwise, if unset); the job gets its id, and a
+/// `create` its `Idempotency-Key`, here rather than in the worker, so that an `enqueue` sent
+/// again after a lost reply (see `core`) names the same job, which the worker then recognises
+/// instead of saving it twice.
 pub fn prepare(spec: &mut JobSpec, new_key: &mut dyn FnMut() -> String) -> Result<(), ClientError> {
     spec.method = match spec.method.trim() {
         "" if spec.body.is_some() => "POST".into(),
@@ -146,6 +150,9 @@ pub fn prepare(spec: &mut JobSpec, new_key: &mut dyn FnMut() -> String) -> Resul
     }
     if spec.kind == JobKind::Create && !has_header(&spec.headers, "idempotency-key") {
         spec.headers.push(("Idempotency-Key".into(), new_key()));
+    }
+    if spec.id.is_none() {
+        spec.id = Some(new_key());
     }
     Ok(())
 }
@@ -201,6 +208,13 @@ mod tests {
         assert_eq!(s.lane, Lane::Bulk);
         assert_eq!(s.kind, JobKind::Custom);
         assert!(s.headers.is_empty());
+        assert_eq!(
+            s.id.as_deref(),
+            Some("key-1"),
+            "the id is fixed before the first send"
+        );
+        let own = norm(r#"{"url":"/x","id":"mine"}"#, Body::None).unwrap();
+        assert_eq!(own.id.as_deref(), Some("mine"));
     }
 
     #[test]

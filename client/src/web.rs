@@ -35,6 +35,9 @@ export type JobState = "queued" | "sending" | "retry-wait" | "done" | "failed" |
 
 /** A job as a page writes it. Only `url` is required. */
 export interface JobInput {
+  /** The job's id. Default: a fresh UUID, fixed before the first send, so that a request sent
+   * again after a lost reply names the same job and is not saved twice. */
+  id?: string;
   /** Absolute, or relative to the page. */
   url: string;
   /** Default: POST when there is a body, GET otherwise. */
@@ -148,7 +151,7 @@ export interface EngineConfig {
 }
 /** What subscribers receive: every job-state and status broadcast of the worker. */
 export type WorkerBroadcast =
-  | { type: "jobs"; updates: JobUpdate[] }
+  | { type: "jobs"; updates: JobUpdate[]; /** Jobs the worker forgot (expired, dismissed). */ removed: string[] }
   | { type: "status"; status: Status };
 "#;
 

@@ -339,18 +339,33 @@ impl Engine {
                 }
             }
         }
+        engine.restore_more(jobs, now);
+        Ok(engine)
+    }
+
+    /// Adds saved jobs that a restore left out, as [`Engine::restore`] would have taken them;
+    /// a job the engine knows already is skipped (its version here is the newer one).
+    ///
+    /// For a worker that restores in two steps, so it can send before a large queue is read:
+    /// first every waiting job up to some point in enqueue order (all earlier waiting jobs of
+    /// any key are among them, so per-key order holds), then the rest. Until the rest is in,
+    /// only the pump may use the engine: an enqueue, cancel or status would see part of the
+    /// queue.
+    pub fn restore_more(&mut self, jobs: Vec<Job>, now: Millis) {
         let order = crate::job::sorted_order(jobs.iter().map(|j| j.seq));
         let mut jobs: Vec<Option<Job>> = jobs.into_iter().map(Some).collect();
         for mut job in order.into_iter().filter_map(|i| jobs[i].take()) {
-            engine.next_seq = engine.next_seq.max(job.seq + 1);
+            if self.jobs.contains_key(&job.id) {
+                continue;
+            }
+            self.next_seq = self.next_seq.max(job.seq + 1);
             if job.state == JobState::Sending {
                 job.state = JobState::Queued;
-                engine.changed_jobs.insert(job.id.clone());
+                self.changed_jobs.insert(job.id.clone());
             }
-            engine.admit(job);
+            self.admit(job);
         }
-        engine.replace_all(now);
-        Ok(engine)
+        self.replace_all(now);
     }
 
     /// Puts a job into the indexes (not into ready/delayed: see `place`).
@@ -492,6 +507,7 @@ impl Engine {
         if let Some(body) = &spec.body {
             if body.len() > self.config.max_body_bytes {
                 return Err(ProtocolError::TooLarge {
+                    what: crate::protocol::TOO_LARGE_BODY.into(),
                     bytes: body.len(),
                     max_bytes: self.config.max_body_bytes,
                 });
@@ -537,7 +553,8 @@ impl Engine {
         let seq = self.next_seq;
         self.next_seq += 1;
         let job = Job {
-            id: self.rng.uuid_v4(),
+            // A page fixes its jobs' ids (see `JobSpec::id`); the caller made sure it is new.
+            id: spec.id.unwrap_or_else(|| self.rng.uuid_v4()),
             budget,
             lane: spec.lane,
             key: spec.key.filter(|k| !k.is_empty()),
@@ -558,6 +575,7 @@ impl Engine {
             finished_at: None,
             started_at: None,
             seq,
+            folded: Vec::new(),
         };
         if let Some(result) = self.try_cancel_out(&job, now) {
             return result;
@@ -672,6 +690,7 @@ impl Engine {
             if let Some(t) = self.jobs.get_mut(&target) {
                 t.lane = t.lane.min(job.lane);
                 t.coalesced += 1;
+                t.folded.push(job.id.clone());
             }
             self.changed_jobs.insert(target.clone());
             self.replace_head_of(&target, now);
@@ -695,6 +714,7 @@ impl Engine {
             }
             t.lane = t.lane.min(later.lane);
             t.coalesced += 1 + later.coalesced;
+            t.folded.push(later.id.clone());
         }
         self.changed_jobs.insert(target.clone());
         self.replace_head_of(target, now);

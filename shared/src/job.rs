@@ -172,6 +172,10 @@ pub struct JobError {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(default, rename_all = "camelCase")]
 pub struct JobSpec {
+    /// The job's id, fixed by the page before its first send so that an `enqueue` sent again
+    /// (its reply was lost) names the same job and is not saved twice; `None`: Sluice picks
+    /// one.
+    pub id: Option<JobId>,
     /// The budget name; empty means "the budget whose match rules cover the URL".
     pub budget: String,
     pub lane: Lane,
@@ -233,6 +237,10 @@ pub struct Job {
     /// Enqueue order, to break ties between jobs enqueued in the same millisecond.
     #[serde(default)]
     pub seq: u64,
+    /// Ids of the later jobs folded into this one (coalesced patches, identical requests), so
+    /// that an `enqueue` of one of them sent again is answered with this job.
+    #[serde(default)]
+    pub folded: Vec<JobId>,
 }
 
 impl Job {
@@ -321,6 +329,7 @@ crate::json_struct!(JobError {
 });
 
 crate::json_struct!(JobSpec [default] {
+    id: "id",
     budget: "budget",
     lane: "lane",
     key: "key",
@@ -360,6 +369,7 @@ crate::json_struct!(Job {
     finished_at: "finishedAt" = default,
     started_at: "startedAt" = default,
     seq: "seq" = default,
+    folded: "folded" = default,
 });
 
 #[cfg(test)]
@@ -389,6 +399,7 @@ mod tests {
             finished_at: None,
             started_at: None,
             seq: 0,
+            folded: Vec::new(),
         }
     }
 

@@ -16,6 +16,29 @@ use crate::time::Millis;
 /// Largest message a page may send (10,000 jobs of about 1 KB each fit easily).
 pub const MAX_MESSAGE_BYTES: usize = 32 << 20;
 
+/// [`ProtocolError::TooLarge::what`] for a whole message.
+pub const TOO_LARGE_MESSAGE: &str = "message";
+/// [`ProtocolError::TooLarge::what`] for one job's body (the limit is `maxBodyBytes`).
+pub const TOO_LARGE_BODY: &str = "body";
+
+/// `bytes` for people: "2097152 bytes (2.0 MiB)". Integer arithmetic only: float formatting
+/// would cost the worker's wasm several KB.
+fn size(bytes: usize) -> String {
+    const MIB: usize = 1 << 20;
+    const KIB: usize = 1 << 10;
+    let (unit, name) = if bytes >= MIB {
+        (MIB, "MiB")
+    } else {
+        (KIB, "KiB")
+    };
+    let tenths = bytes.saturating_mul(10) / unit;
+    if bytes < KIB {
+        format!("{bytes} bytes")
+    } else {
+        format!("{bytes} bytes ({}.{} {name})", tenths / 10, tenths % 10)
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(
     tag = "type",
@@ -115,9 +138,13 @@ pub enum WorkerMessage {
         request_id: Option<String>,
         error: ProtocolError,
     },
-    /// Job state changes since the last broadcast, batched.
+    /// Job state changes since the last broadcast, batched, and the jobs the worker has
+    /// forgotten since (done or cancelled ones past their retention time, dismissed ones):
+    /// views drop them.
     Jobs {
         updates: Vec<JobUpdate>,
+        #[serde(default)]
+        removed: Vec<JobId>,
     },
     Status {
         status: Status,
@@ -174,7 +201,11 @@ pub enum ProtocolError {
     UnknownType {
         found: String,
     },
+    /// A message, or one job's body, is larger than allowed.
     TooLarge {
+        /// What is too large: [`TOO_LARGE_MESSAGE`] or [`TOO_LARGE_BODY`].
+        #[serde(default)]
+        what: String,
         bytes: usize,
         max_bytes: usize,
     },
@@ -205,6 +236,11 @@ pub enum ProtocolError {
     Storage {
         message: String,
     },
+    /// The worker cannot serve right now (restarting its queue, or handing over to a newer
+    /// version); the request had no effect and can be sent again.
+    Unavailable {
+        message: String,
+    },
 }
 
 impl fmt::Display for ProtocolError {
@@ -215,9 +251,25 @@ impl fmt::Display for ProtocolError {
                 f,
                 "unknown message type '{found}'; expected one of enqueue, enqueueMany, cancel, retry, dismiss, configure, snapshot, jobs, keepAlive"
             ),
-            ProtocolError::TooLarge { bytes, max_bytes } => write!(
+            ProtocolError::TooLarge {
+                what,
+                bytes,
+                max_bytes,
+            } if what == TOO_LARGE_BODY => write!(
                 f,
-                "message of {bytes} bytes is larger than the {max_bytes} bytes allowed; send fewer jobs at once or smaller bodies"
+                "the job's body is too large: {} where at most {} are allowed \
+                 (maxBodyBytes in the configuration); send a smaller body, or raise maxBodyBytes",
+                size(*bytes),
+                size(*max_bytes)
+            ),
+            ProtocolError::TooLarge {
+                bytes, max_bytes, ..
+            } => write!(
+                f,
+                "the message is too large: {} where at most {} are allowed; send fewer jobs \
+                 per enqueueMany, or smaller bodies",
+                size(*bytes),
+                size(*max_bytes)
             ),
             ProtocolError::InvalidUrl { url, message } => write!(f, "invalid URL '{url}': {message}"),
             ProtocolError::InvalidRequest { message } => write!(f, "invalid request: {message}"),
@@ -236,6 +288,10 @@ impl fmt::Display for ProtocolError {
             ProtocolError::Storage { message } => write!(
                 f,
                 "storage failed, nothing was changed; try again: {message}"
+            ),
+            ProtocolError::Unavailable { message } => write!(
+                f,
+                "{message}; nothing was changed, send it again in a moment"
             ),
         }
     }
@@ -259,6 +315,7 @@ pub fn decode_request(text: &str) -> Result<Envelope, (Option<String>, ProtocolE
         return Err((
             None,
             ProtocolError::TooLarge {
+                what: TOO_LARGE_MESSAGE.into(),
                 bytes: text.len(),
                 max_bytes: MAX_MESSAGE_BYTES,
             },
@@ -418,9 +475,10 @@ impl crate::json::ToJson for WorkerMessage {
                 write_field(out, "requestId", request_id);
                 write_field(out, "error", error);
             }
-            WorkerMessage::Jobs { updates } => {
+            WorkerMessage::Jobs { updates, removed } => {
                 tag(out, "jobs");
                 write_field(out, "updates", updates);
+                write_field(out, "removed", removed);
             }
             WorkerMessage::Status { status } => {
                 tag(out, "status");
@@ -444,8 +502,13 @@ impl crate::json::ToJson for ProtocolError {
                 tag(out, "unknown-type");
                 write_field(out, "found", found);
             }
-            ProtocolError::TooLarge { bytes, max_bytes } => {
+            ProtocolError::TooLarge {
+                what,
+                bytes,
+                max_bytes,
+            } => {
                 tag(out, "too-large");
+                write_field(out, "what", what);
                 write_field(out, "bytes", bytes);
                 write_field(out, "maxBytes", max_bytes);
             }
@@ -481,6 +544,10 @@ impl crate::json::ToJson for ProtocolError {
             }
             ProtocolError::Storage { message } => {
                 tag(out, "storage");
+                write_field(out, "message", message);
+            }
+            ProtocolError::Unavailable { message } => {
+                tag(out, "unavailable");
                 write_field(out, "message", message);
             }
         }
@@ -595,6 +662,7 @@ mod tests {
             },
             ProtocolError::UnknownType { found: "f".into() },
             ProtocolError::TooLarge {
+                what: TOO_LARGE_BODY.into(),
                 bytes: 1,
                 max_bytes: 2,
             },
@@ -620,6 +688,9 @@ mod tests {
             ProtocolError::Storage {
                 message: "m".into(),
             },
+            ProtocolError::Unavailable {
+                message: "m".into(),
+            },
         ];
         let mut messages: Vec<WorkerMessage> = bodies
             .into_iter()
@@ -636,6 +707,7 @@ mod tests {
         }
         messages.push(WorkerMessage::Jobs {
             updates: vec![update.clone(), update],
+            removed: vec!["gone".into()],
         });
         messages.push(WorkerMessage::Status { status });
         for m in &messages {
@@ -689,6 +761,31 @@ mod tests {
                 other => panic!("{text}: {other:?}"),
             }
         }
+    }
+
+    #[test]
+    fn too_large_says_what_and_the_limit() {
+        let body = ProtocolError::TooLarge {
+            what: TOO_LARGE_BODY.into(),
+            bytes: (2 << 20) + 25,
+            max_bytes: 1 << 20,
+        };
+        assert_eq!(
+            body.to_string(),
+            "the job's body is too large: 2097177 bytes (2.0 MiB) where at most 1048576 bytes \
+             (1.0 MiB) are allowed (maxBodyBytes in the configuration); send a smaller body, or \
+             raise maxBodyBytes"
+        );
+        let message = ProtocolError::TooLarge {
+            what: TOO_LARGE_MESSAGE.into(),
+            bytes: 900,
+            max_bytes: 1536,
+        };
+        assert_eq!(
+            message.to_string(),
+            "the message is too large: 900 bytes where at most 1536 bytes (1.5 KiB) are \
+             allowed; send fewer jobs per enqueueMany, or smaller bodies"
+        );
     }
 
     #[test]

@@ -354,6 +354,46 @@ fn identical_idempotent_jobs_waiting_at_once_become_one() {
 }
 
 #[test]
+fn a_page_chosen_id_names_the_job_and_a_folded_job_is_remembered_by_its_carrier() {
+    let mut e = engine_with(budget(100, 1_000, 4));
+    let mine = JobSpec {
+        id: Some("page-1".into()),
+        ..post(1)
+    };
+    let a = e.enqueue(mine, 0).unwrap();
+    assert_eq!(a.id, "page-1");
+    assert_eq!(e.job("page-1").unwrap().idempotency_key.len(), 36);
+    let put = |id: &str| JobSpec {
+        id: Some(id.into()),
+        body: Some("{\"a\":1}".into()),
+        ..spec(JobKind::Custom, "PUT", "https://api.example/x", Lane::Bulk)
+    };
+    e.enqueue(put("put-1"), 0).unwrap();
+    let folded = e.enqueue(put("put-2"), 0).unwrap();
+    assert!(folded.coalesced);
+    assert_eq!(folded.id, "put-1");
+    assert_eq!(e.job("put-1").unwrap().folded, vec!["put-2".to_string()]);
+    let mut patch = |id: &str, n: u32| {
+        let mut p = spec(
+            JobKind::Patch,
+            "PATCH",
+            "https://api.example/c/9",
+            Lane::Bulk,
+        );
+        p.id = Some(id.into());
+        p.key = Some("c:9".into());
+        p.body = Some(format!("{{\"n\":{n}}}"));
+        e.enqueue(p, 0).unwrap()
+    };
+    patch("patch-1", 1);
+    patch("patch-2", 2);
+    assert_eq!(
+        e.job("patch-1").unwrap().folded,
+        vec!["patch-2".to_string()]
+    );
+}
+
+#[test]
 fn a_create_and_a_later_delete_neither_sent_cancel_out() {
     let mut e = engine_with(budget(1, 60_000, 1));
     e.enqueue(post(99), 0).unwrap();
@@ -597,6 +637,77 @@ fn starvation_background_starts_within_its_aging_bound_under_endless_interactive
         started <= bound + 1_000,
         "started at {started}, bound {bound}"
     );
+}
+
+#[test]
+fn a_rebuild_in_two_steps_sends_what_a_rebuild_in_one_step_sends() {
+    let config = EngineConfig {
+        budgets: vec![budget(100, 1_000, 4)],
+        ..EngineConfig::default()
+    };
+    let mut e = Engine::new(config.clone(), Rng::seeded(1)).unwrap();
+    for i in 0..60 {
+        let mut spec = post(i);
+        spec.key = Some(format!("k{}", i % 7));
+        spec.lane = if i % 11 == 0 {
+            Lane::Interactive
+        } else {
+            Lane::Bulk
+        };
+        e.enqueue(spec, 0).unwrap();
+    }
+    let mut now = 0;
+    for t in drain(&mut e, now) {
+        e.on_response(&t.job_id, ok(), now + 5);
+    }
+    now += 10;
+    let in_flight = drain(&mut e, now);
+    assert!(!in_flight.is_empty());
+    let budgets = e.take_changes().budgets;
+    let saved: Vec<_> = e.jobs().cloned().collect();
+    let unfinished = saved.iter().filter(|j| !j.state.is_terminal()).count();
+    // The head a start reads first: every job that was sending, and the waiting ones up to
+    // some point in enqueue order.
+    let boundary = saved
+        .iter()
+        .filter(|j| j.state.is_waiting())
+        .map(|j| j.seq)
+        .min()
+        .unwrap()
+        + 12;
+    let head: Vec<_> = saved
+        .iter()
+        .filter(|j| j.state == JobState::Sending || (j.state.is_waiting() && j.seq <= boundary))
+        .cloned()
+        .collect();
+    let mut one = Engine::restore(
+        config.clone(),
+        Rng::seeded(2),
+        saved.clone(),
+        budgets.clone(),
+        now,
+    )
+    .unwrap();
+    let mut two = Engine::restore(config, Rng::seeded(2), head, budgets, now).unwrap();
+    // The pump may send from the head before the rest is in; here it does not, so both
+    // must agree on everything that follows.
+    two.restore_more(saved, now);
+    let order = |e: &mut Engine| {
+        let mut sent = Vec::new();
+        let mut now = now;
+        for _ in 0..200 {
+            let batch = drain(e, now);
+            for t in &batch {
+                e.on_response(&t.job_id, ok(), now + 5);
+            }
+            sent.extend(batch.into_iter().map(|t| t.job_id));
+            now += 20;
+        }
+        sent
+    };
+    let (a, b) = (order(&mut one), order(&mut two));
+    assert_eq!(a.len(), unfinished, "everything not yet done is sent");
+    assert_eq!(a, b);
 }
 
 #[test]

@@ -24,8 +24,12 @@ pub const STATUS_EVERY_MS: u64 = 250;
 pub struct Batcher {
     pending: Vec<JobUpdate>,
     index: HashMap<JobId, usize>,
+    /// Jobs forgotten since the last flush.
+    removed: Vec<JobId>,
     urgent: bool,
     status_dirty: bool,
+    /// No status goes out while set (the engine holds only part of the queue yet).
+    status_held: bool,
     last_jobs: Option<Millis>,
     last_status: Option<Millis>,
 }
@@ -34,12 +38,13 @@ pub struct Batcher {
 #[derive(Debug, Default, PartialEq)]
 pub struct Flush {
     pub jobs: Vec<JobUpdate>,
+    pub removed: Vec<JobId>,
     pub status: bool,
 }
 
 impl Flush {
     pub fn is_empty(&self) -> bool {
-        self.jobs.is_empty() && !self.status
+        self.jobs.is_empty() && self.removed.is_empty() && !self.status
     }
 }
 
@@ -59,18 +64,51 @@ impl Batcher {
         self.status_dirty = true;
     }
 
+    /// Saved removals to tell pages about (sent with the next batch of updates). An update of
+    /// the same job still waiting to be sent is dropped: the job is gone.
+    pub fn push_removed(&mut self, ids: &[JobId]) {
+        if ids.is_empty() {
+            return;
+        }
+        for id in ids {
+            if let Some(i) = self.index.remove(id) {
+                self.pending.remove(i);
+                for at in self.index.values_mut() {
+                    if *at > i {
+                        *at -= 1;
+                    }
+                }
+            }
+            self.removed.push(id.clone());
+        }
+        self.status_dirty = true;
+    }
+
     /// Asks for one status snapshot (at the throttled rate).
     pub fn mark_status(&mut self) {
         self.status_dirty = true;
     }
 
+    /// Holds status snapshots back (job updates still go out), or lets them go again.
+    pub fn hold_status(&mut self, held: bool) {
+        self.status_held = held;
+    }
+
+    fn has_jobs(&self) -> bool {
+        !self.pending.is_empty() || !self.removed.is_empty()
+    }
+
+    fn status_waiting(&self) -> bool {
+        self.status_dirty && !self.status_held
+    }
+
     pub fn has_pending(&self) -> bool {
-        !self.pending.is_empty() || self.status_dirty
+        self.has_jobs() || self.status_waiting()
     }
 
     /// When the next flush is due, if anything waits.
     pub fn next_due(&self) -> Option<Millis> {
-        let jobs = (!self.pending.is_empty()).then(|| {
+        let jobs = self.has_jobs().then(|| {
             if self.urgent {
                 0
             } else {
@@ -78,7 +116,7 @@ impl Batcher {
             }
         });
         let status = self
-            .status_dirty
+            .status_waiting()
             .then(|| self.last_status.map_or(0, |t| t + STATUS_EVERY_MS));
         match (jobs, status) {
             (Some(a), Some(b)) => Some(a.min(b)),
@@ -91,14 +129,15 @@ impl Batcher {
         let mut flush = Flush::default();
         let jobs_due =
             self.urgent || idle || self.last_jobs.is_none_or(|t| now >= t + JOBS_EVERY_MS);
-        if !self.pending.is_empty() && jobs_due {
+        if self.has_jobs() && jobs_due {
             flush.jobs = std::mem::take(&mut self.pending);
+            flush.removed = std::mem::take(&mut self.removed);
             self.index.clear();
             self.urgent = false;
             self.last_jobs = Some(now);
         }
         let status_due = idle || self.last_status.is_none_or(|t| now >= t + STATUS_EVERY_MS);
-        if self.status_dirty && status_due {
+        if self.status_waiting() && status_due {
             flush.status = true;
             self.status_dirty = false;
             self.last_status = Some(now);
@@ -197,6 +236,46 @@ mod tests {
         assert_eq!(b.next_due(), Some(1_000 + STATUS_EVERY_MS));
         assert!(b.take_due(1_000 + STATUS_EVERY_MS, false).status);
         assert_eq!(b.next_due(), None);
+    }
+
+    #[test]
+    fn removals_go_with_the_next_batch_and_replace_a_pending_update() {
+        let mut b = Batcher::default();
+        b.push(
+            vec![update("a", JobState::Done), update("b", JobState::Done)],
+            false,
+        );
+        b.push_removed(&["a".to_string(), "z".to_string()]);
+        b.push(vec![update("b", JobState::Done)], false);
+        assert_eq!(b.next_due(), Some(0));
+        let f = b.take_due(0, false);
+        assert_eq!(f.jobs.len(), 1);
+        assert_eq!(f.jobs[0].id, "b");
+        assert_eq!(f.removed, vec!["a".to_string(), "z".to_string()]);
+        b.push_removed(&["b".to_string()]);
+        assert_eq!(b.next_due(), Some(JOBS_EVERY_MS), "batched like updates");
+        assert!(b.take_due(1, false).removed.is_empty());
+        assert_eq!(
+            b.take_due(JOBS_EVERY_MS, false).removed,
+            vec!["b".to_string()]
+        );
+        assert!(b.take_due(STATUS_EVERY_MS, false).status);
+        assert!(!b.has_pending());
+    }
+
+    #[test]
+    fn a_held_status_waits_until_released() {
+        let mut b = Batcher::default();
+        b.hold_status(true);
+        b.push(vec![update("a", JobState::Done)], false);
+        let f = b.take_due(0, true);
+        assert_eq!(f.jobs.len(), 1, "job updates still go");
+        assert!(!f.status);
+        assert_eq!(b.next_due(), None);
+        assert!(!b.has_pending());
+        b.hold_status(false);
+        assert_eq!(b.next_due(), Some(0));
+        assert!(b.take_due(1, false).status);
     }
 
     #[test]

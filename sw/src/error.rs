@@ -16,9 +16,12 @@ pub enum SwError {
     Js(String),
     /// The configuration cannot be used.
     Config(String),
-    /// This worker instance gave up its in-memory state after a storage failure (or was
-    /// replaced by a newer worker); the next event rebuilds it from storage.
+    /// This worker instance gave up its in-memory state after a storage failure; the next
+    /// event rebuilds it from storage.
     Stopped,
+    /// A newer version of the worker is installed and takes over as soon as this one lets go:
+    /// this one no longer serves requests (pages send them again to the new one).
+    Superseded,
 }
 
 impl fmt::Display for SwError {
@@ -27,7 +30,10 @@ impl fmt::Display for SwError {
             SwError::Storage(m) => write!(f, "IndexedDB: {m}"),
             SwError::Js(m) => write!(f, "browser API: {m}"),
             SwError::Config(m) => write!(f, "configuration: {m}"),
-            SwError::Stopped => f.write_str("the worker is restarting its queue; try again"),
+            SwError::Stopped => f.write_str("the worker is restarting its queue"),
+            SwError::Superseded => {
+                f.write_str("a newer version of the worker is taking over the queue")
+            }
         }
     }
 }
@@ -38,6 +44,9 @@ impl From<SwError> for ProtocolError {
     fn from(e: SwError) -> Self {
         match e {
             SwError::Config(message) => ProtocolError::InvalidConfig { message },
+            SwError::Stopped | SwError::Superseded => ProtocolError::Unavailable {
+                message: e.to_string(),
+            },
             // Every other failure left storage as it was: the page may send the request again.
             other => ProtocolError::Storage {
                 message: other.to_string(),
@@ -96,5 +105,8 @@ mod tests {
         assert!(p.to_string().contains("try again"), "{p}");
         let p: ProtocolError = SwError::Config("no budgets".into()).into();
         assert!(matches!(p, ProtocolError::InvalidConfig { .. }));
+        let p: ProtocolError = SwError::Superseded.into();
+        assert!(matches!(p, ProtocolError::Unavailable { .. }));
+        assert!(p.to_string().contains("send it again"), "{p}");
     }
 }

@@ -13,8 +13,8 @@ use wasm_bindgen::closure::Closure;
 use wasm_bindgen::{JsCast, JsValue};
 use wasm_bindgen_futures::JsFuture;
 use web_sys::{
-    IdbDatabase, IdbIndexParameters, IdbObjectStore, IdbObjectStoreParameters, IdbRequest,
-    IdbTransaction, IdbTransactionMode, WorkerGlobalScope,
+    IdbDatabase, IdbIndexParameters, IdbKeyRange, IdbObjectStore, IdbObjectStoreParameters,
+    IdbRequest, IdbTransaction, IdbTransactionMode, WorkerGlobalScope,
 };
 
 use crate::error::{describe, SwError};
@@ -68,16 +68,57 @@ fn settled(target: &JsValue, listen: impl FnOnce(&Function, &Function)) -> JsFut
 
 /// Waits for a request: its result, or its error.
 pub async fn request(req: &IdbRequest, what: &str) -> Result<JsValue, SwError> {
-    let done = settled(req, |resolve, reject| {
+    outcome(req, watch(req).await, what)
+}
+
+/// Starts listening for a request's end at once, so that several requests issued together
+/// can be awaited one after another without missing an event; [`outcome`] reads it.
+pub fn watch(req: &IdbRequest) -> JsFuture {
+    settled(req, |resolve, reject| {
         req.set_onsuccess(Some(resolve));
         req.set_onerror(Some(reject));
-    });
-    match done.await {
+    })
+}
+
+/// A watched request's result, or its error.
+pub fn outcome(
+    req: &IdbRequest,
+    ended: Result<JsValue, JsValue>,
+    what: &str,
+) -> Result<JsValue, SwError> {
+    match ended {
         Ok(_) => req.result().map_err(|e| failed(what, &e)),
         Err(_) => {
             let error = req.error().ok().flatten().map_or(JsValue::NULL, Into::into);
             Err(failed(what, &error))
         }
+    }
+}
+
+/// A request issued and watched (see [`watch`]); [`Issued::array`] or [`Issued::number`]
+/// awaits it.
+pub struct Issued {
+    req: IdbRequest,
+    ended: JsFuture,
+}
+
+impl Issued {
+    fn new(req: IdbRequest) -> Self {
+        let ended = watch(&req);
+        Self { req, ended }
+    }
+
+    pub async fn value(self) -> Result<JsValue, SwError> {
+        let ended = self.ended.await;
+        outcome(&self.req, ended, "read values")
+    }
+
+    pub async fn array(self) -> Result<Array, SwError> {
+        Ok(self.value().await?.unchecked_into())
+    }
+
+    pub async fn number(self) -> Result<u32, SwError> {
+        Ok(self.value().await?.as_f64().unwrap_or(0.0) as u32)
     }
 }
 
@@ -243,6 +284,77 @@ pub fn store(tx: &IdbTransaction, name: &str) -> Result<IdbObjectStore, SwError>
 pub async fn get_all(store: &IdbObjectStore) -> Result<Array, SwError> {
     let req = store.get_all().map_err(|e| failed("get all values", &e))?;
     Ok(request(&req, "get all values").await?.unchecked_into())
+}
+
+/// Issues a read of up to `limit` records of `index` whose index key lies in `range`, in
+/// index order.
+pub fn index_get_all(
+    store: &IdbObjectStore,
+    index: &str,
+    range: &JsValue,
+    limit: Option<u32>,
+) -> Result<Issued, SwError> {
+    let index = store
+        .index(index)
+        .map_err(|e| failed("open an index", &e))?;
+    match limit {
+        Some(n) => index.get_all_with_key_and_limit(range, n),
+        None => index.get_all_with_key(range),
+    }
+    .map(Issued::new)
+    .map_err(|e| failed("get values by index", &e))
+}
+
+/// Issues a count of the store's records.
+pub fn count(store: &IdbObjectStore) -> Result<Issued, SwError> {
+    store
+        .count()
+        .map(Issued::new)
+        .map_err(|e| failed("count values", &e))
+}
+
+/// Issues a read of every record.
+pub fn issue_get_all(store: &IdbObjectStore) -> Result<Issued, SwError> {
+    store
+        .get_all()
+        .map(Issued::new)
+        .map_err(|e| failed("get all values", &e))
+}
+
+/// Issues a read of the record with this key (`undefined` when there is none).
+pub fn issue_get(store: &IdbObjectStore, key: &str) -> Result<Issued, SwError> {
+    store
+        .get(&key.into())
+        .map(Issued::new)
+        .map_err(|e| failed("get a value", &e))
+}
+
+/// Issues a read of up to `limit` records in key order, from just after the key `after` (from
+/// the first if `None`).
+pub fn get_all_after(
+    store: &IdbObjectStore,
+    after: Option<&str>,
+    limit: u32,
+) -> Result<Issued, SwError> {
+    let range = match after {
+        None => JsValue::NULL,
+        Some(key) => IdbKeyRange::lower_bound_with_open(&key.into(), true)
+            .map_err(|e| failed("make a key range", &e))?
+            .into(),
+    };
+    store
+        .get_all_with_key_and_limit(&range, limit)
+        .map(Issued::new)
+        .map_err(|e| failed("get values", &e))
+}
+
+/// Index keys `[first, x]` for every `x`: a range over one value of a compound index's first
+/// key path.
+pub fn first_key_range(first: &str) -> Result<JsValue, SwError> {
+    let bound = |x: f64| Array::of2(&first.into(), &x.into());
+    IdbKeyRange::bound(&bound(f64::NEG_INFINITY), &bound(f64::INFINITY))
+        .map(Into::into)
+        .map_err(|e| failed("make a key range", &e))
 }
 
 /// The record with this key: `undefined` when there is none.

@@ -202,6 +202,7 @@ pub fn spec_from_request(
     };
     let is_bodyless = matches!(method.to_ascii_uppercase().as_str(), "GET" | "HEAD");
     Ok(JobSpec {
+        id: None,
         budget: get("x-sluice-budget").unwrap_or_default(),
         lane,
         key: get("x-sluice-key"),
@@ -260,7 +261,7 @@ pub fn accepted_body(job_id: &str, coalesced: bool, state: JobState) -> String {
 pub fn error_response(error: &ProtocolError) -> (u16, String) {
     let status = match error {
         ProtocolError::TooLarge { .. } => 413,
-        ProtocolError::Storage { .. } => 503,
+        ProtocolError::Storage { .. } | ProtocolError::Unavailable { .. } => 503,
         _ => 400,
     };
     let mut body = String::from("{\"error\":");

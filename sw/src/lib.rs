@@ -76,6 +76,7 @@ mod exports {
             }
         };
         worker::set_setup(Setup::new(json.as_deref(), &scope().origin()));
+        worker::watch_for_successor();
     }
 
     #[wasm_bindgen]

@@ -2,6 +2,8 @@
 //!
 //! ```text
 //! loop {
+//!     fetch the starts a request already saved with its own changes (an enqueue saves the
+//!                                   starts it makes possible in its own transaction)
 //!     transmits = every engine.poll_transmit(now)
 //!     spawn a fetch per transmit    // after the commit instead when the engine asks
 //!     commit()                      // starts and sending states saved before the next round
@@ -26,6 +28,17 @@
 //!   each one is a new event with a new settle promise, so the worker stays up while there is
 //!   work, and a worker stopped anyway restarts seamlessly on the next event (the pump of the
 //!   new instance picks up from storage).
+//! - **Handing over to a new version.** A new version calls `skipWaiting()`, but Chromium
+//!   activates it only once this one has no event in flight, and the settle promises above
+//!   would hold events open for as long as there is work. So as soon as a newer version is
+//!   installed and waiting (the pump is woken by its install's `statechange`), the pump stops
+//!   starting requests, waits for those in flight, saves their outcomes and tells the pages,
+//!   then stops the instance and resolves every settle promise. The browser activates the new
+//!   version, which rebuilds from storage (nothing is sent twice: nothing was in flight) and
+//!   claims the pages; they send it whatever the old one left unanswered. While it drains, the
+//!   old one still takes requests (saving them is all they need); once stopped it refuses them
+//!   as `unavailable` and starts no new instance (see [`crate::worker::worker`]), and the pages
+//!   send them again to the new one, so two instances never send side by side.
 
 use std::cell::{Cell, RefCell};
 use std::future::Future;
@@ -39,7 +52,7 @@ use wasm_bindgen::closure::Closure;
 use wasm_bindgen::{JsCast, JsValue};
 
 use crate::transport;
-use crate::worker::{is_redundant, now_ms, scope, spawn, Worker};
+use crate::worker::{now_ms, scope, spawn, superseded, Worker};
 
 /// Work due further away than this does not keep an event open: the browser keeps an idle
 /// worker for about 30 s, so the timer still fires for it, and if the worker was stopped the
@@ -104,6 +117,9 @@ pub struct Pump {
     signal: Signal,
     running: Cell<bool>,
     in_flight: Cell<usize>,
+    /// Starts a request handler saved with its own changes, for the pump to fetch.
+    saved_starts: RefCell<Vec<Transmit>>,
+    handing_over: Cell<bool>,
     timer: RefCell<Timer>,
     /// Settle promises' resolve functions, with the instant each must resolve at the latest.
     waiters: RefCell<Vec<(Millis, Function)>>,
@@ -114,6 +130,22 @@ impl Pump {
     /// Something happened: run one more iteration soon.
     pub fn wake(&self) {
         self.signal.notify();
+    }
+
+    /// Whether starting requests is still up to this instance (not while it hands over to a
+    /// newer version).
+    pub fn may_start(&self) -> bool {
+        self.running.get() && !self.handing_over.get()
+    }
+
+    /// Requests whose starts were saved by someone else's commit (see
+    /// `Worker::poll_with_request`): the pump fetches them on its next turn.
+    pub fn fetch_saved_starts(&self, starts: Vec<Transmit>) {
+        if starts.is_empty() {
+            return;
+        }
+        self.saved_starts.borrow_mut().extend(starts);
+        self.wake();
     }
 
     fn arm(&self, deadline: Option<Millis>, now: Millis, stalled: bool) {
@@ -222,9 +254,16 @@ async fn run(w: Rc<Worker>) {
         if w.is_stopped() {
             break;
         }
-        if is_redundant() {
-            w.stop("a newer version of the worker took over");
+        if superseded() {
+            hand_over(&w).await;
             break;
+        }
+        // Starts a request's own transaction saved go out at once, whatever this turn's save
+        // may have to wait for.
+        let saved: Vec<Transmit> = std::mem::take(&mut *w.pump.saved_starts.borrow_mut());
+        if !saved.is_empty() {
+            sent_after_saving(&w, &saved);
+            send_all(&w, Some(saved));
         }
         let now = now_ms();
         let transmits = w.poll_transmits(now);
@@ -241,19 +280,24 @@ async fn run(w: Rc<Worker>) {
         if w.commit(&[]).await.is_err() {
             break;
         }
+        if superseded() {
+            // The successor may have loaded storage while that save ran: fetching now would
+            // send next to it. The saved starts are retried by the successor (same keys).
+            hand_over(&w).await;
+            break;
+        }
         if let Some(saved_first) = round.take() {
-            let now = now_ms();
-            let mut engine = w.engine_mut();
-            for t in &saved_first {
-                engine.on_sent(&t.job_id, now);
-            }
-            drop(engine);
+            sent_after_saving(&w, &saved_first);
             send_all(&w, Some(saved_first));
         }
+        w.read_rest_of_queue();
 
         let now = now_ms();
         let next_job = w.poll_timeout(now);
-        let idle = w.pump.in_flight.get() == 0 && next_job.is_none_or(|t| t > now + IDLE_GRACE_MS);
+        // Not idle while part of the queue is still being read: it may hold work.
+        let idle = w.has_whole_queue()
+            && w.pump.in_flight.get() == 0
+            && next_job.is_none_or(|t| t > now + IDLE_GRACE_MS);
         let became_idle = idle && !w.pump.was_idle.get();
         w.pump.was_idle.set(idle);
         w.flush_broadcasts(now, became_idle);
@@ -271,6 +315,44 @@ async fn run(w: Rc<Worker>) {
         w.pump.signal.wait().await;
     }
     w.pump.shut_down();
+}
+
+/// Lets a newer version take over (see the module docs): starts nothing more, waits for the
+/// requests in flight and saves their outcomes, tells the pages, then stops this instance,
+/// which resolves every settle promise so that the browser can activate the successor.
+async fn hand_over(w: &Rc<Worker>) {
+    crate::worker::warn("a newer version of the worker is installed: handing the queue over");
+    w.pump.handing_over.set(true);
+    loop {
+        if w.is_stopped() || w.commit(&[]).await.is_err() {
+            return;
+        }
+        if w.pump.in_flight.get() == 0 {
+            // Everything saved goes out now (not throttled), and once more if a request handled
+            // meanwhile changed more.
+            if w.broadcast_next_due().is_some() {
+                w.flush_broadcasts(now_ms(), true);
+            }
+            if w.broadcast_settled() {
+                break;
+            }
+        }
+        // Fetch completions and delivered broadcasts wake the pump; no timer is needed (every
+        // fetch ends by its timeout).
+        w.pump.arm(None, now_ms(), false);
+        w.pump.signal.wait().await;
+    }
+    w.stop("a newer version of the worker takes over the queue");
+}
+
+/// Starts that were saved before they go out count from now, when they do (see
+/// `Engine::on_sent`): the save took time the server must not see as a shorter gap.
+fn sent_after_saving(w: &Rc<Worker>, transmits: &[Transmit]) {
+    let now = now_ms();
+    let mut engine = w.engine_mut();
+    for t in transmits {
+        engine.on_sent(&t.job_id, now);
+    }
 }
 
 /// Hands every request to the browser now, then waits for their answers in the background.

@@ -3,7 +3,9 @@
 //! # Schema (database `sluice`, version [`DB_VERSION`])
 //! - `jobs`, key path `id`: one record per [`Job`], the job itself as a plain object (its
 //!   serde JSON form, camelCase). Indexes: `state`; `budget_state` on `[budget, state]`; `key`
-//!   (jobs without a key have `key: null` and are simply absent from that index).
+//!   (jobs without a key have `key: null` and are simply absent from that index); `state_seq`
+//!   on `[state, seq]` (a state's jobs in enqueue order, for reading the head of a large queue
+//!   first: see [`Store::load_start`]).
 //! - `budgets`, key path `name`: one [`BudgetState`] per budget (limiter history, pause,
 //!   server view, retry tokens, counters).
 //! - `meta`, key path `k`: `{k: "config", configJson, scriptFingerprint}` (a configuration
@@ -32,16 +34,18 @@
 //!
 //! # Large batches
 //! IndexedDB costs about 0.14 ms per record here whatever its shape or indexes (10,000 puts
-//! take 1.4 s), which alone would break the 1 s budget for a 10,000-job enqueue. So when a
-//! save carries at least [`JOURNAL_MIN_JOBS`] *new* jobs (never saved before), they are written
-//! as ONE `journal` record inside that transaction, which is all the caller waits for. A second
-//! transaction, created in the same synchronous stretch and therefore ordered before any later
-//! write, then puts them one per record and deletes the journal entry ([`Explode`]). On load,
-//! a journal entry that is still there fills in the jobs missing from `jobs` (a per-job record
-//! is always newer than the journal's copy of a new job, so it wins). If that second
-//! transaction fails, the caller must stop using its in-memory state, so that the next start
-//! merges the journal.
-//!
+//! take 1.4 s, more on a busy machine), which alone would break the 1 s budget for a 10,000-job
+//! enqueue. So when a save carries at least [`JOURNAL_MIN_JOBS`] *new* jobs (never saved
+//! before), they are written as ONE `journal` record inside that transaction, which is all the
+//! caller waits for ([`Journaled`]). The caller then writes them one per record in chunks of
+//! [`JOURNAL_CHUNK`], each its own short transaction ([`Store::put_jobs`]), so that its other
+//! saves (a fetch's outcome, a new start) do not wait for all of them; the last chunk deletes
+//! the journal entry. A chunk holds each job as it is *then* in memory, never older than any
+//! per-job record written before it. On load, a journal entry that is still there fills in
+//! the jobs missing from `jobs` (a per-job record is never older than the journal's copy, so
+//! it wins). If a chunk fails, the caller must stop using its in-memory state, so that the
+//! next start merges the journal.
+
 //! Records cross into JS as one `JSON.parse` of a JSON array per store and batch, not one
 //! structured conversion per field.
 
@@ -55,7 +59,8 @@ use crate::config::SavedConfig;
 
 pub const DB_NAME: &str = "sluice";
 /// Bump when stores or indexes change (see "Upgrades keep every job"). 2: `journal` added.
-pub const DB_VERSION: u32 = 2;
+/// 3: the `state_seq` index.
+pub const DB_VERSION: u32 = 3;
 /// Bump when the shape of stored records changes incompatibly.
 pub const RECORD_FORMAT: u32 = 1;
 
@@ -63,9 +68,21 @@ pub const JOBS: &str = "jobs";
 pub const BUDGETS: &str = "budgets";
 pub const META: &str = "meta";
 pub const JOURNAL: &str = "journal";
+/// The jobs index on `[state, seq]`: a state's jobs in enqueue order.
+pub const STATE_SEQ: &str = "state_seq";
 
 /// A save with at least this many new jobs journals them (see "Large batches").
 pub const JOURNAL_MIN_JOBS: usize = 200;
+/// Journaled jobs are then written one per record this many per transaction.
+pub const JOURNAL_CHUNK: usize = 250;
+
+/// A journal entry a save wrote: its id and the jobs it holds, still to be written one per
+/// record (see "Large batches").
+#[derive(Debug)]
+pub struct Journaled {
+    pub id: String,
+    pub jobs: Vec<JobId>,
+}
 /// Puts issued at once. IndexedDB clones each value when `put` is called, so 10,000 at once
 /// block the worker for most of a second; later chunks are issued as earlier ones complete.
 pub const PUT_CHUNK: u32 = 500;
@@ -198,6 +215,9 @@ pub struct Loaded {
     /// Records that could not be decoded (left in storage untouched), with the first reason.
     pub unreadable: usize,
     pub first_problem: Option<String>,
+    /// Whether `jobs` holds every saved job; if not, it holds every job that was sending and
+    /// the waiting ones up to some point in enqueue order (see [`Store::load_start`]).
+    pub complete: bool,
 }
 
 impl Loaded {
@@ -210,13 +230,13 @@ impl Loaded {
 }
 
 #[cfg(target_arch = "wasm32")]
-pub use web::{Explode, Store};
+pub use web::{job_id_of, Store};
 
 #[cfg(target_arch = "wasm32")]
 mod web {
     use std::future::Future;
     use std::pin::Pin;
-    use std::task::{Context, Poll, Waker};
+    use std::task::{Context, Poll};
 
     use js_sys::{Array, Object, Reflect, JSON};
     use sluice_shared::{Changes, JobId};
@@ -236,6 +256,7 @@ mod web {
                 ("state", "\"state\""),
                 ("budget_state", "[\"budget\",\"state\"]"),
                 ("key", "\"key\""),
+                (STATE_SEQ, "[\"state\",\"seq\"]"),
             ],
         },
         StoreSpec {
@@ -272,11 +293,64 @@ mod web {
             .and_then(|v| v.as_string())
     }
 
-    type Op<'a> = Pin<Box<dyn Future<Output = Result<(), SwError>> + 'a>>;
+    /// The job states a start reads first, and whether that read is cut at the batch size
+    /// (sending jobs are few: at most the budgets' concurrency).
+    const ACTIVE_STATES: [(&str, bool); 3] =
+        [("sending", false), ("queued", true), ("retry-wait", true)];
 
-    /// The second transaction of a journaled save (see "Large batches"), already started: await
-    /// it to learn whether it committed.
-    pub type Explode = Pin<Box<dyn Future<Output = Result<(), SwError>>>>;
+    fn decode_value(value: &JsValue) -> Result<Job, String> {
+        to_text(value)
+            .ok_or_else(|| "not JSON".to_string())
+            .and_then(|t| decode_job(&t))
+    }
+
+    /// One job record, decoded into `loaded.jobs` (or counted as unreadable).
+    fn decode_into(loaded: &mut Loaded, value: &JsValue) {
+        match decode_value(value) {
+            Ok(job) => loaded.jobs.push(job),
+            Err(e) => loaded.note_unreadable("job", e),
+        }
+    }
+
+    /// The id of a job record as [`Store::load_after`] returns it.
+    pub fn job_id_of(value: &JsValue) -> Option<String> {
+        field(value, "id")
+    }
+
+    impl Loaded {
+        /// A job record as [`Store::load_after`] returns it, decoded into `jobs` (or counted
+        /// as unreadable).
+        pub fn add_job_value(&mut self, value: &JsValue) {
+            decode_into(self, value);
+        }
+    }
+
+    /// Budget states and the meta records.
+    fn decode_meta(loaded: &mut Loaded, budgets: &Array, config: JsValue, schema: JsValue) {
+        for v in budgets.iter() {
+            match to_text(&v)
+                .ok_or_else(|| "not JSON".to_string())
+                .and_then(|t| decode_budget(&t))
+            {
+                Ok(b) => loaded.budgets.push(b),
+                Err(e) => loaded.note_unreadable("budget", e),
+            }
+        }
+        if !config.is_undefined() && !config.is_null() {
+            match to_text(&config)
+                .ok_or_else(|| "not JSON".to_string())
+                .and_then(|t| decode_config(&t))
+            {
+                Ok(c) => loaded.config = Some(c),
+                Err(e) => loaded.note_unreadable("saved configuration", e),
+            }
+        }
+        if !schema.is_undefined() && !schema.is_null() {
+            loaded.schema = to_text(&schema).and_then(|t| decode_schema(&t).ok());
+        }
+    }
+
+    type Op<'a> = Pin<Box<dyn Future<Output = Result<(), SwError>> + 'a>>;
 
     /// Polls every operation to completion, each as soon as it can make progress: the first
     /// poll issues every IndexedDB request at once. Returns the first error, after all ended
@@ -380,6 +454,88 @@ mod web {
             Ok(Self { db })
         }
 
+        /// What a start needs to send at once: the budget states, the meta records, every job
+        /// that was sending and the first `first` waiting jobs of each waiting state in enqueue
+        /// order, in one read-only transaction. Reading 10,000 jobs takes IndexedDB 200-600 ms
+        /// here, so the rest is read afterwards ([`Store::load_after`]) while the pump already
+        /// sends. (Counting records is no shortcut: a count costs about as much as a read.)
+        ///
+        /// The waiting jobs read form a prefix of the queue in enqueue order (`seq`): every
+        /// waiting job enqueued before the last one kept is kept too. A key's jobs run in
+        /// enqueue order, so no job kept can have an unread job of its key ahead of it. Every
+        /// job record this worker ever wrote has `seq`, so the `state_seq` index holds them
+        /// all. When a journal entry waits to be merged, everything is read at once instead
+        /// ([`Store::load`], `complete`).
+        pub async fn load_start(&self, first: u32) -> Result<Loaded, SwError> {
+            let first = first.max(1);
+            let tx = idb::transaction(
+                &self.db,
+                &[JOBS, BUDGETS, META, JOURNAL],
+                IdbTransactionMode::Readonly,
+            )?;
+            let jobs = idb::store(&tx, JOBS)?;
+            let budgets = idb::store(&tx, BUDGETS)?;
+            let meta = idb::store(&tx, META)?;
+            let journal = idb::store(&tx, JOURNAL)?;
+            // Every request is issued now; they complete in order. One record more than kept
+            // tells whether a state's read was cut short.
+            let journals = idb::count(&journal)?;
+            let budget_values = idb::issue_get_all(&budgets)?;
+            let config = idb::issue_get(&meta, "config")?;
+            let schema = idb::issue_get(&meta, "schema")?;
+            let mut reads = Vec::with_capacity(ACTIVE_STATES.len());
+            for (state, cut) in ACTIVE_STATES {
+                let range = idb::first_key_range(state)?;
+                let limit = cut.then_some(first.saturating_add(1));
+                reads.push(idb::index_get_all(&jobs, STATE_SEQ, &range, limit)?);
+            }
+            let journals = journals.number().await?;
+            let budget_values = budget_values.array().await?;
+            let config = config.value().await?;
+            let schema = schema.value().await?;
+            let mut states = Vec::with_capacity(reads.len());
+            for read in reads {
+                states.push(read.array().await?);
+            }
+            drop((jobs, budgets, meta, journal, tx));
+            if journals > 0 {
+                return self.load().await;
+            }
+
+            // The prefix ends at the last record kept of a state whose read was cut short.
+            let seq_of = |v: &JsValue| {
+                Reflect::get(v, &"seq".into())
+                    .ok()
+                    .and_then(|s| s.as_f64())
+                    .unwrap_or(f64::INFINITY)
+            };
+            let mut boundary = f64::INFINITY;
+            for records in &states {
+                if records.length() > first {
+                    boundary = boundary.min(seq_of(&records.get(first - 1)));
+                }
+            }
+            let mut loaded = Loaded::default();
+            decode_meta(&mut loaded, &budget_values, config, schema);
+            for records in &states {
+                for v in records.iter() {
+                    let sending = field(&v, "state").as_deref() == Some("sending");
+                    if sending || seq_of(&v) <= boundary {
+                        decode_into(&mut loaded, &v);
+                    }
+                }
+            }
+            Ok(loaded)
+        }
+
+        /// Up to `limit` job records after the job id `after` (from the first when `None`),
+        /// in id order, as stored; [`Loaded::add_job_value`] reads one.
+        pub async fn load_after(&self, after: Option<&str>, limit: u32) -> Result<Array, SwError> {
+            let tx = idb::transaction(&self.db, &[JOBS], IdbTransactionMode::Readonly)?;
+            let jobs = idb::store(&tx, JOBS)?;
+            idb::get_all_after(&jobs, after, limit)?.array().await
+        }
+
         /// Reads every job, budget state, journal entry and the meta records, in one read-only
         /// transaction; journaled jobs fill in those missing from `jobs`.
         pub async fn load(&self) -> Result<Loaded, SwError> {
@@ -401,15 +557,10 @@ mod web {
             drop((jobs, budgets, meta, journal, tx));
 
             let mut loaded = Loaded::default();
+            loaded.complete = true;
             loaded.jobs.reserve(job_values.length() as usize);
             for v in job_values.iter() {
-                match to_text(&v)
-                    .ok_or_else(|| "not JSON".to_string())
-                    .and_then(|t| decode_job(&t))
-                {
-                    Ok(job) => loaded.jobs.push(job),
-                    Err(e) => loaded.note_unreadable("job", e),
-                }
+                decode_into(&mut loaded, &v);
             }
             let mut journals = Vec::new();
             for v in journal_values.iter() {
@@ -425,41 +576,37 @@ mod web {
                     Err(e) => loaded.note_unreadable("journal entry", e),
                 }
             }
-            loaded.from_journals = merge_journals(&mut loaded.jobs, journals);
-            for v in budget_values.iter() {
-                match to_text(&v)
-                    .ok_or_else(|| "not JSON".to_string())
-                    .and_then(|t| decode_budget(&t))
-                {
-                    Ok(b) => loaded.budgets.push(b),
-                    Err(e) => loaded.note_unreadable("budget", e),
-                }
+            if !journals.is_empty() {
+                loaded.from_journals = merge_journals(&mut loaded.jobs, journals);
             }
-            if let Some(v) = config.filter(|v| !v.is_undefined() && !v.is_null()) {
-                match to_text(&v)
-                    .ok_or_else(|| "not JSON".to_string())
-                    .and_then(|t| decode_config(&t))
-                {
-                    Ok(c) => loaded.config = Some(c),
-                    Err(e) => loaded.note_unreadable("saved configuration", e),
-                }
-            }
-            if let Some(v) = schema.filter(|v| !v.is_undefined() && !v.is_null()) {
-                loaded.schema = to_text(&v).and_then(|t| decode_schema(&t).ok());
-            }
+            decode_meta(
+                &mut loaded,
+                &budget_values,
+                config.unwrap_or(JsValue::UNDEFINED),
+                schema.unwrap_or(JsValue::UNDEFINED),
+            );
             Ok(loaded)
+        }
+
+        /// Resolves once every transaction created before this call has ended: a read-only
+        /// transaction on `jobs` starts only after the read-write ones created before it that
+        /// touch the same store. (Whether they committed is for their own callers to learn.)
+        pub async fn saved(&self) -> Result<(), SwError> {
+            let tx = idb::transaction(&self.db, &[JOBS], IdbTransactionMode::Readonly)?;
+            let jobs = idb::store(&tx, JOBS)?;
+            idb::get(&jobs, "").await.map(drop)
         }
 
         /// Saves one batch of engine changes (and meta writes) in ONE transaction and returns
         /// once it committed; nothing is written when it fails. `fresh`: ids of jobs in
-        /// `changes` never saved before; when there are many, they are journaled and the
-        /// returned [`Explode`] is the transaction writing them one per record.
+        /// `changes` never saved before; when there are many, they are journaled, and the
+        /// caller is to write them one per record ([`Journaled`], [`Store::put_jobs`]).
         pub async fn save(
             &self,
             changes: &Changes,
             meta: &[MetaOp],
             fresh: &[JobId],
-        ) -> Result<Option<Explode>, SwError> {
+        ) -> Result<Option<Journaled>, SwError> {
             if changes.is_empty() && meta.is_empty() {
                 return Ok(None);
             }
@@ -474,7 +621,8 @@ mod web {
                 let record = Object::new();
                 Reflect::set(&record, &"id".into(), &JsValue::from_str(&id))?;
                 Reflect::set(&record, &"jobs".into(), &JsValue::from_str(&text))?;
-                Some((id, record, parse_array(&text)?))
+                let ids = journaled.iter().map(|j| j.id.clone()).collect();
+                Some((Journaled { id, jobs: ids }, record))
             };
             let direct = if direct.is_empty() {
                 None
@@ -497,16 +645,11 @@ mod web {
                 }
             }
 
-            // Both transactions are created now, in this order, before anything else can be.
             let tx = idb::transaction(
                 &self.db,
                 &[JOBS, BUDGETS, META, JOURNAL],
                 IdbTransactionMode::Readwrite,
             )?;
-            let explode = match journal.as_ref() {
-                None => None,
-                Some((id, _, array)) => Some(self.explode(id.clone(), array.clone())?),
-            };
             let jobs = idb::store(&tx, JOBS)?;
             let budgets = idb::store(&tx, BUDGETS)?;
             let meta_store = idb::store(&tx, META)?;
@@ -533,39 +676,46 @@ mod web {
             if delete_config {
                 ops.push(Box::pin(idb::delete(&meta_store, "config")));
             }
-            if let Some((_, record, _)) = journal {
-                let store = &journal_store;
-                ops.push(Box::pin(async move { idb::put(store, &record).await }));
-            }
+            let journaled = match journal {
+                None => None,
+                Some((journaled, record)) => {
+                    let store = &journal_store;
+                    ops.push(Box::pin(async move { idb::put(store, &record).await }));
+                    Some(journaled)
+                }
+            };
             for id in delete_journals {
                 let store = &journal_store;
                 ops.push(Box::pin(async move { idb::delete(store, &id).await }));
             }
             join_all(ops).await?;
-            Ok(explode)
+            Ok(journaled)
         }
 
-        /// Creates the transaction that writes journaled jobs one per record and deletes the
-        /// journal entry, and issues its requests at once (polled here with a no-op waker; the
-        /// caller's executor drives it from then on).
-        fn explode(&self, id: String, array: Array) -> Result<Explode, SwError> {
+        /// Writes journaled jobs one per record (as they are now in memory) and, for the last
+        /// chunk of a journal entry, deletes the entry, in one transaction (see "Large
+        /// batches").
+        pub async fn put_jobs(
+            &self,
+            jobs: &[&Job],
+            delete_journal: Option<&str>,
+        ) -> Result<(), SwError> {
+            let array = if jobs.is_empty() {
+                None
+            } else {
+                Some(parse_array(&encode_all(jobs))?)
+            };
             let tx = idb::transaction(&self.db, &[JOBS, JOURNAL], IdbTransactionMode::Readwrite)?;
-            let jobs = idb::store(&tx, JOBS)?;
+            let job_store = idb::store(&tx, JOBS)?;
             let journal = idb::store(&tx, JOURNAL)?;
-            let mut fut: Explode = Box::pin(async move {
-                let ops: Vec<Op<'_>> = vec![
-                    committed(tx),
-                    Box::pin(put_chunked(&jobs, array)),
-                    Box::pin(idb::delete(&journal, &id)),
-                ];
-                join_all(ops).await
-            });
-            match fut.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
-                // Never resolves within one poll (IndexedDB answers asynchronously); a finished
-                // future must not be polled again, so hand over its result.
-                Poll::Ready(result) => Ok(Box::pin(std::future::ready(result))),
-                Poll::Pending => Ok(fut),
+            let mut ops: Vec<Op<'_>> = vec![committed(tx)];
+            if let Some(array) = array {
+                ops.push(Box::pin(put_chunked(&job_store, array)));
             }
+            if let Some(id) = delete_journal {
+                ops.push(Box::pin(idb::delete(&journal, id)));
+            }
+            join_all(ops).await
         }
     }
 }
@@ -598,6 +748,7 @@ mod tests {
             finished_at: None,
             started_at: Some(1_700_000_000_050),
             seq: 42,
+            folded: Vec::new(),
         }
     }
 

@@ -13,6 +13,7 @@
 //! - Startup ([`worker`]) is shared: concurrent first events wait on one initialisation.
 
 use std::cell::{Cell, RefCell};
+use std::collections::{HashSet, VecDeque};
 use std::future::Future;
 use std::pin::Pin;
 use std::rc::{Rc, Weak};
@@ -22,8 +23,9 @@ use sluice_shared::protocol::{JobUpdate, ProtocolError, ReplyBody, Request, Work
 use sluice_shared::random::Rng;
 use sluice_shared::status::Status;
 use sluice_shared::{
-    Changes, Engine, EngineConfig, Enqueued, JobId, JobSpec, Lane, Millis, Transmit,
+    Changes, Engine, EngineConfig, Enqueued, Job, JobId, JobSpec, Lane, Millis, Transmit,
 };
+use wasm_bindgen::closure::Closure;
 use wasm_bindgen::{JsCast, JsValue};
 use wasm_bindgen_futures::JsFuture;
 use web_sys::{ServiceWorkerGlobalScope, Url};
@@ -32,7 +34,7 @@ use crate::broadcast::{post_to_all, Batcher};
 use crate::config::{self, is_absolute_http, resolve_engine_prefixes, SavedConfig, Setup};
 use crate::error::{describe, SwError};
 use crate::pump::Pump;
-use crate::store::{Explode, MetaOp, SchemaRecord, Store};
+use crate::store::{job_id_of, Journaled, Loaded, MetaOp, SchemaRecord, Store, JOURNAL_CHUNK};
 
 pub fn now_ms() -> Millis {
     js_sys::Date::now() as Millis
@@ -108,6 +110,11 @@ pub async fn worker() -> Result<Rc<Worker>, SwError> {
             return Ok(w);
         }
     }
+    // A superseded worker must not start a queue of its own next to its successor's (see
+    // `pump`, "Handing over to a new version").
+    if superseded() {
+        return Err(SwError::Superseded);
+    }
     let promise = STARTING.with(|s| {
         s.borrow_mut()
             .get_or_insert_with(|| {
@@ -170,25 +177,99 @@ pub struct Worker {
     stopped: Cell<bool>,
     sync_requested: Cell<bool>,
     /// Shown in every status: records skipped at load, a configuration that was refused.
-    notes: Vec<String>,
+    notes: RefCell<Vec<String>>,
+    /// Which job each folded job id lives on (see [`Folds`]).
+    folds: RefCell<Folds>,
+    /// Whether the engine holds the whole saved queue; until it does, only the pump uses it
+    /// and requests wait ([`Worker::whole_queue`]).
+    whole_queue: Cell<bool>,
+    whole_queue_waiters: RefCell<Vec<Function>>,
+    reading_rest: Cell<bool>,
+    /// Journal entries whose jobs are still to be written one per record, oldest first.
+    journals: RefCell<VecDeque<Journaled>>,
+    writing_journals: Cell<bool>,
+}
+
+/// How many waiting jobs a start reads before the pump may send; the rest follows in chunks
+/// of [`REST_CHUNK`], each its own short transaction decoded between two turns of the event
+/// loop, so the pump's saves (which wait for a read in progress) go on meanwhile. 300 jobs
+/// last three seconds at 100 per second, several times what reading the rest of a 10,000-job
+/// queue takes.
+const FIRST_JOBS_READ: u32 = 300;
+const REST_CHUNK: u32 = 250;
+
+/// The ids of jobs that were folded into another job on enqueue (`Job::folded`), each with the
+/// id of the job that carries it, sorted by folded id: an `enqueue` of such an id sent again
+/// is answered with the carrier. A sorted list rather than a map: folds are few, and a map of
+/// its own would cost the wasm more than this does.
+#[derive(Default)]
+pub struct Folds(Vec<(JobId, JobId)>);
+
+impl Folds {
+    fn of(engine: &Engine) -> Self {
+        let mut folds = Folds::default();
+        for job in engine.jobs() {
+            for id in &job.folded {
+                folds.insert(id.clone(), job.id.clone());
+            }
+        }
+        folds
+    }
+
+    fn insert(&mut self, folded: JobId, carrier: JobId) {
+        match self.0.binary_search_by(|(f, _)| f.as_str().cmp(&folded)) {
+            Ok(i) => self.0[i].1 = carrier,
+            Err(i) => self.0.insert(i, (folded, carrier)),
+        }
+    }
+
+    fn carrier(&self, folded: &str) -> Option<&JobId> {
+        let i = self
+            .0
+            .binary_search_by(|(f, _)| f.as_str().cmp(folded))
+            .ok()?;
+        Some(&self.0[i].1)
+    }
+
+    /// Records where a just enqueued job went, if it was folded into another one.
+    fn note(&mut self, asked: Option<JobId>, result: &Enqueued) {
+        if let Some(asked) = asked.filter(|a| *a != result.id) {
+            self.insert(asked, result.id.clone());
+        }
+    }
+}
+
+/// Longest job id a page may choose.
+const MAX_JOB_ID_BYTES: usize = 128;
+
+/// A page-chosen job id must be short printable text (it is a storage key and shows in logs).
+fn check_job_id(id: &str) -> Result<(), ProtocolError> {
+    let problem = if id.is_empty() {
+        "is empty"
+    } else if id.len() > MAX_JOB_ID_BYTES {
+        "is longer than 128 bytes"
+    } else if id.chars().any(char::is_control) {
+        "contains control characters"
+    } else {
+        return Ok(());
+    };
+    Err(ProtocolError::InvalidRequest {
+        message: format!(
+            "the job id '{}' {problem}; leave it out and the client picks one",
+            id.chars().take(40).collect::<String>()
+        ),
+    })
 }
 
 impl Worker {
-    /// Opens the database, rebuilds the engine from everything saved and saves what the
-    /// rebuild changed (jobs that were sending go back to queued).
+    /// Opens the database, rebuilds the engine from what is saved and saves what the rebuild
+    /// changed (jobs that were sending go back to queued). A large queue is rebuilt in two
+    /// steps (see [`Store::load_start`]): the pump may send as soon as its head is in, and
+    /// [`Worker::load_rest`] adds the rest.
     async fn start(setup: Rc<Setup>) -> Result<Rc<Self>, SwError> {
         let store = Store::open().await?;
-        let loaded = store.load().await?;
+        let mut loaded = store.load_start(FIRST_JOBS_READ).await?;
         let mut notes = Vec::new();
-        if loaded.unreadable > 0 {
-            let note = format!(
-                "{} saved records could not be read and were left untouched (first: {})",
-                loaded.unreadable,
-                loaded.first_problem.as_deref().unwrap_or("?")
-            );
-            warn(&note);
-            notes.push(note);
-        }
         let (chosen, _source, stale) = config::choose(&setup.script, loaded.config.clone());
         let mut meta = Vec::new();
         if stale {
@@ -199,14 +280,27 @@ impl Worker {
         }
         let now = now_ms();
         let mut engine = None;
+        let mut jobs = Some(std::mem::take(&mut loaded.jobs));
         for candidate in [chosen, setup.script.clone(), EngineConfig::default()] {
-            match Engine::restore(
-                candidate,
-                seeded_rng(),
-                loaded.jobs.clone(),
+            // Tried without the jobs first, so that a refused configuration leaves them for
+            // the next candidate (a copy of 10,000 jobs per try would cost more).
+            let trial = Engine::restore(
+                candidate.clone(),
+                Rng::seeded(0),
+                Vec::new(),
                 loaded.budgets.clone(),
                 now,
-            ) {
+            );
+            let restored = trial.and_then(|_| {
+                Engine::restore(
+                    candidate,
+                    seeded_rng(),
+                    jobs.take().unwrap_or_default(),
+                    loaded.budgets.clone(),
+                    now,
+                )
+            });
+            match restored {
                 Ok(e) => {
                     engine = Some(e);
                     break;
@@ -219,39 +313,214 @@ impl Worker {
             }
         }
         let mut engine = engine.ok_or_else(|| SwError::Config("no usable configuration".into()))?;
-        let mut changes = engine.take_changes();
-        // Jobs only a journal entry held are saved one per record now, and the entries go.
-        add_jobs(&mut changes, &engine, &loaded.from_journals);
-        meta.extend(loaded.journals.iter().cloned().map(MetaOp::DeleteJournal));
-        let explode = store.save(&changes, &meta, &loaded.from_journals).await?;
+        let folds = Folds::of(&engine);
+        // What the rebuild changed (jobs that were sending are queued again) is saved by the
+        // pump's first save, with its first starts, unless there is more to save now.
+        let mut journaled = None;
+        if !meta.is_empty() || !loaded.journals.is_empty() {
+            let mut changes = engine.take_changes();
+            // Jobs only a journal entry held are saved one per record now, and the entries go.
+            add_jobs(&mut changes, &engine, &loaded.from_journals);
+            meta.extend(loaded.journals.iter().cloned().map(MetaOp::DeleteJournal));
+            journaled = store.save(&changes, &meta, &loaded.from_journals).await?;
+        }
+        let mut batcher = Batcher::default();
+        batcher.hold_status(!loaded.complete);
         let w = Rc::new_cyclic(|me| Self {
             me: me.clone(),
             setup,
             store,
             engine: RefCell::new(engine),
-            batcher: RefCell::new(Batcher::default()),
+            batcher: RefCell::new(batcher),
             broadcasting: Cell::new(false),
             pump: Pump::default(),
             stopped: Cell::new(false),
             sync_requested: Cell::new(false),
-            notes,
+            notes: RefCell::new(notes),
+            folds: RefCell::new(folds),
+            whole_queue: Cell::new(loaded.complete),
+            whole_queue_waiters: RefCell::new(Vec::new()),
+            reading_rest: Cell::new(false),
+            journals: RefCell::new(VecDeque::new()),
+            writing_journals: Cell::new(false),
         });
-        w.finish_in_background(explode);
+        w.note_unreadable(&loaded);
+        w.write_journaled(journaled);
         Ok(w)
     }
 
-    /// Drives the second transaction of a journaled save; if it fails, memory may now differ
-    /// from what a restart would load, so this instance stops (see `store`, "Large batches").
-    fn finish_in_background(&self, explode: Option<Explode>) {
-        let Some(explode) = explode else { return };
+    /// Counts records that could not be decoded into the notes every status shows.
+    fn note_unreadable(&self, loaded: &Loaded) {
+        if loaded.unreadable == 0 {
+            return;
+        }
+        let note = format!(
+            "{} saved records could not be read and were left untouched (first: {})",
+            loaded.unreadable,
+            loaded.first_problem.as_deref().unwrap_or("?")
+        );
+        warn(&note);
+        self.notes.borrow_mut().push(note);
+    }
+
+    /// Starts the second step of a start (see [`Worker::start`]), once. The pump calls this
+    /// after its first save: a read-only transaction holds up every later write to its stores,
+    /// so reading the rest before that would hold up the first send.
+    pub fn read_rest_of_queue(self: &Rc<Self>) {
+        if self.whole_queue.get() || self.reading_rest.replace(true) {
+            return;
+        }
+        spawn(self.clone().load_rest());
+    }
+
+    /// The second step of a start (see [`Worker::start`]): reads every saved job in chunks,
+    /// decodes the ones the engine does not hold yet, and hands them to it at once (a key's
+    /// jobs must be added in enqueue order). Then requests may use the engine.
+    async fn load_rest(self: Rc<Self>) {
+        let mut rest = Loaded::default();
+        let mut after: Option<String> = None;
+        loop {
+            let records = match self.store.load_after(after.as_deref(), REST_CHUNK).await {
+                Ok(r) => r,
+                Err(e) => {
+                    self.stop(&format!("reading the queue failed: {e}"));
+                    return;
+                }
+            };
+            if self.is_stopped() {
+                return;
+            }
+            for value in records.iter() {
+                let id = job_id_of(&value);
+                if id
+                    .as_deref()
+                    .is_some_and(|id| self.engine.borrow().job(id).is_some())
+                {
+                    continue;
+                }
+                rest.add_job_value(&value);
+            }
+            if records.length() < REST_CHUNK {
+                break;
+            }
+            after = job_id_of(&records.get(records.length() - 1));
+            if after.is_none() {
+                break;
+            }
+        }
+        {
+            let mut engine = self.engine.borrow_mut();
+            engine.restore_more(std::mem::take(&mut rest.jobs), now_ms());
+            *self.folds.borrow_mut() = Folds::of(&engine);
+        }
+        self.note_unreadable(&rest);
+        self.batcher.borrow_mut().hold_status(false);
+        self.batcher.borrow_mut().mark_status();
+        self.release_whole_queue_waiters();
+        self.pump.wake();
+    }
+
+    fn release_whole_queue_waiters(&self) {
+        self.whole_queue.set(true);
+        let waiters = std::mem::take(&mut *self.whole_queue_waiters.borrow_mut());
+        for resolve in waiters {
+            let _ = resolve.call0(&JsValue::UNDEFINED);
+        }
+    }
+
+    /// Whether the engine holds the whole saved queue (see [`Worker::start`]).
+    pub fn has_whole_queue(&self) -> bool {
+        self.whole_queue.get()
+    }
+
+    /// Waits until the engine holds the whole saved queue: every request but a keep-alive
+    /// needs it (a count, a list, coalescing, an id lookup).
+    async fn whole_queue(&self) -> Result<(), ProtocolError> {
+        if !self.whole_queue.get() {
+            let ready = Promise::new(&mut |resolve, _reject| {
+                self.whole_queue_waiters.borrow_mut().push(resolve);
+            });
+            let _ = JsFuture::from(ready).await;
+        }
+        if self.is_stopped() {
+            return Err(SwError::Stopped.into());
+        }
+        Ok(())
+    }
+
+    /// Queues a journal entry's jobs to be written one per record (see `store`, "Large
+    /// batches") and starts the writer if it is not running.
+    fn write_journaled(&self, journaled: Option<Journaled>) {
+        let Some(journaled) = journaled else { return };
+        self.journals.borrow_mut().push_back(journaled);
+        if self.writing_journals.replace(true) {
+            return;
+        }
         let me = self.me.clone();
         spawn(async move {
-            if let Err(e) = explode.await {
-                if let Some(w) = me.upgrade() {
-                    w.stop(&format!("writing a journaled batch failed: {e}"));
+            while let Some(w) = me.upgrade() {
+                if !w.write_journal_chunk().await {
+                    w.writing_journals.set(false);
+                    break;
                 }
             }
         });
+    }
+
+    /// Writes the next chunk of the oldest journal entry; `false` once there is nothing left
+    /// (or this instance stopped). A chunk that fails stops the instance: memory may now differ
+    /// from what a restart would load, and a restart merges the journal.
+    async fn write_journal_chunk(&self) -> bool {
+        if self.is_stopped() {
+            return false;
+        }
+        let (ids, last_of) = {
+            let mut journals = self.journals.borrow_mut();
+            let Some(front) = journals.front_mut() else {
+                return false;
+            };
+            let n = front.jobs.len().min(JOURNAL_CHUNK);
+            let ids: Vec<JobId> = front.jobs.drain(..n).collect();
+            let last_of = front.jobs.is_empty().then(|| front.id.clone());
+            if last_of.is_some() {
+                journals.pop_front();
+            }
+            (ids, last_of)
+        };
+        let jobs: Vec<Job> = {
+            let engine = self.engine.borrow();
+            ids.iter()
+                .filter_map(|id| engine.job(id).cloned())
+                .collect()
+        };
+        let refs: Vec<&Job> = jobs.iter().collect();
+        if let Err(e) = self.store.put_jobs(&refs, last_of.as_deref()).await {
+            self.stop(&format!("writing a journaled batch failed: {e}"));
+            return false;
+        }
+        true
+    }
+
+    /// A save that removes a job still waiting in a journal entry must also finish that entry:
+    /// a restart would otherwise bring the job back from it. Adds every job still waiting in
+    /// any entry to `changes`, and the entries' deletion to `meta`. (Rare: only a job dismissed
+    /// or expired within seconds of its `enqueueMany` gets here.)
+    fn finish_journals_if_removing(&self, changes: &mut Changes, meta: &mut Vec<MetaOp>) {
+        if changes.removed.is_empty() {
+            return;
+        }
+        let mut journals = self.journals.borrow_mut();
+        let touched = journals
+            .iter()
+            .any(|j| j.jobs.iter().any(|id| changes.removed.contains(id)));
+        if !touched {
+            return;
+        }
+        let engine = self.engine.borrow();
+        for journal in journals.drain(..) {
+            add_jobs(changes, &engine, &journal.jobs);
+            meta.push(MetaOp::DeleteJournal(journal.id));
+        }
     }
 
     pub fn is_stopped(&self) -> bool {
@@ -274,6 +543,8 @@ impl Worker {
                 *c = None;
             }
         });
+        // Requests waiting for the queue learn that this instance gave up.
+        self.release_whole_queue_waiters();
         self.pump.wake();
     }
 
@@ -289,27 +560,42 @@ impl Worker {
         if self.is_stopped() {
             return Err(SwError::Stopped);
         }
-        let changes = self.engine.borrow_mut().take_changes();
+        let mut changes = self.engine.borrow_mut().take_changes();
         if changes.is_empty() && meta.is_empty() {
             return Ok(());
         }
-        match self.store.save(&changes, meta, fresh).await {
-            Ok(explode) => self.finish_in_background(explode),
+        let mut meta = meta.to_vec();
+        self.finish_journals_if_removing(&mut changes, &mut meta);
+        match self.store.save(&changes, &meta, fresh).await {
+            Ok(journaled) => self.write_journaled(journaled),
             Err(e) => {
                 self.stop(&format!("saving failed: {e}"));
                 return Err(e);
             }
         }
+        let mut batcher = self.batcher.borrow_mut();
+        batcher.push_removed(&changes.removed);
         if !changes.jobs.is_empty() {
             let urgent = changes.jobs.iter().any(|j| j.lane == Lane::Interactive);
             let updates = changes.jobs.iter().map(JobUpdate::from).collect();
-            self.batcher.borrow_mut().push(updates, urgent);
+            batcher.push(updates, urgent);
             // Urgent updates go out as soon as the pump runs; let it run.
             self.pump.wake();
         } else {
-            self.batcher.borrow_mut().mark_status();
+            batcher.mark_status();
         }
         Ok(())
+    }
+
+    /// What may start now, taken while handling a request so that its starts are saved in
+    /// the request's own transaction: an interactive job then needs one save before its fetch
+    /// instead of two, and the next request's save does not queue behind the pump's. Hand
+    /// them to [`Pump::fetch_saved_starts`] once that transaction committed.
+    fn poll_with_request(&self, now: Millis) -> Vec<Transmit> {
+        if !self.pump.may_start() {
+            return Vec::new();
+        }
+        self.poll_transmits(now)
     }
 
     /// Every request the engine allows to start now (their starts are recorded in the engine;
@@ -339,7 +625,7 @@ impl Worker {
     pub fn snapshot(&self, now: Millis) -> Status {
         let mut status = self.engine.borrow().snapshot(now);
         status.warnings.extend(self.setup.warnings.iter().cloned());
-        status.warnings.extend(self.notes.iter().cloned());
+        status.warnings.extend(self.notes.borrow().iter().cloned());
         status
     }
 
@@ -370,9 +656,10 @@ impl Worker {
             return;
         }
         let mut messages = Vec::with_capacity(2);
-        if !flush.jobs.is_empty() {
+        if !flush.jobs.is_empty() || !flush.removed.is_empty() {
             messages.push(sluice_shared::protocol::encode(&WorkerMessage::Jobs {
                 updates: flush.jobs,
+                removed: flush.removed,
             }));
         }
         if flush.status {
@@ -433,15 +720,146 @@ impl Worker {
             .map_err(|e| invalid(describe(&e)))
     }
 
+    /// The job a page-chosen id already names: the job itself, or the one it was folded into.
+    fn known_job(&self, id: &str) -> Option<Enqueued> {
+        let engine = self.engine.borrow();
+        let (job, coalesced) = match engine.job(id) {
+            Some(job) => (job, false),
+            None => (engine.job(self.folds.borrow().carrier(id)?)?, true),
+        };
+        Some(Enqueued {
+            id: job.id.clone(),
+            coalesced,
+            state: job.state,
+        })
+    }
+
+    /// Waits until whatever is being saved is saved: a known job may still be in the
+    /// transaction of the request that first brought it, and its reply waits for that.
+    async fn known_jobs_saved(&self) -> Result<(), ProtocolError> {
+        self.store.saved().await?;
+        if self.is_stopped() {
+            return Err(SwError::Stopped.into());
+        }
+        Ok(())
+    }
+
     pub async fn enqueue(&self, mut spec: JobSpec) -> Result<Enqueued, ProtocolError> {
+        self.whole_queue().await?;
+        if let Some(id) = spec.id.as_deref() {
+            check_job_id(id)?;
+            // Sent again after a lost reply: already saved, answer with what it became.
+            if let Some(known) = self.known_job(id) {
+                self.known_jobs_saved().await?;
+                return Ok(known);
+            }
+        }
         spec.url = self.resolve_url(&spec.url)?;
-        let result = self.engine.borrow_mut().enqueue(spec, now_ms())?;
+        let asked = spec.id.clone();
+        let now = now_ms();
+        let result = self.engine.borrow_mut().enqueue(spec, now)?;
+        self.folds.borrow_mut().note(asked, &result);
+        let starts = self.poll_with_request(now);
         self.commit(&[]).await?;
+        self.pump.fetch_saved_starts(starts);
         Ok(result)
+    }
+
+    /// An `enqueueMany`: all jobs or none, in one transaction. Jobs whose ids are already known
+    /// (the request was sent again after a lost reply) are answered as they are, not saved
+    /// again.
+    async fn enqueue_many(
+        &self,
+        jobs: Vec<JobSpec>,
+        group_id: Option<String>,
+    ) -> Result<ReplyBody, ProtocolError> {
+        let total = jobs.len();
+        let mut seen: HashSet<JobId> = HashSet::with_capacity(total);
+        let mut known: Vec<Option<Enqueued>> = Vec::with_capacity(total);
+        let mut fresh = Vec::with_capacity(total);
+        for (i, job) in jobs.into_iter().enumerate() {
+            let in_job = |e: ProtocolError| ProtocolError::InvalidRequest {
+                message: format!("job {} of {total}: {e}; nothing was enqueued", i + 1),
+            };
+            let found = match job.id.as_deref() {
+                None => None,
+                Some(id) => {
+                    check_job_id(id).map_err(in_job)?;
+                    if !seen.insert(id.to_string()) {
+                        return Err(in_job(ProtocolError::InvalidRequest {
+                            message: format!("another job of this request has the id '{id}'"),
+                        }));
+                    }
+                    self.known_job(id)
+                }
+            };
+            if found.is_none() {
+                fresh.push(job);
+            }
+            known.push(found);
+        }
+        drop(seen);
+        let mut warning = None;
+        if fresh.is_empty() {
+            self.known_jobs_saved().await?;
+        } else {
+            self.resolve_urls(&mut fresh, total)?;
+            let asked: Vec<Option<JobId>> = fresh.iter().map(|j| j.id.clone()).collect();
+            let now = now_ms();
+            let (results, w) = self
+                .engine
+                .borrow_mut()
+                .enqueue_many(fresh, group_id, now)?;
+            warning = w;
+            let mut folds = self.folds.borrow_mut();
+            for (asked, result) in asked.into_iter().zip(&results) {
+                folds.note(asked, result);
+            }
+            drop(folds);
+            let new_ids: Vec<JobId> = results
+                .iter()
+                .filter(|r| !r.coalesced)
+                .map(|r| r.id.clone())
+                .collect();
+            let starts = self.poll_with_request(now);
+            self.commit_fresh(&[], &new_ids).await?;
+            self.pump.fetch_saved_starts(starts);
+            let mut results = results.into_iter();
+            for slot in known.iter_mut().filter(|k| k.is_none()) {
+                *slot = results.next();
+            }
+        }
+        Ok(ReplyBody::EnqueuedMany {
+            ids: known.into_iter().flatten().map(|r| r.id).collect(),
+            warning,
+        })
+    }
+
+    /// Resolves the jobs' URLs; bulk jobs usually share a few, so each distinct one once.
+    fn resolve_urls(&self, jobs: &mut [JobSpec], total: usize) -> Result<(), ProtocolError> {
+        let mut last: Option<(String, String)> = None;
+        for (i, job) in jobs.iter_mut().enumerate() {
+            if let Some((from, to)) = &last {
+                if *from == job.url {
+                    job.url = to.clone();
+                    continue;
+                }
+            }
+            let resolved =
+                self.resolve_url(&job.url)
+                    .map_err(|e| ProtocolError::InvalidRequest {
+                        message: format!("job {} of {total}: {e}; nothing was enqueued", i + 1),
+                    })?;
+            last = Some((std::mem::replace(&mut job.url, resolved.clone()), resolved));
+        }
+        Ok(())
     }
 
     /// Carries out one page request; every effect is saved before this returns.
     pub async fn handle(&self, request: Request) -> Result<ReplyBody, ProtocolError> {
+        if !matches!(request, Request::KeepAlive) {
+            self.whole_queue().await?;
+        }
         match request {
             Request::Enqueue { job } => {
                 let e = self.enqueue(job).await?;
@@ -451,42 +869,7 @@ impl Worker {
                     state: e.state,
                 })
             }
-            Request::EnqueueMany { mut jobs, group_id } => {
-                let total = jobs.len();
-                // Bulk jobs usually share a few URLs: resolve each distinct one once.
-                let mut last: Option<(String, String)> = None;
-                for (i, job) in jobs.iter_mut().enumerate() {
-                    if let Some((from, to)) = &last {
-                        if *from == job.url {
-                            job.url = to.clone();
-                            continue;
-                        }
-                    }
-                    let resolved =
-                        self.resolve_url(&job.url)
-                            .map_err(|e| ProtocolError::InvalidRequest {
-                                message: format!(
-                                    "job {} of {total}: {e}; nothing was enqueued",
-                                    i + 1
-                                ),
-                            })?;
-                    last = Some((std::mem::replace(&mut job.url, resolved.clone()), resolved));
-                }
-                let (results, warning) =
-                    self.engine
-                        .borrow_mut()
-                        .enqueue_many(jobs, group_id, now_ms())?;
-                let fresh: Vec<JobId> = results
-                    .iter()
-                    .filter(|r| !r.coalesced)
-                    .map(|r| r.id.clone())
-                    .collect();
-                self.commit_fresh(&[], &fresh).await?;
-                Ok(ReplyBody::EnqueuedMany {
-                    ids: results.into_iter().map(|r| r.id).collect(),
-                    warning,
-                })
-            }
+            Request::EnqueueMany { jobs, group_id } => self.enqueue_many(jobs, group_id).await,
             Request::Cancel { target } => {
                 let ids = self.engine.borrow_mut().cancel(&target, now_ms())?;
                 self.commit(&[]).await?;
@@ -581,14 +964,41 @@ async fn register_sync() -> Result<bool, SwError> {
     Ok(true)
 }
 
-/// Whether a newer worker has replaced this one (`self.serviceWorker.state`).
-pub fn is_redundant() -> bool {
-    Reflect::get(&js_sys::global(), &JsValue::from_str("serviceWorker"))
+/// Whether a newer version of the worker has replaced this one or is installed and waiting to
+/// (it called `skipWaiting`, so it activates as soon as this one has no event in flight).
+pub fn superseded() -> bool {
+    let redundant = Reflect::get(&js_sys::global(), &JsValue::from_str("serviceWorker"))
         .ok()
         .filter(|sw| sw.is_object())
         .and_then(|sw| Reflect::get(&sw, &JsValue::from_str("state")).ok())
         .and_then(|s| s.as_string())
-        .is_some_and(|s| s == "redundant")
+        .is_some_and(|s| s == "redundant");
+    redundant || scope().registration().waiting().is_some()
+}
+
+/// Wakes the pump whenever a newer version's install progresses, so that this instance notices
+/// at once that it is superseded and hands over (see `pump`). Called once, at startup.
+pub fn watch_for_successor() {
+    let wake: Function = Closure::<dyn Fn()>::new(|| {
+        if let Some(w) = current() {
+            w.pump.wake();
+        }
+    })
+    .into_js_value()
+    .unchecked_into();
+    let registration = scope().registration();
+    let on_update_found = Closure::<dyn Fn()>::new({
+        let registration = registration.clone();
+        let wake = wake.clone();
+        move || {
+            if let Some(next) = registration.installing() {
+                let _ = next.add_event_listener_with_callback("statechange", &wake);
+            }
+            let _ = wake.call0(&JsValue::UNDEFINED);
+        }
+    })
+    .into_js_value();
+    registration.set_onupdatefound(Some(on_update_found.unchecked_ref()));
 }
 
 /// Posts one message (JSON text) to the page that sent a request.

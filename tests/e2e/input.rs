@@ -77,7 +77,13 @@ e2e!(
         assert_eq!(raw_code("notJson").as_deref(), Some("malformed"), "{r}");
         assert_eq!(raw_code("badUrlRaw").as_deref(), Some("invalid-url"), "{r}");
         assert_eq!(raw_code("spaceUrlRaw").as_deref(), Some("invalid-url"), "{r}");
+        assert_eq!(r["oversized"]["error"]["what"], "message", "{r}");
         assert_eq!(code("bigBody").as_deref(), Some("too-large"), "{r}");
+        assert!(
+            message("bigBody").starts_with("the job's body is too large: 2097152 bytes (2.0 MiB) \
+             where at most 1048576 bytes (1.0 MiB) are allowed (maxBodyBytes"),
+            "says what is too large and the limit: {r}"
+        );
         assert_eq!(code("badUrl").as_deref(), Some("invalid-job"), "{r}");
         assert!(message("badUrl").contains("bad url"), "{r}");
         assert_eq!(code("noBudget").as_deref(), Some("no-budget-for-url"), "{r}");

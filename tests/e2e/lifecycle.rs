@@ -251,3 +251,136 @@ e2e!(
         assert_eq!(h.api.stats().duplicate_creates, 0);
     }
 );
+
+e2e!(
+    /// Jobs the worker forgets (done ones past their retention time, a dismissed failed one)
+    /// are announced to every tab, so that no view keeps showing them.
+    forgotten_jobs_are_dropped_from_every_tabs_view,
+    60,
+    |h| {
+        h.api
+            .push_script(
+                sluice::api::ScriptedResponse::status(422)
+                    .for_request(Some("POST"), Some("/api/contacts")),
+            )
+            .expect("script");
+        let actor = h.open_e2e().await;
+        let watcher = h.open_e2e().await;
+        actor
+            .eval(&crate::support::js::configure(50, 4, "retentionMs: 1000"))
+            .await;
+        let r = actor
+            .eval(
+                r#"
+                const one = (name) => sluice.enqueue({ url: '/api/contacts', kind: 'create',
+                  lane: 'interactive', body: { name } });
+                const failed = await one('refused');
+                const failure = await failed.done.then(() => 'done', (e) => e.code);
+                const kept = await Promise.all(['a', 'b'].map(one));
+                await Promise.all(kept.map((j) => j.done));
+                await sluice.dismiss(failed.id);
+                // Past the retention time, the next event lets the worker forget the done jobs.
+                await e2e.sleep(1500);
+                await sluice.snapshot();
+                return { failed: failed.id, failure, done: kept.map((j) => j.id) };
+                "#,
+            )
+            .await;
+        assert_eq!(r["failure"], "failed", "{r}");
+        let mut expected: Vec<String> = vec![r["failed"].as_str().unwrap_or_default().to_owned()];
+        expected.extend(
+            r["done"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|v| v.as_str().map(str::to_owned)),
+        );
+        for tab in [&actor, &watcher] {
+            let removed: Vec<String> = crate::support::eventually(
+                "every forgotten job announced",
+                Duration::from_secs(5),
+                || async {
+                    let removed: Vec<String> = tab
+                        .eval_as(
+                            "return e2e.broadcasts.filter((m) => m.type === 'jobs')\
+                             .flatMap((m) => m.removed || []);",
+                        )
+                        .await;
+                    expected.iter().all(|id| removed.contains(id)).then_some(removed)
+                },
+            )
+            .await;
+            assert_eq!(removed.len(), 3, "each announced once: {removed:?}");
+            let listed: u64 = tab.eval_as("return (await sluice.jobs()).length;").await;
+            assert_eq!(listed, 0, "the worker forgot them");
+        }
+    }
+);
+
+e2e!(
+    /// A stopped worker holding a queue larger than what a start reads first (300 waiting
+    /// jobs) sends from its head at once and reads the rest meanwhile: every job ends done,
+    /// each key's jobs still go out in enqueue order across that boundary, and a request
+    /// answered meanwhile sees the whole queue.
+    a_large_queue_restarts_from_its_head_and_keeps_every_keys_order,
+    90,
+    |h| {
+        let tab = h.open_e2e_with("keepAliveMs=300").await;
+        tab.eval(&crate::support::js::configure(200, 4, "")).await;
+        const JOBS: usize = 800;
+        const KEYS: usize = 10;
+        tab.eval(&format!(
+            r#"
+            const jobs = Array.from({{ length: {JOBS} }}, (_, i) => ({{
+              url: '/api/echo/k' + (i % {KEYS}) + '/' + i, method: 'POST', kind: 'create',
+              key: 'k' + (i % {KEYS}), body: {{ i }} }}));
+            const r = await sluice.enqueueMany(jobs, 'big');
+            window.dones = {{ big: r.ids.map((id) => sluice.done(id).then(
+              (o) => 'done ' + o.status, (e) => e.code)) }};
+            "#
+        ))
+        .await;
+        h.wait_until("40 sent", Duration::from_secs(10), || h.api.total() >= 40)
+            .await;
+        h.stop_worker().await;
+        let sent_before = h.api.total();
+        let status = tab.eval("return await sluice.snapshot();").await;
+        let counts = &status["counts"];
+        let total: u64 = ["queued", "sending", "retryWait", "done", "failed", "cancelled"]
+            .iter()
+            .map(|k| counts[*k].as_u64().unwrap_or(0))
+            .sum();
+        assert_eq!(total as usize, JOBS, "the first answer counts every job: {status}");
+        assert!(
+            sent_before < JOBS / 2,
+            "the restart must happen with most of the queue waiting ({sent_before} sent)"
+        );
+        let results: Vec<String> =
+            tab.eval_as(&crate::support::js::settle_group("big")).await;
+        assert!(crate::support::js::all_done(&results), "{results:?}");
+        // Each key's first arrivals in enqueue order (a request in flight at the stop may
+        // arrive twice: same key, replayed by the server).
+        let arrivals = h.api.arrivals();
+        let mut seen = std::collections::BTreeSet::new();
+        let mut last_of_key = [None::<usize>; KEYS];
+        for a in &arrivals {
+            let mut parts = a.path.trim_start_matches("/api/echo/k").split('/');
+            let (Some(Ok(key)), Some(Ok(i))) = (
+                parts.next().map(str::parse::<usize>),
+                parts.next().map(str::parse::<usize>),
+            ) else {
+                continue;
+            };
+            if !seen.insert(i) {
+                continue;
+            }
+            assert!(
+                last_of_key[key].is_none_or(|last| last < i),
+                "key k{key}: job {i} went out after job {:?}",
+                last_of_key[key]
+            );
+            last_of_key[key] = Some(i);
+        }
+        assert_eq!(seen.len(), JOBS, "every job sent");
+    }
+);

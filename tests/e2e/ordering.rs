@@ -80,6 +80,130 @@ async fn create_contact(tab: &Tab, name: &str) -> u64 {
 }
 
 e2e!(
+    /// An `enqueue` whose reply is lost is sent again by the client, naming the same job (its
+    /// id is fixed before the first send), and the worker answers with the job it saved the
+    /// first time instead of saving a second one: for every kind, for `enqueueMany`, and for a
+    /// patch that was folded into an earlier one which has been sent since.
+    an_enqueue_sent_again_after_a_lost_reply_is_saved_once_for_every_kind,
+    60,
+    |h| {
+        // Unanswered enqueues are sent again after 1 s (10/3 of 300 ms).
+        let tab = h.open_e2e_with("resendAfterMs=300").await;
+        tab.eval(&js::configure(50, 4, "")).await;
+        let lost = tab
+            .eval(
+                r#"
+                const base = await sluice.enqueue({ url: '/api/contacts', kind: 'create',
+                  body: { name: 'base' } });
+                await base.done;
+                // Swallows the next `dropReplies` enqueue replies before the client sees them.
+                window.dropped = [];
+                window.dropReplies = 0;
+                navigator.serviceWorker.addEventListener('message', (event) => {
+                  let m = event.data;
+                  if (typeof m === 'string') { try { m = JSON.parse(m); } catch (_) { return; } }
+                  const enqueued = m && m.type === 'reply' && m.body
+                    && (m.body.type === 'enqueued' || m.body.type === 'enqueuedMany');
+                  if (enqueued && window.dropReplies > 0) {
+                    window.dropReplies--;
+                    window.dropped.push(m);
+                    event.stopImmediatePropagation();
+                  }
+                }, { capture: true });
+                const jobs = {
+                  create: { url: '/api/contacts', kind: 'create', body: { name: 'second' } },
+                  patch: { url: '/api/contacts/1', method: 'PATCH', kind: 'patch',
+                           key: 'contact:1', body: { owner: 'Ada' } },
+                  custom: { url: '/api/echo', method: 'POST', body: { n: 1 } },
+                  delete: { url: '/api/contacts/2', method: 'DELETE', kind: 'delete',
+                            key: 'contact:2' },
+                };
+                const out = {};
+                const listed = async (id) => (await sluice.jobs()).filter((j) => j.id === id).length;
+                for (const [kind, job] of Object.entries(jobs)) {
+                  window.dropReplies = 1;
+                  const e = await sluice.enqueue(job);
+                  const outcome = await e.done;
+                  const first = window.dropped[window.dropped.length - 1];
+                  out[kind] = { id: e.id, firstReplyId: first && first.body.id,
+                                status: outcome.status, listed: await listed(e.id) };
+                }
+                window.dropReplies = 1;
+                const many = await sluice.enqueueMany([1, 2, 3].map((n) => ({
+                  url: '/api/contacts', kind: 'create', body: { name: 'many ' + n } })), 'many');
+                await Promise.all(many.ids.map((id) => sluice.done(id)));
+                const firstMany = window.dropped[window.dropped.length - 1];
+                out.many = { ids: many.ids, firstReplyIds: firstMany && firstMany.body.ids,
+                             listed: (await sluice.jobs('many')).length };
+                out.dropped = window.dropped.length;
+                return out;
+                "#,
+            )
+            .await;
+        report(&format!("lost enqueue replies: {lost}"));
+        assert_eq!(lost["dropped"], 5, "every first reply was swallowed: {lost}");
+        for kind in ["create", "patch", "custom", "delete"] {
+            let r = &lost[kind];
+            assert_eq!(r["firstReplyId"], r["id"], "{kind}: the same job both times: {lost}");
+            assert_eq!(r["listed"], 1, "{kind}: saved once: {lost}");
+        }
+        assert_eq!(lost["many"]["firstReplyIds"], lost["many"]["ids"], "{lost}");
+        assert_eq!(lost["many"]["listed"], 3, "{lost}");
+
+        // A patch folded into an earlier one, which is then sent: the same enqueue arriving
+        // again is answered with the job that carried it, and nothing is sent again.
+        h.api
+            .push_script(ScriptedResponse {
+                delay_ms: Some(1_500),
+                ..ScriptedResponse::default().for_request(Some("PATCH"), Some("/api/contacts/1"))
+            })
+            .expect("script");
+        let folded = tab
+            .eval(
+                r#"
+                const patch = (step, id) => ({ id, url: '/api/contacts/1', method: 'PATCH',
+                  kind: 'patch', key: 'contact:1', body: { step } });
+                // In flight for 1.5 s: later patches of the key wait behind it, unsent.
+                const ahead = await sluice.enqueue(patch(0));
+                await e2e.sleep(200);
+                const carrier = await sluice.enqueue(patch(1));
+                const folded = await sluice.enqueue(patch(2, 'folded-into-carrier'));
+                await ahead.done;
+                await carrier.done;
+                const job = patch(2, 'folded-into-carrier');
+                job.url = location.origin + job.url;
+                job.body = JSON.stringify(job.body);
+                navigator.serviceWorker.controller.postMessage(JSON.stringify(
+                  { requestId: 'sent-again', type: 'enqueue', job }));
+                const again = await e2e.waitFor((m) => m.requestId === 'sent-again', 5000);
+                await e2e.sleep(500);
+                return { carrier: carrier.id, folded: { id: folded.id, coalesced: folded.coalesced },
+                         again: again.body || again.error,
+                         listed: (await sluice.jobs()).filter((j) => j.id === 'folded-into-carrier').length };
+                "#,
+            )
+            .await;
+        report(&format!("folded enqueue sent again: {folded}"));
+        assert_eq!(folded["folded"]["id"], folded["carrier"], "{folded}");
+        assert_eq!(folded["folded"]["coalesced"], true, "{folded}");
+        assert_eq!(folded["again"]["type"], "enqueued", "{folded}");
+        assert_eq!(folded["again"]["id"], folded["carrier"], "{folded}");
+        assert_eq!(folded["again"]["coalesced"], true, "{folded}");
+        assert_eq!(folded["listed"], 0, "{folded}");
+
+        let count = |method: &str, path: &str| {
+            h.arrivals_where(|a| a.method == method && a.path == path)
+                .len()
+        };
+        assert_eq!(count("POST", "/api/contacts"), 5, "base, second and three of many");
+        assert_eq!(h.api.stats().duplicate_creates, 0);
+        assert_eq!(count("PATCH", "/api/contacts/1"), 3, "one, then the one ahead and the carrier");
+        assert_eq!(count("POST", "/api/echo"), 1);
+        assert_eq!(count("DELETE", "/api/contacts/2"), 1);
+    }
+);
+
+e2e!(
     /// Scenario 5a: five patches to one record enqueued while the budget is paused by a 429
     /// become one request carrying the last value of every field.
     patches_to_one_record_during_a_pause_coalesce_into_one_request,
