@@ -7,7 +7,9 @@
 //! avoids needing a `wasm-bindgen` binary of exactly the right version on the machine.
 //!
 //! `SLUICE_SKIP_WASM=1` skips the wasm build and embeds empty stand-ins, for quick host-only
-//! checks or while a wasm crate does not compile.
+//! checks or while a wasm crate does not compile. `SLUICE_WASM_NAMES=1` keeps the function
+//! names in the wasm, so that `twiggy top` on `<out>/pkg/sluice_sw_bg.wasm` says what is heavy
+//! (never ship that build: the names are more than half of it).
 
 use std::env;
 use std::fmt::Write as _;
@@ -47,6 +49,7 @@ fn run() -> Result<(), BoxError> {
         println!("cargo:rerun-if-changed={}", root.join(p).display());
     }
     println!("cargo:rerun-if-env-changed=SLUICE_SKIP_WASM");
+    println!("cargo:rerun-if-env-changed=SLUICE_WASM_NAMES");
 
     let pkg_dir = out_dir.join("pkg");
     if pkg_dir.exists() {
@@ -191,7 +194,10 @@ fn bindgen(wasm: &Path, pkg_dir: &Path, flavour: Flavour) -> Result<(), BoxError
             .typescript(true)
             .omit_default_module_path(false),
     };
-    b.remove_name_section(true)
+    // `SLUICE_WASM_NAMES=1` keeps function names, for size analysis (`twiggy top` on the
+    // `_bg.wasm`); they cost more than half the file, so never ship such a build.
+    let keep_names = env::var("SLUICE_WASM_NAMES").is_ok_and(|v| !v.is_empty() && v != "0");
+    b.remove_name_section(!keep_names)
         .remove_producers_section(true)
         .generate(pkg_dir)
         .map_err(|e| format!("wasm-bindgen on {}: {e:#}", wasm.display()))?;

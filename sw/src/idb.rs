@@ -68,26 +68,12 @@ fn settled(target: &JsValue, listen: impl FnOnce(&Function, &Function)) -> JsFut
 
 /// Waits for a request: its result, or its error.
 pub async fn request(req: &IdbRequest, what: &str) -> Result<JsValue, SwError> {
-    outcome(req, watch(req).await, what)
-}
-
-/// Starts listening for a request's end at once, so that several requests issued together
-/// can be awaited one after another without missing an event; [`outcome`] reads it.
-pub fn watch(req: &IdbRequest) -> JsFuture {
-    settled(req, |resolve, reject| {
+    let done = settled(req, |resolve, reject| {
         req.set_onsuccess(Some(resolve));
         req.set_onerror(Some(reject));
-    })
-}
-
-/// A watched request's result, or its error.
-pub fn outcome(
-    req: &IdbRequest,
-    ended: Result<JsValue, JsValue>,
-    what: &str,
-) -> Result<JsValue, SwError> {
-    match ended {
-        Ok(_) => req.result().map_err(|e| failed(what, &e)),
+    });
+    match done.await {
+        Ok(_) => result(req, what),
         Err(_) => {
             let error = req.error().ok().flatten().map_or(JsValue::NULL, Into::into);
             Err(failed(what, &error))
@@ -95,41 +81,61 @@ pub fn outcome(
     }
 }
 
-/// A request issued and watched (see [`watch`]); [`Issued::array`] or [`Issued::number`]
-/// awaits it.
-pub struct Issued {
-    req: IdbRequest,
-    ended: JsFuture,
-}
-
-impl Issued {
-    fn new(req: IdbRequest) -> Self {
-        let ended = watch(&req);
-        Self { req, ended }
-    }
-
-    pub async fn value(self) -> Result<JsValue, SwError> {
-        let ended = self.ended.await;
-        outcome(&self.req, ended, "read values")
-    }
-
-    pub async fn array(self) -> Result<Array, SwError> {
-        Ok(self.value().await?.unchecked_into())
-    }
-
-    pub async fn number(self) -> Result<u32, SwError> {
-        Ok(self.value().await?.as_f64().unwrap_or(0.0) as u32)
+/// Starts listening for a request's end at once (so that it cannot end unheard while other
+/// requests are issued), and resolves when it succeeded.
+pub fn watch(
+    req: &IdbRequest,
+    what: &'static str,
+) -> impl std::future::Future<Output = Result<(), SwError>> {
+    let done = settled(req, |resolve, reject| {
+        req.set_onsuccess(Some(resolve));
+        req.set_onerror(Some(reject));
+    });
+    let req = req.clone();
+    async move {
+        match done.await {
+            Ok(_) => Ok(()),
+            Err(_) => {
+                let error = req.error().ok().flatten().map_or(JsValue::NULL, Into::into);
+                Err(failed(what, &error))
+            }
+        }
     }
 }
 
-/// Waits until a transaction committed; an abort or error is an error.
-pub async fn committed(tx: &IdbTransaction) -> Result<(), SwError> {
+/// The result of a request that has completed (say, its transaction did).
+pub fn result(req: &IdbRequest, what: &str) -> Result<JsValue, SwError> {
+    req.result().map_err(|e| failed(what, &e))
+}
+
+/// The array a completed `getAll` gave.
+pub fn array(req: &IdbRequest) -> Result<Array, SwError> {
+    Ok(result(req, "get values")?.unchecked_into())
+}
+
+/// The number a completed `count` gave.
+pub fn number(req: &IdbRequest) -> Result<u32, SwError> {
+    Ok(result(req, "count values")?.as_f64().unwrap_or(0.0) as u32)
+}
+
+/// Waits until a transaction ended: `Ok` once it committed (every request of it has
+/// completed by then, so their results can be read), an error if it was aborted or failed.
+/// Listens from the call on, so call it before anything that might let the transaction end.
+pub fn committed(tx: &IdbTransaction) -> impl std::future::Future<Output = Result<(), SwError>> {
     let done = settled(tx, |resolve, reject| {
         tx.set_oncomplete(Some(resolve));
         tx.set_onabort(Some(reject));
         tx.set_onerror(Some(reject));
     });
-    match done.await {
+    let tx = tx.clone();
+    async move { transaction_outcome(&tx, done.await) }
+}
+
+fn transaction_outcome(
+    tx: &IdbTransaction,
+    ended: Result<JsValue, JsValue>,
+) -> Result<(), SwError> {
+    match ended {
         Ok(_) => Ok(()),
         Err(event) => {
             let kind = Reflect::get(&event, &"type".into())
@@ -281,10 +287,8 @@ pub fn store(tx: &IdbTransaction, name: &str) -> Result<IdbObjectStore, SwError>
         .map_err(|e| failed("open an object store", &e))
 }
 
-pub async fn get_all(store: &IdbObjectStore) -> Result<Array, SwError> {
-    let req = store.get_all().map_err(|e| failed("get all values", &e))?;
-    Ok(request(&req, "get all values").await?.unchecked_into())
-}
+// Requests are issued here and read once their transaction committed ([`committed`],
+// [`array`], [`result`]): one wait per transaction instead of one per request.
 
 /// Issues a read of up to `limit` records of `index` whose index key lies in `range`, in
 /// index order.
@@ -293,7 +297,7 @@ pub fn index_get_all(
     index: &str,
     range: &JsValue,
     limit: Option<u32>,
-) -> Result<Issued, SwError> {
+) -> Result<IdbRequest, SwError> {
     let index = store
         .index(index)
         .map_err(|e| failed("open an index", &e))?;
@@ -301,31 +305,23 @@ pub fn index_get_all(
         Some(n) => index.get_all_with_key_and_limit(range, n),
         None => index.get_all_with_key(range),
     }
-    .map(Issued::new)
     .map_err(|e| failed("get values by index", &e))
 }
 
 /// Issues a count of the store's records.
-pub fn count(store: &IdbObjectStore) -> Result<Issued, SwError> {
-    store
-        .count()
-        .map(Issued::new)
-        .map_err(|e| failed("count values", &e))
+pub fn count(store: &IdbObjectStore) -> Result<IdbRequest, SwError> {
+    store.count().map_err(|e| failed("count values", &e))
 }
 
 /// Issues a read of every record.
-pub fn issue_get_all(store: &IdbObjectStore) -> Result<Issued, SwError> {
-    store
-        .get_all()
-        .map(Issued::new)
-        .map_err(|e| failed("get all values", &e))
+pub fn get_all(store: &IdbObjectStore) -> Result<IdbRequest, SwError> {
+    store.get_all().map_err(|e| failed("get all values", &e))
 }
 
 /// Issues a read of the record with this key (`undefined` when there is none).
-pub fn issue_get(store: &IdbObjectStore, key: &str) -> Result<Issued, SwError> {
+pub fn get(store: &IdbObjectStore, key: &str) -> Result<IdbRequest, SwError> {
     store
         .get(&key.into())
-        .map(Issued::new)
         .map_err(|e| failed("get a value", &e))
 }
 
@@ -335,7 +331,7 @@ pub fn get_all_after(
     store: &IdbObjectStore,
     after: Option<&str>,
     limit: u32,
-) -> Result<Issued, SwError> {
+) -> Result<IdbRequest, SwError> {
     let range = match after {
         None => JsValue::NULL,
         Some(key) => IdbKeyRange::lower_bound_with_open(&key.into(), true)
@@ -344,7 +340,6 @@ pub fn get_all_after(
     };
     store
         .get_all_with_key_and_limit(&range, limit)
-        .map(Issued::new)
         .map_err(|e| failed("get values", &e))
 }
 
@@ -357,38 +352,24 @@ pub fn first_key_range(first: &str) -> Result<JsValue, SwError> {
         .map_err(|e| failed("make a key range", &e))
 }
 
-/// The record with this key: `undefined` when there is none.
-pub async fn get(store: &IdbObjectStore, key: &str) -> Result<JsValue, SwError> {
-    let req = store
-        .get(&key.into())
-        .map_err(|e| failed("get a value", &e))?;
-    request(&req, "get a value").await
-}
-
-pub async fn put(store: &IdbObjectStore, value: &JsValue) -> Result<(), SwError> {
-    let req = store.put(value).map_err(|e| failed("put a value", &e))?;
-    request(&req, "put a value").await.map(drop)
-}
-
-/// Puts every value, issuing all requests at once; resolves when the last one succeeded (they
-/// complete in order, and a failed one aborts the transaction, failing the rest).
-pub async fn put_all(
+/// Issues a put of every value; returns the last request (they complete in order).
+pub fn put_all(
     store: &IdbObjectStore,
     values: impl Iterator<Item = JsValue>,
-) -> Result<(), SwError> {
+) -> Result<Option<IdbRequest>, SwError> {
     let mut last = None;
     for value in values {
         last = Some(store.put(&value).map_err(|e| failed("put a value", &e))?);
     }
-    match last {
-        Some(req) => request(&req, "put a value").await.map(drop),
-        None => Ok(()),
-    }
+    Ok(last)
 }
 
-pub async fn delete(store: &IdbObjectStore, key: &str) -> Result<(), SwError> {
-    let req = store
+pub fn put(store: &IdbObjectStore, value: &JsValue) -> Result<IdbRequest, SwError> {
+    store.put(value).map_err(|e| failed("put a value", &e))
+}
+
+pub fn delete(store: &IdbObjectStore, key: &str) -> Result<IdbRequest, SwError> {
+    store
         .delete(&key.into())
-        .map_err(|e| failed("delete a value", &e))?;
-    request(&req, "delete a value").await.map(drop)
+        .map_err(|e| failed("delete a value", &e))
 }

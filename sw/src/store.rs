@@ -234,10 +234,6 @@ pub use web::{job_id_of, Store};
 
 #[cfg(target_arch = "wasm32")]
 mod web {
-    use std::future::Future;
-    use std::pin::Pin;
-    use std::task::{Context, Poll};
-
     use js_sys::{Array, Object, Reflect, JSON};
     use sluice_shared::{Changes, JobId};
     use wasm_bindgen::{JsCast, JsValue};
@@ -350,96 +346,36 @@ mod web {
         }
     }
 
-    type Op<'a> = Pin<Box<dyn Future<Output = Result<(), SwError>> + 'a>>;
-
-    /// Polls every operation to completion, each as soon as it can make progress: the first
-    /// poll issues every IndexedDB request at once. Returns the first error, after all ended
-    /// (none is dropped half-way, so no request callback outlives its future).
-    struct JoinAll<'a> {
-        ops: Vec<Option<Op<'a>>>,
-        first_error: Option<SwError>,
-    }
-
-    impl Future for JoinAll<'_> {
-        type Output = Result<(), SwError>;
-
-        fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-            let this = self.get_mut();
-            let mut pending = false;
-            for slot in this.ops.iter_mut() {
-                if let Some(op) = slot {
-                    match op.as_mut().poll(cx) {
-                        Poll::Ready(result) => {
-                            *slot = None;
-                            if let Err(e) = result {
-                                this.first_error.get_or_insert(e);
-                            }
-                        }
-                        Poll::Pending => pending = true,
-                    }
-                }
-            }
-            if pending {
-                Poll::Pending
-            } else {
-                Poll::Ready(match this.first_error.take() {
-                    Some(e) => Err(e),
-                    None => Ok(()),
-                })
-            }
+    /// Aborts the transaction when issuing its requests failed half-way: nothing of it may be
+    /// written then.
+    fn or_abort<T>(tx: &IdbTransaction, r: Result<T, SwError>) -> Result<T, SwError> {
+        if r.is_err() {
+            let _ = tx.abort();
         }
-    }
-
-    fn join_all(ops: Vec<Op<'_>>) -> JoinAll<'_> {
-        JoinAll {
-            ops: ops.into_iter().map(Some).collect(),
-            first_error: None,
-        }
+        r
     }
 
     /// Puts every record of `array`, [`PUT_CHUNK`] at a time with two chunks in flight: the
-    /// first two at the first poll (a transaction left without requests commits), each next one
-    /// when an earlier one completed (the transaction is still active then).
+    /// first two at once (a transaction left without requests commits), each next one when an
+    /// earlier one completed (the transaction is still active then).
     async fn put_chunked(store: &IdbObjectStore, array: Array) -> Result<(), SwError> {
         let n = array.length();
-        let chunk = |start: u32| {
-            let end = start.saturating_add(PUT_CHUNK).min(n);
-            let array = &array;
-            let fut = idb::put_all(store, (start..end).map(move |i| array.get(i)));
-            (end, Box::pin(fut))
-        };
-        let mut next = 0;
         let mut in_flight = Vec::with_capacity(2);
-        let mut first_error = None;
-        std::future::poll_fn(|cx| loop {
-            while next < n && in_flight.len() < 2 && first_error.is_none() {
-                let (end, fut) = chunk(next);
-                next = end;
-                in_flight.push(fut);
+        let mut start = 0;
+        while start < n {
+            if in_flight.len() == 2 {
+                in_flight.remove(0).await?;
             }
-            let before = in_flight.len();
-            in_flight.retain_mut(|fut| match fut.as_mut().poll(cx) {
-                Poll::Ready(result) => {
-                    if let Err(e) = result {
-                        first_error.get_or_insert(e);
-                    }
-                    false
-                }
-                Poll::Pending => true,
-            });
-            if in_flight.is_empty() && (next >= n || first_error.is_some()) {
-                // Every issued request has ended (an error aborts the rest).
-                return Poll::Ready(first_error.take().map_or(Ok(()), Err));
+            let end = start.saturating_add(PUT_CHUNK).min(n);
+            if let Some(last) = idb::put_all(store, (start..end).map(|i| array.get(i)))? {
+                in_flight.push(idb::watch(&last, "put a value"));
             }
-            if in_flight.len() == before {
-                return Poll::Pending;
-            }
-        })
-        .await
-    }
-
-    fn committed(tx: IdbTransaction) -> Op<'static> {
-        Box::pin(async move { idb::committed(&tx).await })
+            start = end;
+        }
+        for done in in_flight {
+            done.await?;
+        }
+        Ok(())
     }
 
     /// The open database.
@@ -477,29 +413,25 @@ mod web {
             let budgets = idb::store(&tx, BUDGETS)?;
             let meta = idb::store(&tx, META)?;
             let journal = idb::store(&tx, JOURNAL)?;
-            // Every request is issued now; they complete in order. One record more than kept
-            // tells whether a state's read was cut short.
+            // Every request is issued now and read once the transaction ended. One record more
+            // than kept tells whether a state's read was cut short.
             let journals = idb::count(&journal)?;
-            let budget_values = idb::issue_get_all(&budgets)?;
-            let config = idb::issue_get(&meta, "config")?;
-            let schema = idb::issue_get(&meta, "schema")?;
+            let budget_values = idb::get_all(&budgets)?;
+            let config = idb::get(&meta, "config")?;
+            let schema = idb::get(&meta, "schema")?;
             let mut reads = Vec::with_capacity(ACTIVE_STATES.len());
             for (state, cut) in ACTIVE_STATES {
                 let range = idb::first_key_range(state)?;
                 let limit = cut.then_some(first.saturating_add(1));
                 reads.push(idb::index_get_all(&jobs, STATE_SEQ, &range, limit)?);
             }
-            let journals = journals.number().await?;
-            let budget_values = budget_values.array().await?;
-            let config = config.value().await?;
-            let schema = schema.value().await?;
-            let mut states = Vec::with_capacity(reads.len());
-            for read in reads {
-                states.push(read.array().await?);
-            }
-            drop((jobs, budgets, meta, journal, tx));
-            if journals > 0 {
+            idb::committed(&tx).await?;
+            if idb::number(&journals)? > 0 {
                 return self.load().await;
+            }
+            let mut states = Vec::with_capacity(reads.len());
+            for read in &reads {
+                states.push(idb::array(read)?);
             }
 
             // The prefix ends at the last record kept of a state whose read was cut short.
@@ -516,7 +448,12 @@ mod web {
                 }
             }
             let mut loaded = Loaded::default();
-            decode_meta(&mut loaded, &budget_values, config, schema);
+            decode_meta(
+                &mut loaded,
+                &idb::array(&budget_values)?,
+                idb::result(&config, "read the configuration")?,
+                idb::result(&schema, "read the schema record")?,
+            );
             for records in &states {
                 for v in records.iter() {
                     let sending = field(&v, "state").as_deref() == Some("sending");
@@ -533,7 +470,9 @@ mod web {
         pub async fn load_after(&self, after: Option<&str>, limit: u32) -> Result<Array, SwError> {
             let tx = idb::transaction(&self.db, &[JOBS], IdbTransactionMode::Readonly)?;
             let jobs = idb::store(&tx, JOBS)?;
-            idb::get_all_after(&jobs, after, limit)?.array().await
+            let read = idb::get_all_after(&jobs, after, limit)?;
+            idb::committed(&tx).await?;
+            idb::array(&read)
         }
 
         /// Reads every job, budget state, journal entry and the meta records, in one read-only
@@ -548,13 +487,15 @@ mod web {
             let budgets = idb::store(&tx, BUDGETS)?;
             let meta = idb::store(&tx, META)?;
             let journal = idb::store(&tx, JOURNAL)?;
-            let job_values = idb::get_all(&jobs).await?;
-            let budget_values = idb::get_all(&budgets).await?;
-            let journal_values = idb::get_all(&journal).await?;
-            let config = Some(idb::get(&meta, "config").await?);
-            let schema = Some(idb::get(&meta, "schema").await?);
-            // A read-only transaction needs no commit: it ends by itself once idle.
+            let job_values = idb::get_all(&jobs)?;
+            let budget_values = idb::get_all(&budgets)?;
+            let journal_values = idb::get_all(&journal)?;
+            let config = idb::get(&meta, "config")?;
+            let schema = idb::get(&meta, "schema")?;
+            idb::committed(&tx).await?;
             drop((jobs, budgets, meta, journal, tx));
+            let job_values = idb::array(&job_values)?;
+            let journal_values = idb::array(&journal_values)?;
 
             let mut loaded = Loaded::default();
             loaded.complete = true;
@@ -581,9 +522,9 @@ mod web {
             }
             decode_meta(
                 &mut loaded,
-                &budget_values,
-                config.unwrap_or(JsValue::UNDEFINED),
-                schema.unwrap_or(JsValue::UNDEFINED),
+                &idb::array(&budget_values)?,
+                idb::result(&config, "read the configuration")?,
+                idb::result(&schema, "read the schema record")?,
             );
             Ok(loaded)
         }
@@ -594,7 +535,8 @@ mod web {
         pub async fn saved(&self) -> Result<(), SwError> {
             let tx = idb::transaction(&self.db, &[JOBS], IdbTransactionMode::Readonly)?;
             let jobs = idb::store(&tx, JOBS)?;
-            idb::get(&jobs, "").await.map(drop)
+            idb::get(&jobs, "")?;
+            idb::committed(&tx).await
         }
 
         /// Saves one batch of engine changes (and meta writes) in ONE transaction and returns
@@ -650,46 +592,47 @@ mod web {
                 &[JOBS, BUDGETS, META, JOURNAL],
                 IdbTransactionMode::Readwrite,
             )?;
-            let jobs = idb::store(&tx, JOBS)?;
-            let budgets = idb::store(&tx, BUDGETS)?;
-            let meta_store = idb::store(&tx, META)?;
-            let journal_store = idb::store(&tx, JOURNAL)?;
-
-            let mut ops: Vec<Op<'_>> = vec![committed(tx)];
-            if let Some(array) = direct {
-                ops.push(Box::pin(put_chunked(&jobs, array)));
-            }
-            for id in &changes.removed {
-                let jobs = &jobs;
-                ops.push(Box::pin(idb::delete(jobs, id)));
-            }
-            if let Some(array) = budgets_array {
-                let budgets = &budgets;
-                ops.push(Box::pin(async move {
-                    idb::put_all(budgets, array.iter()).await
-                }));
-            }
-            for record in meta_puts {
-                let store = &meta_store;
-                ops.push(Box::pin(async move { idb::put(store, &record).await }));
-            }
-            if delete_config {
-                ops.push(Box::pin(idb::delete(&meta_store, "config")));
-            }
-            let journaled = match journal {
-                None => None,
-                Some((journaled, record)) => {
-                    let store = &journal_store;
-                    ops.push(Box::pin(async move { idb::put(store, &record).await }));
-                    Some(journaled)
+            // Every request is issued now, in this synchronous stretch; only a large batch of
+            // jobs is issued in chunks as earlier ones complete (see `put_chunked`).
+            let issued = (|| {
+                let jobs = idb::store(&tx, JOBS)?;
+                let large = match direct {
+                    Some(array) if array.length() > PUT_CHUNK => Some(array),
+                    Some(array) => {
+                        idb::put_all(&jobs, array.iter())?;
+                        None
+                    }
+                    None => None,
+                };
+                for id in &changes.removed {
+                    idb::delete(&jobs, id)?;
                 }
-            };
-            for id in delete_journals {
-                let store = &journal_store;
-                ops.push(Box::pin(async move { idb::delete(store, &id).await }));
+                if let Some(array) = budgets_array {
+                    idb::put_all(&idb::store(&tx, BUDGETS)?, array.iter())?;
+                }
+                let meta_store = idb::store(&tx, META)?;
+                for record in &meta_puts {
+                    idb::put(&meta_store, record)?;
+                }
+                if delete_config {
+                    idb::delete(&meta_store, "config")?;
+                }
+                let journal_store = idb::store(&tx, JOURNAL)?;
+                if let Some((_, record)) = &journal {
+                    idb::put(&journal_store, record)?;
+                }
+                for id in &delete_journals {
+                    idb::delete(&journal_store, id)?;
+                }
+                Ok((jobs, large))
+            })();
+            let (jobs, large) = or_abort(&tx, issued)?;
+            let done = idb::committed(&tx);
+            if let Some(array) = large {
+                or_abort(&tx, put_chunked(&jobs, array).await)?;
             }
-            join_all(ops).await?;
-            Ok(journaled)
+            done.await?;
+            Ok(journal.map(|(journaled, _)| journaled))
         }
 
         /// Writes journaled jobs one per record (as they are now in memory) and, for the last
@@ -706,16 +649,18 @@ mod web {
                 Some(parse_array(&encode_all(jobs))?)
             };
             let tx = idb::transaction(&self.db, &[JOBS, JOURNAL], IdbTransactionMode::Readwrite)?;
-            let job_store = idb::store(&tx, JOBS)?;
-            let journal = idb::store(&tx, JOURNAL)?;
-            let mut ops: Vec<Op<'_>> = vec![committed(tx)];
+            let issued = (|| {
+                if let Some(id) = delete_journal {
+                    idb::delete(&idb::store(&tx, JOURNAL)?, id)?;
+                }
+                idb::store(&tx, JOBS)
+            })();
+            let job_store = or_abort(&tx, issued)?;
+            let done = idb::committed(&tx);
             if let Some(array) = array {
-                ops.push(Box::pin(put_chunked(&job_store, array)));
+                or_abort(&tx, put_chunked(&job_store, array).await)?;
             }
-            if let Some(id) = delete_journal {
-                ops.push(Box::pin(idb::delete(&journal, id)));
-            }
-            join_all(ops).await
+            done.await
         }
     }
 }
