@@ -497,8 +497,10 @@ mod web {
             let job_values = idb::array(&job_values)?;
             let journal_values = idb::array(&journal_values)?;
 
-            let mut loaded = Loaded::default();
-            loaded.complete = true;
+            let mut loaded = Loaded {
+                complete: true,
+                ..Loaded::default()
+            };
             loaded.jobs.reserve(job_values.length() as usize);
             for v in job_values.iter() {
                 decode_into(&mut loaded, &v);

@@ -811,11 +811,12 @@ impl Worker {
                 .borrow_mut()
                 .enqueue_many(fresh, group_id, now)?;
             warning = w;
-            let mut folds = self.folds.borrow_mut();
-            for (asked, result) in asked.into_iter().zip(&results) {
-                folds.note(asked, result);
+            {
+                let mut folds = self.folds.borrow_mut();
+                for (asked, result) in asked.into_iter().zip(&results) {
+                    folds.note(asked, result);
+                }
             }
-            drop(folds);
             let new_ids: Vec<JobId> = results
                 .iter()
                 .filter(|r| !r.coalesced)
