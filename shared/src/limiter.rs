@@ -365,7 +365,7 @@ impl Limiter {
     /// A start recorded at `recorded` really went out at `sent`, later (it waited for a save,
     /// say). The log takes the real instant, so the windows measure what the server sees; moving
     /// a start later only makes every window stricter. The other algorithms keep the count
-    /// where it was recorded: their margin is in the count itself.
+    /// where it was recorded: their margin is in the count itself. Pacing continues from `sent`.
     pub fn restamp(&mut self, recorded: Millis, sent: Millis) {
         if sent <= recorded {
             return;
@@ -374,6 +374,14 @@ impl Limiter {
             self.starts.remove(i);
             let at = self.starts.partition_point(|&s| s <= sent);
             self.starts.insert(at, sent);
+        }
+        // The grid too: the next start comes an interval after this one really went out, not
+        // at once to make up for a wait that was ours, not the runtime's.
+        if let Some(pace) = &mut self.pace {
+            let after = u128::from(sent) * u128::from(pace.per) + u128::from(pace.step);
+            if pace.scaled() < after {
+                pace.set_scaled(after);
+            }
         }
     }
 
@@ -1218,6 +1226,16 @@ mod tests {
         // Never earlier than recorded.
         lim.restamp(T0 + 1_031, T0 + 1_000);
         assert_eq!(lim.next_start_at(T0 + 1_031), T0 + 50 + 1_021);
+    }
+
+    #[test]
+    fn pacing_continues_from_when_a_start_really_went_out() {
+        let mut lim = limiter(Algorithm::SlidingLog, &[w(100, 1_000)], 0.98);
+        lim.set_pacing(true);
+        lim.record_start(T0);
+        // It waited 30 ms for a save: the next start is an interval after that, not at once.
+        lim.restamp(T0, T0 + 30);
+        assert_eq!(lim.next_start_at(T0 + 30), T0 + 41);
     }
 
     #[test]

@@ -660,7 +660,8 @@ fn a_rebuild_in_two_steps_sends_what_a_rebuild_in_one_step_sends() {
     for t in drain(&mut e, now) {
         e.on_response(&t.job_id, ok(), now + 5);
     }
-    now += 10;
+    // Past the pacing interval (1,021 ms / 100).
+    now += 20;
     let in_flight = drain(&mut e, now);
     assert!(!in_flight.is_empty());
     let budgets = e.take_changes().budgets;

@@ -119,6 +119,8 @@ pub struct Pump {
     in_flight: Cell<usize>,
     /// Starts a request handler saved with its own changes, for the pump to fetch.
     saved_starts: RefCell<Vec<Transmit>>,
+    /// Handlers whose starts are still being saved (see [`Pump::hold_for_saved_starts`]).
+    saves_with_starts: Cell<u32>,
     handing_over: Cell<bool>,
     timer: RefCell<Timer>,
     /// Settle promises' resolve functions, with the instant each must resolve at the latest.
@@ -138,11 +140,22 @@ impl Pump {
         self.running.get() && !self.handing_over.get()
     }
 
+    /// A request's handler took starts to save in its own transaction (see
+    /// `Worker::poll_with_request`). Until they are handed over, the pump starts nothing: a
+    /// start of its own would leave before them (out of order, bunched with them when they
+    /// follow), and before the save that tells a restart that starts may go out unsaved.
+    pub fn hold_for_saved_starts(&self) {
+        self.saves_with_starts.set(self.saves_with_starts.get() + 1);
+    }
+
     /// Requests whose starts were saved by someone else's commit (see
-    /// `Worker::poll_with_request`): the pump fetches them on its next turn.
-    pub fn fetch_saved_starts(&self, starts: Vec<Transmit>) {
-        if starts.is_empty() {
-            return;
+    /// `Worker::poll_with_request`): the pump fetches them on its next turn. `held`: the
+    /// handler called [`Pump::hold_for_saved_starts`] for them. Called whether the save
+    /// succeeded or not (`starts` empty when not).
+    pub fn fetch_saved_starts(&self, starts: Vec<Transmit>, held: bool) {
+        if held {
+            self.saves_with_starts
+                .set(self.saves_with_starts.get().saturating_sub(1));
         }
         self.saved_starts.borrow_mut().extend(starts);
         self.wake();
@@ -266,7 +279,11 @@ async fn run(w: Rc<Worker>) {
             send_all(&w, Some(saved));
         }
         let now = now_ms();
-        let transmits = w.poll_transmits(now);
+        let transmits = if w.pump.saves_with_starts.get() == 0 {
+            w.poll_transmits(now)
+        } else {
+            Vec::new()
+        };
         let started = !transmits.is_empty();
         // The engine says whether this round's starts must be saved before they go out (the
         // first round after an idle spell) or may go out at once and be saved alongside (a

@@ -595,7 +595,25 @@ impl Worker {
         if !self.pump.may_start() {
             return Vec::new();
         }
-        self.poll_transmits(now)
+        let starts = self.poll_transmits(now);
+        if !starts.is_empty() {
+            self.pump.hold_for_saved_starts();
+        }
+        starts
+    }
+
+    /// Saves a request's changes with the starts [`Worker::poll_with_request`] took, then
+    /// hands those to the pump (nothing goes out when the save failed).
+    async fn commit_with_starts(
+        &self,
+        starts: Vec<Transmit>,
+        fresh: &[JobId],
+    ) -> Result<(), SwError> {
+        let held = !starts.is_empty();
+        let saved = self.commit_fresh(&[], fresh).await;
+        let starts = if saved.is_ok() { starts } else { Vec::new() };
+        self.pump.fetch_saved_starts(starts, held);
+        saved
     }
 
     /// Every request the engine allows to start now (their starts are recorded in the engine;
@@ -760,8 +778,7 @@ impl Worker {
         let result = self.engine.borrow_mut().enqueue(spec, now)?;
         self.folds.borrow_mut().note(asked, &result);
         let starts = self.poll_with_request(now);
-        self.commit(&[]).await?;
-        self.pump.fetch_saved_starts(starts);
+        self.commit_with_starts(starts, &[]).await?;
         Ok(result)
     }
 
@@ -823,8 +840,7 @@ impl Worker {
                 .map(|r| r.id.clone())
                 .collect();
             let starts = self.poll_with_request(now);
-            self.commit_fresh(&[], &new_ids).await?;
-            self.pump.fetch_saved_starts(starts);
+            self.commit_with_starts(starts, &new_ids).await?;
             let mut results = results.into_iter();
             for slot in known.iter_mut().filter(|k| k.is_none()) {
                 *slot = results.next();
