@@ -850,8 +850,10 @@ impl Engine {
     // ----- sending -------------------------------------------------------------------------
 
     /// The next request to start now, if any may. Call repeatedly until `None`, then arm a timer
-    /// for [`Engine::poll_timeout`]. The start is counted against the budget at once: persist
-    /// [`Engine::take_changes`] before starting the fetch, so a crash cannot forget it.
+    /// for [`Engine::poll_timeout`]. The start is counted against the budget at once. Persist
+    /// [`Engine::take_changes`] before the fetch when [`Transmit::save_first`] says so (then
+    /// report [`Engine::on_sent`]), else start the fetch at once and persist alongside, before
+    /// the next round.
     pub fn poll_transmit(&mut self, now: Millis) -> Option<Transmit> {
         self.forget_expired(now);
         if self.offline_until.is_some_and(|t| t > now) {
