@@ -59,6 +59,19 @@ fn post(n: usize) -> JobSpec {
     }
 }
 
+/// An interactive chat message: a person's action, never coalesced with another.
+fn chat(body: String) -> JobSpec {
+    JobSpec {
+        body: Some(body),
+        ..spec(
+            JobKind::Custom,
+            "POST",
+            "https://api.example/chat",
+            Lane::Interactive,
+        )
+    }
+}
+
 fn ok() -> Response {
     Response {
         status: 201,
@@ -509,15 +522,7 @@ fn interactive_actions_overtake_a_bulk_backlog_that_has_long_aged() {
     let mut next_action = 15_000;
     while now < 55_000 {
         if now >= next_action && waiting.is_none() {
-            let s = JobSpec {
-                body: Some(format!("{now}")),
-                ..spec(
-                    JobKind::Custom,
-                    "POST",
-                    "https://api.example/chat",
-                    Lane::Interactive,
-                )
-            };
+            let s = chat(format!("{now}"));
             waiting = Some((e.enqueue(s, now).unwrap().id, now));
             next_action = now + 3_000;
         }
@@ -557,15 +562,7 @@ fn aged_jobs_take_a_share_of_starts_from_an_endless_interactive_stream() {
     let mut interactive_started = 0u64;
     while now < bound + 20_000 {
         for _ in 0..2 {
-            let s = JobSpec {
-                body: Some(format!("chat {n}")),
-                ..spec(
-                    JobKind::Custom,
-                    "POST",
-                    "https://api.example/chat",
-                    Lane::Interactive,
-                )
-            };
+            let s = chat(format!("chat {n}"));
             e.enqueue(s, now).unwrap();
             n += 1;
         }
@@ -612,15 +609,7 @@ fn starvation_background_starts_within_its_aging_bound_under_endless_interactive
     while now < bound * 2 && started.is_none() {
         // Twice what the limit allows, forever.
         for _ in 0..2 {
-            let s = JobSpec {
-                body: Some(format!("{n}")),
-                ..spec(
-                    JobKind::Custom,
-                    "POST",
-                    "https://api.example/chat",
-                    Lane::Interactive,
-                )
-            };
+            let s = chat(format!("{n}"));
             e.enqueue(s, now).unwrap();
             n += 1;
         }
