@@ -318,7 +318,17 @@ impl Limiter {
     pub fn next_start_at(&self, now: Millis) -> Millis {
         // Each window allows a start from some instant on and for ever after (until the next
         // start is recorded), so the earliest instant all of them allow is the latest of those.
-        let paced = self.pace.map_or(now, |p| p.earliest());
+        // Making up for late starts goes at twice the rate at most, never in a burst: requests
+        // sent together queue behind one another on the way, and the server would count them
+        // later than we do by however long that queue is.
+        let paced = self.pace.map_or(now, |p| {
+            let half_interval = (p.step.div_ceil(2 * u64::from(p.per))).max(1);
+            let spaced = self
+                .starts
+                .back()
+                .map_or(0, |&last| last.saturating_add(half_interval));
+            p.earliest().max(spaced)
+        });
         let shared = match self.shortest() {
             Some(m) if self.headroom > 0 => {
                 let ours = self.own_share(m) as usize;
@@ -940,9 +950,8 @@ impl FixedState {
 const NEVER: Millis = (1 << 53) - 1;
 
 /// How many pacing intervals late a start may be and still be made up by the starts after it
-/// (see [`Limiter::set_pacing`]): enough for a late timer or a slot that freed a little late,
-/// and so the most starts that can follow one another at once, a handful next to any window's
-/// limit.
+/// (see [`Limiter::set_pacing`]): enough for a late timer or a slot that freed a little late.
+/// The starts that make it up are still half an interval apart at least.
 pub const PACING_CATCH_UP: u32 = 3;
 
 /// Spaces starts `step / per` ms apart until `until`, kept exactly like the GCRA's TAT.
@@ -1179,6 +1188,17 @@ mod tests {
         let per_second = 999.0 / took * 1_000.0;
         assert!(per_second >= 97.0, "{per_second:.1} per second");
         assert!(max_in_any_window(&starts, 1_000) <= 100);
+    }
+
+    #[test]
+    fn pacing_makes_up_without_a_burst() {
+        let mut lim = limiter(Algorithm::SlidingLog, &[w(100, 1_000)], 0.98);
+        lim.set_pacing(true);
+        lim.record_start(T0);
+        // 25 ms late for the next slot (10.21): the grid is made up half an interval (6 ms)
+        // apart at a time, never two at once.
+        let starts = greedy(&mut lim, T0 + 35, 5);
+        assert_eq!(starts, vec![T0 + 35, T0 + 41, T0 + 47, T0 + 53, T0 + 59]);
     }
 
     #[test]
