@@ -46,8 +46,11 @@ impl CpuSample {
         if secs <= 0.0 {
             return None;
         }
+        // Ticks are counted in whole hundredths of a second and the clock is read apart from
+        // them, so over a short span the counted ticks can exceed the span: a share is at most
+        // the whole machine.
         let capacity = secs * hz * cores;
-        let busy = later.busy.saturating_sub(self.busy) as f64;
+        let busy = (later.busy.saturating_sub(self.busy) as f64).min(capacity);
         let ours = (later.ours.saturating_sub(self.ours) as f64).min(busy);
         Some(CpuUse {
             ours: ours / capacity,
