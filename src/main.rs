@@ -110,6 +110,9 @@ struct SimulateArgs {
     /// Times the worker is killed and the engine rebuilt from its saved state, spread over the run.
     #[arg(long, default_value_t = 0)]
     rebuilds: usize,
+    /// How long one save to storage takes (IndexedDB in a busy browser: a few ms).
+    #[arg(long, default_value_t = 3)]
+    save_ms: u64,
     /// Share of the limit to aim for.
     #[arg(long, default_value_t = 0.98)]
     target_utilization: f64,
@@ -160,6 +163,7 @@ fn simulate(args: SimulateArgs) -> Result<(), MainError> {
         configured_limit: args.configured_limit,
         target_utilization: args.target_utilization,
         rebuilds: args.rebuilds,
+        save_ms: args.save_ms,
         seed: args.seed,
     };
     let report = run(&options).map_err(MainError::Simulate)?;

@@ -25,6 +25,7 @@ pub struct SimulateOptions {
     pub configured_limit: Option<u32>,
     pub target_utilization: f64,
     pub rebuilds: usize,
+    pub save_ms: u64,
     pub seed: u64,
 }
 
@@ -45,6 +46,7 @@ impl Default for SimulateOptions {
             configured_limit: None,
             target_utilization: BudgetConfig::default().target_utilization,
             rebuilds: 0,
+            save_ms: 3,
             seed: 1,
         }
     }
@@ -114,6 +116,7 @@ pub fn scenario(o: &SimulateOptions) -> Result<Scenario, String> {
         },
         arrivals: vec![sim::bulk_creates("api", o.jobs, 0)],
         rebuilds,
+        save_ms: o.save_ms,
         horizon_ms,
     })
 }

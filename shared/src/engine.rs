@@ -64,11 +64,15 @@ pub struct Transmit {
     /// Abort the request after this long and report [`TransportError::Timeout`].
     pub timeout_ms: DurationMs,
     /// Save [`Engine::take_changes`] before starting this request (and any other of the same
-    /// round). When false, the request may start at once and its start be saved alongside:
-    /// the saved budget already says that starts may go out unsaved, and a restore counts them
-    /// (see [`Engine::restore`]). Saving first would hold every request back by a storage
-    /// commit, a few milliseconds on every start, which with a few requests in flight is what
-    /// keeps a worker under the limit's rate.
+    /// round). When false, the request may start at once and its start be saved by the next
+    /// save, which need not wait for earlier ones: the saved budget already says that starts
+    /// may go out unsaved, and a restore counts `concurrency` of them (see
+    /// [`Engine::restore`]). The engine keeps that true by asking to save first until
+    /// [`Engine::on_saved`] confirms the save that marked the budget, and whenever
+    /// `concurrency` starts are out unsaved, until it confirms some. Saving
+    /// first would hold every request back by a storage commit, a few milliseconds on every
+    /// start, which with a few requests in flight is what keeps a worker under the limit's
+    /// rate.
     pub save_first: bool,
 }
 
@@ -107,14 +111,30 @@ pub struct Enqueued {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Changes {
+    /// Jobs to save (then broadcast).
     pub jobs: Vec<Job>,
+    /// Jobs that only started (`sending`) since: to broadcast, not worth a write. A restore
+    /// sends a job saved as waiting exactly as it would one saved as sending (again, with
+    /// the same idempotency key), so saving the start would buy nothing but a second write
+    /// per request.
+    #[serde(default)]
+    pub started: Vec<Job>,
     pub removed: Vec<JobId>,
     pub budgets: Vec<BudgetState>,
+    /// Names this save for [`Engine::on_saved`].
+    #[serde(default)]
+    pub save: SaveId,
 }
+
+/// One [`Engine::take_changes`], in the order they were taken.
+pub type SaveId = u64;
 
 impl Changes {
     pub fn is_empty(&self) -> bool {
-        self.jobs.is_empty() && self.removed.is_empty() && self.budgets.is_empty()
+        self.jobs.is_empty()
+            && self.started.is_empty()
+            && self.removed.is_empty()
+            && self.budgets.is_empty()
     }
 }
 
@@ -155,6 +175,36 @@ struct Budget {
     /// Starts in a row that went to a fresh job of a higher lane while an aged job of a lower
     /// lane outranked it (see [`AGED_TURN_EVERY`]).
     aged_passed_over: u32,
+    /// Starts that went out before being saved ([`Transmit::save_first`] false) and are not
+    /// known to be saved yet. Never more than `concurrency`: that is what a restore counts.
+    unsaved_starts: u32,
+    /// Of those, the ones no [`Engine::take_changes`] has taken yet.
+    untaken_starts: u32,
+    /// Where the saved `sends_before_saving` mark stands: a start may go out unsaved only once
+    /// storage holds the mark, or a restore would not count it.
+    mark: Mark,
+    /// When a request of this budget last ended (see [`QUIET_SPELL_MS`]).
+    last_end: Option<Millis>,
+    /// The logged start of the request in flight that went out after a quiet spell.
+    cold_start: Option<Millis>,
+}
+
+/// A request that starts after the budget sent nothing for this long (or first) may find no open
+/// connection: opening one delays its arrival by more than the windows' margin absorbs, while
+/// the requests after it arrive at once. When it ends, its start counts from then, the latest
+/// it can have arrived (see [`crate::limiter::Limiter::reached_server_by`]). Browsers keep idle
+/// connections open for many seconds, so a budget sending steadily never pays this.
+const QUIET_SPELL_MS: DurationMs = 1_000;
+
+/// Whether storage holds a budget's `sends_before_saving` mark (see [`Budget::mark`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Mark {
+    /// Not set, or set but no save has taken it yet.
+    NotSaved,
+    /// Taken by this save, not yet confirmed.
+    Saving(SaveId),
+    /// In storage: starts may go out unsaved.
+    Saved,
 }
 
 impl Budget {
@@ -264,11 +314,18 @@ pub struct Engine {
     offline_until: Option<Millis>,
     offline_streak: u32,
     changed_jobs: IdSet,
+    /// Jobs that started since the last [`Engine::take_changes`] (see [`Changes::started`]).
+    started_jobs: IdSet,
     removed_jobs: IdSet,
     changed_budgets: IdSet,
     waits: [VecDeque<DurationMs>; 3],
     finished_jobs: u64,
     finished_attempts: u64,
+    /// The id of the next [`Engine::take_changes`].
+    next_save: SaveId,
+    /// Saves taken but not yet confirmed by [`Engine::on_saved`] that carry unsaved starts,
+    /// oldest first, with how many each carries per budget.
+    saves_with_starts: VecDeque<(SaveId, Vec<(String, u32)>)>,
 }
 
 impl Engine {
@@ -294,11 +351,14 @@ impl Engine {
             offline_until: None,
             offline_streak: 0,
             changed_jobs: IdSet::default(),
+            started_jobs: IdSet::default(),
             removed_jobs: IdSet::default(),
             changed_budgets: IdSet::default(),
             waits: Default::default(),
             finished_jobs: 0,
             finished_attempts: 0,
+            next_save: 0,
+            saves_with_starts: VecDeque::new(),
         })
     }
 
@@ -310,6 +370,11 @@ impl Engine {
             in_flight: Vec::new(),
             latency_ms: None,
             aged_passed_over: 0,
+            unsaved_starts: 0,
+            untaken_starts: 0,
+            mark: Mark::NotSaved,
+            last_end: None,
+            cold_start: None,
         })
     }
 
@@ -318,8 +383,9 @@ impl Engine {
     /// idempotency key, and that interrupted attempt is not counted against them.
     ///
     /// A budget saved while its starts could go out before being saved
-    /// ([`Transmit::save_first`] false) may have lost the record of the last round: at most
-    /// `concurrency` starts, which are counted at `now` so the limit holds across the restart.
+    /// ([`Transmit::save_first`] false) may have lost the record of its last starts: at most
+    /// `concurrency` of them (the engine never lets more be out unsaved), which are counted at
+    /// `now` so the limit holds across the restart.
     /// Its jobs need nothing: a job sent but saved as waiting is sent again with its key, as
     /// if it had been saved as sending.
     pub fn restore(
@@ -336,6 +402,7 @@ impl Engine {
                 b.state.reconfigure(&b.config, now)?;
                 if b.state.sends_before_saving {
                     b.state.count_unsaved_starts(b.config.concurrency, now);
+                    b.mark = Mark::Saved;
                 }
             }
         }
@@ -852,8 +919,8 @@ impl Engine {
     /// The next request to start now, if any may. Call repeatedly until `None`, then arm a timer
     /// for [`Engine::poll_timeout`]. The start is counted against the budget at once. Persist
     /// [`Engine::take_changes`] before the fetch when [`Transmit::save_first`] says so (then
-    /// report [`Engine::on_sent`]), else start the fetch at once and persist alongside, before
-    /// the next round.
+    /// report [`Engine::on_sent`]), else start the fetch at once and persist with the next
+    /// save. Report every save that lands with [`Engine::on_saved`].
     pub fn poll_transmit(&mut self, now: Millis) -> Option<Transmit> {
         self.forget_expired(now);
         if self.offline_until.is_some_and(|t| t > now) {
@@ -931,11 +998,18 @@ impl Engine {
             save_first: false,
         };
         let b = self.budgets.get_mut(&budget_name)?;
-        let save_first = !b.state.sends_before_saving;
+        let save_first = b.mark != Mark::Saved || b.unsaved_starts >= b.config.concurrency;
         b.state.sends_before_saving = true;
+        if !save_first {
+            b.unsaved_starts += 1;
+            b.untaken_starts += 1;
+        }
         b.state.record_start(now, is_retry, &retry_config);
+        if b.in_flight.is_empty() && b.last_end.is_none_or(|t| now >= t + QUIET_SPELL_MS) {
+            b.cold_start = Some(now);
+        }
         b.in_flight.push((id.clone(), now));
-        self.changed_jobs.insert(id);
+        self.started_jobs.insert(id);
         self.changed_budgets.insert(budget_name);
         Some(Transmit {
             save_first,
@@ -981,6 +1055,9 @@ impl Engine {
             return;
         };
         if now > entry.1 {
+            if b.cold_start == Some(entry.1) {
+                b.cold_start = Some(now);
+            }
             b.state.limiter.restamp(entry.1, now);
             entry.1 = now;
             self.changed_budgets.insert(budget_name);
@@ -1122,6 +1199,14 @@ impl Engine {
         let b = self.budgets.get_mut(&budget_name)?;
         let at = b.in_flight.iter().position(|(j, _)| j == id)?;
         let (_, started) = b.in_flight.swap_remove(at);
+        b.last_end = Some(now);
+        if b.cold_start == Some(started) {
+            b.cold_start = None;
+            // It arrived, if at all, by now.
+            if b.state.limiter.reached_server_by(started, now) {
+                self.changed_budgets.insert(budget_name.clone());
+            }
+        }
         let sample = now.saturating_sub(started) as f64;
         b.latency_ms = Some(match b.latency_ms {
             Some(avg) => avg * 0.8 + sample * 0.2,
@@ -1307,22 +1392,52 @@ impl Engine {
 
     // ----- observation ---------------------------------------------------------------------
 
+    /// Whether [`Engine::take_changes`] has anything to take (besides what it decides itself).
+    pub fn has_changes(&self) -> bool {
+        !(self.changed_jobs.0.is_empty()
+            && self.started_jobs.0.is_empty()
+            && self.removed_jobs.0.is_empty()
+            && self.changed_budgets.0.is_empty())
+    }
+
     /// Everything that changed since the last call, to save (then broadcast).
     pub fn take_changes(&mut self) -> Changes {
-        let jobs = self
-            .changed_jobs
+        // Both in id order: a job that also changed otherwise is saved, not just told.
+        let changed = self.changed_jobs.take();
+        let started = self
+            .started_jobs
             .take()
+            .into_iter()
+            .filter(|id| changed.binary_search(id).is_err())
+            .filter_map(|id| self.jobs.get(&id).cloned())
+            .collect();
+        let jobs = changed
             .into_iter()
             .filter_map(|id| self.jobs.get(&id).cloned())
             .collect();
         let removed = self.removed_jobs.take();
-        // A budget with nothing in flight and nothing ready has no start that could go out
-        // unsaved: its next start is saved first again, and a restore owes nothing.
+        let save = self.next_save;
+        self.next_save += 1;
+        let mut carried = Vec::new();
         for (name, b) in self.budgets.0.iter_mut() {
+            // A budget with nothing in flight and nothing ready has no start that could go out
+            // unsaved: its next start is saved first again, and a restore owes nothing. (Starts
+            // carried by earlier saves are saved once this one is: saves land in order.)
             if b.state.sends_before_saving && b.in_flight.is_empty() && !b.has_ready() {
                 b.state.sends_before_saving = false;
+                b.mark = Mark::NotSaved;
                 self.changed_budgets.insert(name.clone());
             }
+            if b.state.sends_before_saving && b.mark == Mark::NotSaved {
+                b.mark = Mark::Saving(save);
+                self.changed_budgets.insert(name.clone());
+            }
+            if b.untaken_starts > 0 {
+                carried.push((name.clone(), std::mem::take(&mut b.untaken_starts)));
+            }
+        }
+        if !carried.is_empty() {
+            self.saves_with_starts.push_back((save, carried));
         }
         let budgets = self
             .changed_budgets
@@ -1332,8 +1447,34 @@ impl Engine {
             .collect();
         Changes {
             jobs,
+            started,
             removed,
             budgets,
+            save,
+        }
+    }
+
+    /// The save `save` (and so every earlier one: saves land in the order they were taken, or
+    /// the worker stops) is durable: the unsaved starts it carried are unsaved no longer, and
+    /// that many more may go out before being saved.
+    pub fn on_saved(&mut self, save: SaveId) {
+        for b in self.budgets.values_mut() {
+            if matches!(b.mark, Mark::Saving(s) if s <= save) {
+                b.mark = Mark::Saved;
+            }
+        }
+        while let Some((id, _)) = self.saves_with_starts.front() {
+            if *id > save {
+                break;
+            }
+            let Some((_, carried)) = self.saves_with_starts.pop_front() else {
+                break;
+            };
+            for (name, n) in carried {
+                if let Some(b) = self.budgets.get_mut(&name) {
+                    b.unsaved_starts = b.unsaved_starts.saturating_sub(n);
+                }
+            }
         }
     }
 

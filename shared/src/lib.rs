@@ -23,6 +23,6 @@ pub mod protocol;
 pub mod retry;
 pub mod status;
 
-pub use engine::{Changes, Engine, Enqueued, Response, Transmit, TransportError};
+pub use engine::{Changes, Engine, Enqueued, Response, SaveId, Transmit, TransportError};
 #[cfg(any(test, feature = "sim"))]
 pub mod sim;

@@ -380,11 +380,7 @@ impl Limiter {
         if sent <= recorded {
             return;
         }
-        if let Some(i) = self.starts.iter().rposition(|&s| s == recorded) {
-            self.starts.remove(i);
-            let at = self.starts.partition_point(|&s| s <= sent);
-            self.starts.insert(at, sent);
-        }
+        self.move_start(recorded, sent);
         // The grid too: the next start comes an interval after this one really went out, not
         // at once to make up for a wait that was ours, not the runtime's.
         if let Some(pace) = &mut self.pace {
@@ -393,6 +389,36 @@ impl Limiter {
                 pace.set_scaled(after);
             }
         }
+    }
+
+    /// A start recorded at `recorded` reached the server at `latest` at the latest. The windows'
+    /// margin (each is enforced stretched by the target utilization) absorbs arrivals that
+    /// trail their start by up to that much more than others do; a request that may have taken
+    /// longer to get there (one that had to open a connection first) could let the server see
+    /// one start too many in a window. Such a start moves later in the log, to `latest` less
+    /// the margin, so that every window counts it where the server may have. Returns whether it
+    /// moved. The pacing grid is left alone: nothing is sent later for it.
+    pub fn reached_server_by(&mut self, recorded: Millis, latest: Millis) -> bool {
+        let margin = self
+            .meters
+            .iter()
+            .zip(&self.windows)
+            .map(|(m, w)| m.length.saturating_sub(w.length_ms))
+            .min()
+            .unwrap_or(0);
+        let to = latest.saturating_sub(margin);
+        to > recorded && self.move_start(recorded, to)
+    }
+
+    /// Moves one logged start from `from` to the later `to`, keeping the log in order.
+    fn move_start(&mut self, from: Millis, to: Millis) -> bool {
+        let Some(i) = self.starts.iter().rposition(|&s| s == from) else {
+            return false;
+        };
+        self.starts.remove(i);
+        let at = self.starts.partition_point(|&s| s <= to);
+        self.starts.insert(at, to);
+        true
     }
 
     /// Counts `n` starts at `at` that happened at or before `at` but were never recorded, in

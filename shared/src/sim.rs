@@ -9,13 +9,13 @@
 //! failing run can be replayed exactly.
 
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap, HashMap, VecDeque};
+use std::collections::{BTreeMap, BinaryHeap, HashMap, HashSet, VecDeque};
 
 use serde::{Deserialize, Serialize};
 
 use crate::budget::BudgetState;
 use crate::config::{EngineConfig, Window};
-use crate::engine::{Engine, Response, TransportError};
+use crate::engine::{Changes, Engine, Response, Transmit, TransportError};
 use crate::job::{Job, JobId, JobKind, JobSpec, JobState, Lane};
 use crate::random::Rng;
 use crate::time::{DurationMs, Millis};
@@ -47,6 +47,12 @@ pub struct ServerModel {
     /// One-way network delay: base plus uniform jitter, each way.
     pub one_way_ms: DurationMs,
     pub jitter_ms: DurationMs,
+    /// Extra delay on the way there for a request started after no request was open for
+    /// [`COLD_AFTER_IDLE_MS`]: a connection to open again. Beyond the utilization margin, it is
+    /// what makes a server see one request too many in a window when its client counts only
+    /// its own starts.
+    #[serde(default)]
+    pub cold_ms: DurationMs,
     /// Time the server takes to handle a request.
     pub service_ms: DurationMs,
     pub retry_after: RetryAfterForm,
@@ -68,6 +74,7 @@ impl Default for ServerModel {
             window_ms: 1_000,
             one_way_ms: 15,
             jitter_ms: 5,
+            cold_ms: 0,
             service_ms: 0,
             retry_after: RetryAfterForm::Delta,
             headers: HeaderStyle::None,
@@ -78,6 +85,9 @@ impl Default for ServerModel {
         }
     }
 }
+
+/// How long connections outlive the last request on them (see [`ServerModel::cold_ms`]).
+pub const COLD_AFTER_IDLE_MS: DurationMs = 5_000;
 
 /// One batch of work handed to the engine at a moment.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -96,6 +106,11 @@ pub struct Scenario {
     pub arrivals: Vec<Arrival>,
     /// Moments at which the worker is killed and the engine rebuilt from its saved state.
     pub rebuilds: Vec<Millis>,
+    /// How long one save takes to become durable. The simulated worker, like the real one,
+    /// keeps one save in flight and gathers what changes meanwhile into the next; a kill loses
+    /// the save in flight. 0: every save lands at once.
+    #[serde(default)]
+    pub save_ms: DurationMs,
     /// Give up after this much simulated time.
     pub horizon_ms: DurationMs,
 }
@@ -150,6 +165,8 @@ enum Event {
     Timeout(u64),
     Rebuild,
     OtherCaller,
+    /// The save in flight of this engine generation landed.
+    Saved(u64),
 }
 
 struct InFlight {
@@ -204,6 +221,7 @@ pub fn run(scenario: &Scenario) -> Report {
     let mut our_log: VecDeque<Millis> = VecDeque::new();
     let mut applied: HashMap<String, u64> = HashMap::new();
     let mut records_per_job: HashMap<u64, u64> = HashMap::new();
+    let mut first_applied: HashSet<u64> = HashSet::new();
     let mut enqueued_ids: Vec<JobId> = Vec::new();
     let mut first_start: HashMap<JobId, Millis> = HashMap::new();
     let mut tag = 0u64;
@@ -211,11 +229,17 @@ pub fn run(scenario: &Scenario) -> Report {
     let mut now: Millis = 0;
     let mut enqueues_left = scenario.arrivals.len();
     let mut busy_from: Option<Millis> = None;
+    // Requests of the current engine still waiting for an answer, and since when none has been
+    // (see `ServerModel::cold_ms`).
+    let mut open_requests = 0u32;
+    let mut quiet_since: Option<Millis> = None;
 
-    let persist = |engine: &mut Engine,
-                   saved_jobs: &mut HashMap<JobId, Job>,
-                   saved_budgets: &mut HashMap<String, BudgetState>| {
-        let changes = engine.take_changes();
+    // A save landing: the "IndexedDB" takes it, the engine learns it.
+    let land = |engine: &mut Engine,
+                changes: Changes,
+                saved_jobs: &mut HashMap<JobId, Job>,
+                saved_budgets: &mut HashMap<String, BudgetState>| {
+        engine.on_saved(changes.save);
         for j in changes.jobs {
             saved_jobs.insert(j.id.clone(), j);
         }
@@ -227,20 +251,48 @@ pub fn run(scenario: &Scenario) -> Report {
         }
     };
 
-    // A round whose starts went out before they were saved, as the worker does when the engine
-    // allows it: the save lands before the next event, unless that event kills the worker.
-    let mut unsaved_round = false;
+    // The save in flight, with the starts that wait for it (`Transmit::save_first`) and the
+    // jobs whose enqueue it acknowledges.
+    let mut saving: Option<(Changes, Vec<Transmit>, Vec<JobId>)> = None;
+    // Jobs enqueued that no save has taken yet: a kill loses them unacknowledged.
+    let mut unacknowledged: Vec<JobId> = Vec::new();
+    // Starts polled to be saved first that no save carries yet.
+    let mut awaiting_save: Vec<Transmit> = Vec::new();
+    // Starts whose save just landed, to send now.
+    let mut released: Vec<Transmit> = Vec::new();
     loop {
-        // The worker saves one round before it starts the next.
-        if std::mem::take(&mut unsaved_round) {
-            persist(&mut engine, &mut saved_jobs, &mut saved_budgets);
+        // Like the worker's pump: start what the engine allows now, at once or after a save,
+        // and start a save when none is in flight.
+        let mut round = std::mem::take(&mut released);
+        for t in std::iter::from_fn(|| engine.poll_transmit(now)) {
+            if t.save_first {
+                awaiting_save.push(t);
+            } else {
+                round.push(t);
+            }
         }
-        // Start everything the engine allows now, as one round, saved first when asked.
-        let round: Vec<_> = std::iter::from_fn(|| engine.poll_transmit(now)).collect();
-        if round.iter().any(|t| t.save_first) {
-            persist(&mut engine, &mut saved_jobs, &mut saved_budgets);
-        } else if !round.is_empty() {
-            unsaved_round = true;
+        if saving.is_none() {
+            let changes = engine.take_changes();
+            let waiting = std::mem::take(&mut awaiting_save);
+            let acknowledged = std::mem::take(&mut unacknowledged);
+            if !changes.is_empty() || !waiting.is_empty() {
+                if scenario.save_ms == 0 {
+                    land(&mut engine, changes, &mut saved_jobs, &mut saved_budgets);
+                    enqueued_ids.extend(acknowledged);
+                    for t in waiting {
+                        engine.on_sent(&t.job_id, now);
+                        round.push(t);
+                    }
+                } else {
+                    saving = Some((changes, waiting, acknowledged));
+                    push(
+                        &mut events,
+                        &mut payloads,
+                        now + scenario.save_ms,
+                        Event::Saved(generation),
+                    );
+                }
+            }
         }
         for t in round {
             report.requests += 1;
@@ -272,7 +324,15 @@ pub fn run(scenario: &Scenario) -> Report {
             });
             let id = tag;
             tag += 1;
-            let up = server.one_way_ms + rng.below_or_equal(server.jitter_ms);
+            let cold = if open_requests == 0
+                && quiet_since.is_none_or(|q| now >= q + COLD_AFTER_IDLE_MS)
+            {
+                server.cold_ms
+            } else {
+                0
+            };
+            open_requests += 1;
+            let up = server.one_way_ms + rng.below_or_equal(server.jitter_ms) + cold;
             push(&mut events, &mut payloads, now + up, Event::Arrive(id));
             push(
                 &mut events,
@@ -280,9 +340,6 @@ pub fn run(scenario: &Scenario) -> Report {
                 now + t.timeout_ms.min(timeout_ms),
                 Event::Timeout(id),
             );
-        }
-        if !unsaved_round {
-            persist(&mut engine, &mut saved_jobs, &mut saved_budgets);
         }
 
         let next_event = events.peek().map(|Reverse((t, _, _))| *t);
@@ -306,17 +363,27 @@ pub fn run(scenario: &Scenario) -> Report {
         let Some(event) = payloads.get_mut(idx).and_then(Option::take) else {
             continue;
         };
-        if std::mem::take(&mut unsaved_round) && !matches!(event, Event::Rebuild) {
-            persist(&mut engine, &mut saved_jobs, &mut saved_budgets);
-        }
         match event {
+            Event::Saved(of) => {
+                if of != generation {
+                    continue;
+                }
+                if let Some((changes, waiting, acknowledged)) = saving.take() {
+                    land(&mut engine, changes, &mut saved_jobs, &mut saved_budgets);
+                    enqueued_ids.extend(acknowledged);
+                    for t in waiting {
+                        engine.on_sent(&t.job_id, now);
+                        released.push(t);
+                    }
+                }
+            }
             Event::Enqueue(i) => {
                 enqueues_left -= 1;
                 let specs = scenario.arrivals[i].specs.clone();
                 for spec in specs {
                     if let Ok(e) = engine.enqueue(spec, now) {
                         if !e.coalesced {
-                            enqueued_ids.push(e.id);
+                            unacknowledged.push(e.id);
                         }
                     }
                 }
@@ -397,7 +464,9 @@ pub fn run(scenario: &Scenario) -> Report {
                             }
                             None => 1,
                         };
-                        if count == 1 {
+                        // A job sent again because the save of its outcome was lost with
+                        // the worker is applied again, but it is not a reordering.
+                        if count == 1 && first_applied.insert(req.seq_tag) {
                             if let Some(key) = &req.key {
                                 report
                                     .applied_per_key
@@ -464,6 +533,10 @@ pub fn run(scenario: &Scenario) -> Report {
                     continue;
                 }
                 req.settled = true;
+                open_requests = open_requests.saturating_sub(1);
+                if open_requests == 0 {
+                    quiet_since = Some(now);
+                }
                 if let Some(r) = req.response.take() {
                     engine.on_response(&req.job_id, r, now);
                 }
@@ -474,12 +547,22 @@ pub fn run(scenario: &Scenario) -> Report {
                     continue;
                 }
                 req.settled = true;
+                open_requests = open_requests.saturating_sub(1);
+                if open_requests == 0 {
+                    quiet_since = Some(now);
+                }
                 engine.on_transport_error(&req.job_id, TransportError::Timeout, now);
             }
             Event::Rebuild => {
                 // The browser killed the worker: memory is gone, IndexedDB remains.
                 report.rebuilds += 1;
                 generation += 1;
+                // The save in flight and the starts waiting for one are lost with it.
+                saving = None;
+                open_requests = 0;
+                awaiting_save.clear();
+                unacknowledged.clear();
+                released.clear();
                 let jobs: Vec<Job> = saved_jobs.values().cloned().collect();
                 let budgets: Vec<BudgetState> = saved_budgets.values().cloned().collect();
                 engine = Engine::restore(

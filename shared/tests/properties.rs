@@ -48,6 +48,8 @@ prop_compose! {
         headers in 0u8..3,
         retry_after in 0u8..3,
         one_way in 1u64..40,
+        save_ms in prop_oneof![Just(0u64), 1u64..30],
+        cold_per_mille in prop_oneof![Just(0u64), 0u64..200],
     ) -> Scenario {
         let budget = BudgetConfig {
             name: "api".into(),
@@ -68,6 +70,8 @@ prop_compose! {
                 one_way_ms: one_way,
                 // Arrival jitter within the 2% the default utilisation keeps in reserve.
                 jitter_ms: window_ms / 60,
+                // Opening a connection again after a quiet spell can take longer than that.
+                cold_ms: window_ms * cold_per_mille / 1000,
                 fault_rate,
                 lost_response_rate: lost_rate,
                 headers: [HeaderStyle::None, HeaderStyle::XRateLimit, HeaderStyle::Ietf][headers as usize],
@@ -76,6 +80,7 @@ prop_compose! {
             },
             arrivals: batches.into_iter().map(|(at, specs)| Arrival { at, specs }).collect(),
             rebuilds,
+            save_ms,
             horizon_ms: 4 * 3_600_000,
         }
     }

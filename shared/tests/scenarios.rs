@@ -275,6 +275,7 @@ fn idempotent_retry_after_a_timeout_reuses_the_key_and_leaves_one_record() {
         },
         arrivals: vec![sim::bulk_creates("api", 200, 0)],
         rebuilds: vec![],
+        save_ms: 0,
         horizon_ms: 3_600_000,
     });
     assert_eq!(report.duplicate_creates, 0);
@@ -751,8 +752,13 @@ fn only_the_first_round_after_idle_is_saved_before_it_goes_out_and_a_restore_cou
         first[0].save_first,
         "an idle budget's first round is saved first"
     );
+    assert!(
+        first.iter().all(|t| t.save_first),
+        "the whole round: storage does not say yet that starts may go out unsaved"
+    );
     let saved = e.take_changes();
     assert!(saved.budgets[0].sends_before_saving);
+    e.on_saved(saved.save);
     for t in &first {
         e.on_response(&t.job_id, ok(), 30);
     }
@@ -963,6 +969,7 @@ fn bulk_runs_close_to_the_limit_with_no_429s() {
             },
             arrivals: vec![sim::bulk_creates("api", 2_000, 0)],
             rebuilds: vec![],
+            save_ms: 0,
             horizon_ms: 600_000,
         });
         assert_eq!(report.done, 2_000);
@@ -995,6 +1002,7 @@ fn learns_the_limit_from_ietf_headers_and_stays_under_it() {
         },
         arrivals: vec![sim::bulk_creates("api", 1_000, 0)],
         rebuilds: vec![],
+        save_ms: 0,
         horizon_ms: 600_000,
     });
     assert_eq!(report.done, 1_000);
@@ -1017,6 +1025,7 @@ fn other_callers_on_the_same_quota_cost_few_429s() {
         },
         arrivals: vec![sim::bulk_creates("api", 2_000, 0)],
         rebuilds: vec![],
+        save_ms: 0,
         horizon_ms: 600_000,
     });
     assert_eq!(report.done, 2_000);
@@ -1050,6 +1059,7 @@ fn every_algorithm_runs_a_bulk_job_against_a_strict_sliding_server() {
             },
             arrivals: vec![sim::bulk_creates("api", 500, 0)],
             rebuilds: vec![2_000, 5_000],
+            save_ms: 0,
             horizon_ms: 600_000,
         });
         assert_eq!(report.done, 500, "{algorithm:?}: {}", report.summary());
@@ -1076,4 +1086,43 @@ fn every_algorithm_runs_a_bulk_job_against_a_strict_sliding_server() {
             report.summary()
         );
     }
+}
+
+#[test]
+fn a_request_after_a_quiet_spell_counts_from_its_answer_since_it_may_have_opened_a_connection() {
+    // 10 per second, paced: a start every 102.1 ms, so the 11th waits for the first's slot.
+    let eleventh_start = |first_answered: u64| {
+        let mut e = engine_with(budget(10, 1_000, 10));
+        for i in 0..11 {
+            e.enqueue(post(i), 0).unwrap();
+        }
+        let mut first: Option<String> = None;
+        let mut started = 0;
+        for now in 0..3_000 {
+            if first_answered == now {
+                if let Some(id) = &first {
+                    e.on_response(id, ok(), now);
+                }
+            }
+            for t in drain(&mut e, now) {
+                started += 1;
+                if started == 11 {
+                    return now;
+                }
+                if first.is_none() {
+                    // The budget never sent before: this one went out after a quiet spell.
+                    first = Some(t.job_id.clone());
+                } else {
+                    e.on_response(&t.job_id, ok(), now);
+                }
+            }
+        }
+        panic!("the 11th never started");
+    };
+    // Answered quickly: its arrival trailed the others by less than the margin (21 ms: the
+    // window is enforced as 1,021 ms), and the 11th starts on the pacing grid.
+    assert_eq!(eleventh_start(5), 1_021);
+    // Answered after 90 ms: it may have arrived 90 ms after it went out. The 11th waits until
+    // that arrival, less the margin, has left the enforced window: 90 - 21 + 1,021.
+    assert_eq!(eleventh_start(90), 1_090);
 }

@@ -5,8 +5,8 @@
 //!     fetch the starts a request already saved with its own changes (an enqueue saves the
 //!                                   starts it makes possible in its own transaction)
 //!     transmits = every engine.poll_transmit(now)
-//!     spawn a fetch per transmit    // after the commit instead when the engine asks
-//!     commit()                      // starts and sending states saved before the next round
+//!     spawn a fetch per transmit    // after the next save instead when the engine asks
+//!     unless a save is in flight: save what changed, then fetch what waited for it
 //!                                   // each fetch reports back to the engine and wakes the pump
 //!     flush broadcasts that are due
 //!     resolve settle promises if idle (or past their cap)
@@ -21,6 +21,12 @@
 //! - **Completions are saved by the pump.** A finished fetch only informs the engine and wakes
 //!   the pump, whose next commit saves the outcome (with any new starts) in one transaction
 //!   and only then broadcasts it.
+//! - **Sending never waits for a save it does not need.** One save is in flight at a time;
+//!   what changes meanwhile goes into the next, so a busy queue writes a few larger
+//!   transactions rather than one per event. Starts the engine lets go out unsaved leave at
+//!   once, even while a save is in flight: a slot freed by a response is refilled in the same
+//!   turn, not a commit later. The engine bounds how many may be out unsaved
+//!   ([`Transmit::save_first`]); the others wait for the next save.
 //! - **Keeping the worker alive.** Every event handler returns [`settled`], a promise that
 //!   resolves once the queue is idle — nothing in flight, nothing due within
 //!   [`IDLE_GRACE_MS`], broadcasts delivered — or after [`SETTLE_CAP_MS`] at the latest, well
@@ -64,6 +70,13 @@ pub const SETTLE_CAP_MS: u64 = 90_000;
 /// Smallest re-arm delay when the engine names a deadline in the past yet starts nothing, so
 /// such a disagreement can never spin.
 const MIN_STALL_DELAY_MS: u64 = 10;
+/// While busy, the pump saves at most this often unless a start waits for the save. Every
+/// IndexedDB transaction costs the browser a few milliseconds of CPU whatever it holds, and on
+/// a small machine that CPU is what delays the fetches: saving on every response made the
+/// storage the heaviest part of a bulk job. Short enough that the starts out unsaved stay
+/// below a budget's concurrency at 100 requests per second with 4 in flight (see
+/// `Transmit::save_first`), and that a finished job is told to the pages promptly.
+const SAVE_EVERY_MS: u64 = 16;
 
 /// A wake-up flag with one waiter: a wake before the wait is not lost.
 #[derive(Default)]
@@ -121,6 +134,12 @@ pub struct Pump {
     saved_starts: RefCell<Vec<Transmit>>,
     /// Handlers whose starts are still being saved (see [`Pump::hold_for_saved_starts`]).
     saves_with_starts: Cell<u32>,
+    /// The pump's own save is in flight (see [`save`]).
+    saving: Cell<bool>,
+    /// When the pump's last save started.
+    last_save: Cell<Millis>,
+    /// Starts polled to be saved before they go out that no save has taken yet.
+    awaiting_save: RefCell<Vec<Transmit>>,
     handing_over: Cell<bool>,
     timer: RefCell<Timer>,
     /// Settle promises' resolve functions, with the instant each must resolve at the latest.
@@ -276,7 +295,7 @@ async fn run(w: Rc<Worker>) {
         let saved: Vec<Transmit> = std::mem::take(&mut *w.pump.saved_starts.borrow_mut());
         if !saved.is_empty() {
             sent_after_saving(&w, &saved);
-            send_all(&w, Some(saved));
+            send_all(&w, saved);
         }
         let now = now_ms();
         let transmits = if w.pump.saves_with_starts.get() == 0 {
@@ -285,35 +304,35 @@ async fn run(w: Rc<Worker>) {
             Vec::new()
         };
         let started = !transmits.is_empty();
-        // The engine says whether this round's starts must be saved before they go out (the
-        // first round after an idle spell) or may go out at once and be saved alongside (a
-        // restore then counts them): see `Transmit::save_first`. Either way the round is saved
-        // before the next one begins.
-        let save_first = transmits.iter().any(|t| t.save_first);
-        let mut round = Some(transmits);
-        if !save_first {
-            send_all(&w, round.take());
-        }
-        if w.commit(&[]).await.is_err() {
-            break;
-        }
-        if superseded() {
-            // The successor may have loaded storage while that save ran: fetching now would
-            // send next to it. The saved starts are retried by the successor (same keys).
-            hand_over(&w).await;
-            break;
-        }
-        if let Some(saved_first) = round.take() {
-            sent_after_saving(&w, &saved_first);
-            send_all(&w, Some(saved_first));
-        }
+        // The engine says whether a start must be saved before it goes out or may go out at
+        // once and be saved by the next save (a restore then counts it): see
+        // `Transmit::save_first`.
+        let (save_first, at_once): (Vec<Transmit>, Vec<Transmit>) =
+            transmits.into_iter().partition(|t| t.save_first);
+        send_all(&w, at_once);
+        w.pump.awaiting_save.borrow_mut().extend(save_first);
+        let someone_waits = !w.pump.awaiting_save.borrow().is_empty();
+        let save_due = (!w.pump.saving.get() && (someone_waits || w.has_changes()))
+            .then(|| w.pump.last_save.get() + SAVE_EVERY_MS);
+        let save_due = match save_due {
+            Some(due) if someone_waits || due <= now => {
+                w.pump.last_save.set(now);
+                save(&w);
+                None
+            }
+            later => later,
+        };
         w.read_rest_of_queue();
 
         let now = now_ms();
         let next_job = w.poll_timeout(now);
-        // Not idle while part of the queue is still being read: it may hold work.
+        // Not idle while part of the queue is still being read (it may hold work) or while
+        // anything is still to be saved.
         let idle = w.has_whole_queue()
             && w.pump.in_flight.get() == 0
+            && !w.pump.saving.get()
+            && !w.has_changes()
+            && w.pump.awaiting_save.borrow().is_empty()
             && next_job.is_none_or(|t| t > now + IDLE_GRACE_MS);
         let became_idle = idle && !w.pump.was_idle.get();
         w.pump.was_idle.set(idle);
@@ -323,10 +342,15 @@ async fn run(w: Rc<Worker>) {
         }
         w.pump.settle(now, idle && w.broadcast_settled());
 
-        let deadline = [next_job, w.broadcast_next_due(), w.pump.earliest_cap()]
-            .into_iter()
-            .flatten()
-            .min();
+        let deadline = [
+            next_job,
+            save_due,
+            w.broadcast_next_due(),
+            w.pump.earliest_cap(),
+        ]
+        .into_iter()
+        .flatten()
+        .min();
         let stalled = !started && deadline.is_some_and(|d| d <= now);
         w.pump.arm(deadline, now, stalled);
         w.pump.signal.wait().await;
@@ -362,6 +386,34 @@ async fn hand_over(w: &Rc<Worker>) {
     w.stop("a newer version of the worker takes over the queue");
 }
 
+/// Saves everything the engine changed, in the background; then sends the starts that waited
+/// for this save and wakes the pump for the next one.
+fn save(w: &Rc<Worker>) {
+    w.pump.saving.set(true);
+    let waiting = std::mem::take(&mut *w.pump.awaiting_save.borrow_mut());
+    let w = w.clone();
+    // The commit takes the engine's changes when it first runs, which is before any later
+    // commit can: transactions still follow the engine's order.
+    spawn(async move {
+        // A request's own save may have taken the changes of the waiting starts: then waiting
+        // for it is enough.
+        let saved = if w.has_changes() {
+            w.commit(&[]).await.is_ok()
+        } else {
+            w.earlier_saves_ended().await.is_ok()
+        };
+        w.pump.saving.set(false);
+        // After a failed save the instance stops; a successor may have loaded storage while
+        // this one ran, and fetching now would send next to it. Either way the starts are
+        // retried by whoever holds the queue next (same keys).
+        if saved && !superseded() && !w.is_stopped() {
+            sent_after_saving(&w, &waiting);
+            send_all(&w, waiting);
+        }
+        w.pump.wake();
+    });
+}
+
 /// Starts that were saved before they go out count from now, when they do (see
 /// `Engine::on_sent`): the save took time the server must not see as a shorter gap.
 fn sent_after_saving(w: &Rc<Worker>, transmits: &[Transmit]) {
@@ -373,8 +425,8 @@ fn sent_after_saving(w: &Rc<Worker>, transmits: &[Transmit]) {
 }
 
 /// Hands every request to the browser now, then waits for their answers in the background.
-fn send_all(w: &Rc<Worker>, transmits: Option<Vec<Transmit>>) {
-    for t in transmits.into_iter().flatten() {
+fn send_all(w: &Rc<Worker>, transmits: Vec<Transmit>) {
+    for t in transmits {
         w.pump.in_flight.set(w.pump.in_flight.get() + 1);
         let sent = transport::start(&t);
         spawn(answer_one(w.clone(), t, sent));

@@ -323,6 +323,7 @@ impl Worker {
             add_jobs(&mut changes, &engine, &loaded.from_journals);
             meta.extend(loaded.journals.iter().cloned().map(MetaOp::DeleteJournal));
             journaled = store.save(&changes, &meta, &loaded.from_journals).await?;
+            engine.on_saved(changes.save);
         }
         let mut batcher = Batcher::default();
         batcher.hold_status(!loaded.complete);
@@ -567,7 +568,10 @@ impl Worker {
         let mut meta = meta.to_vec();
         self.finish_journals_if_removing(&mut changes, &mut meta);
         match self.store.save(&changes, &meta, fresh).await {
-            Ok(journaled) => self.write_journaled(journaled),
+            Ok(journaled) => {
+                self.engine.borrow_mut().on_saved(changes.save);
+                self.write_journaled(journaled);
+            }
             Err(e) => {
                 self.stop(&format!("saving failed: {e}"));
                 return Err(e);
@@ -575,9 +579,10 @@ impl Worker {
         }
         let mut batcher = self.batcher.borrow_mut();
         batcher.push_removed(&changes.removed);
-        if !changes.jobs.is_empty() {
-            let urgent = changes.jobs.iter().any(|j| j.lane == Lane::Interactive);
-            let updates = changes.jobs.iter().map(JobUpdate::from).collect();
+        if !changes.jobs.is_empty() || !changes.started.is_empty() {
+            let told = changes.jobs.iter().chain(&changes.started);
+            let urgent = told.clone().any(|j| j.lane == Lane::Interactive);
+            let updates = told.map(JobUpdate::from).collect();
             batcher.push(updates, urgent);
             // Urgent updates go out as soon as the pump runs; let it run.
             self.pump.wake();
@@ -625,6 +630,21 @@ impl Worker {
             out.push(t);
         }
         out
+    }
+
+    /// Whether the engine holds changes no save has taken yet.
+    pub fn has_changes(&self) -> bool {
+        self.engine.borrow().has_changes()
+    }
+
+    /// Resolves once every save started before this call has ended (a failed one stops the
+    /// instance).
+    pub async fn earlier_saves_ended(&self) -> Result<(), SwError> {
+        self.store.saved().await?;
+        if self.is_stopped() {
+            return Err(SwError::Stopped);
+        }
+        Ok(())
     }
 
     pub fn poll_timeout(&self, now: Millis) -> Option<Millis> {

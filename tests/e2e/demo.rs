@@ -506,10 +506,10 @@ e2e!(
         // Keyboard only: Tab to the cancel button and press Enter.
         let path = tab_to(&tab, "#cancel-waiting", 40).await;
         report(&format!("Tab stops to the cancel button: {path:?}"));
-        let label: String = tab
-            .eval_as("return document.activeElement.textContent;")
+        // Read together: once the pause is over the count moves on between two reads.
+        let (label, waiting): (String, u64) = tab
+            .eval_as("return [document.activeElement.textContent, demo.state().waiting];")
             .await;
-        let waiting = shown(&tab).await.waiting;
         assert_eq!(
             label,
             format!("Cancel {} waiting changes", thousands(waiting))
