@@ -13,12 +13,13 @@
 //! - Startup ([`worker`]) is shared: concurrent first events wait on one initialisation.
 
 use std::cell::{Cell, RefCell};
-use std::collections::{HashSet, VecDeque};
+use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
 use std::rc::{Rc, Weak};
 
 use js_sys::{Function, Object, Promise, Reflect};
+use rustc_hash::FxHashSet;
 use sluice_shared::protocol::{JobUpdate, ProtocolError, ReplyBody, Request, WorkerMessage};
 use sluice_shared::random::Rng;
 use sluice_shared::status::Status;
@@ -791,7 +792,8 @@ impl Worker {
         group_id: Option<String>,
     ) -> Result<ReplyBody, ProtocolError> {
         let total = jobs.len();
-        let mut seen: HashSet<JobId> = HashSet::with_capacity(total);
+        let mut seen: FxHashSet<JobId> =
+            FxHashSet::with_capacity_and_hasher(total, Default::default());
         let mut known: Vec<Option<Enqueued>> = Vec::with_capacity(total);
         let mut fresh = Vec::with_capacity(total);
         for (i, job) in jobs.into_iter().enumerate() {
@@ -945,8 +947,7 @@ fn add_jobs(changes: &mut Changes, engine: &Engine, ids: &[JobId]) {
     if ids.is_empty() {
         return;
     }
-    let present: std::collections::HashSet<JobId> =
-        changes.jobs.iter().map(|j| j.id.clone()).collect();
+    let present: FxHashSet<JobId> = changes.jobs.iter().map(|j| j.id.clone()).collect();
     for id in ids {
         if !present.contains(id) {
             if let Some(job) = engine.job(id) {
