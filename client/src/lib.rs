@@ -28,3 +28,9 @@ use wasm_bindgen::prelude::*;
 pub fn version() -> String {
     env!("CARGO_PKG_VERSION").to_string()
 }
+
+/// The default allocator (dlmalloc) is several times Talc's size in the wasm; a page's wasm
+/// is single-threaded, which is what `WasmDynamicTalc` assumes.
+#[cfg(target_arch = "wasm32")]
+#[global_allocator]
+static ALLOCATOR: talc::wasm::WasmDynamicTalc = talc::wasm::new_wasm_dynamic_allocator();

@@ -17,9 +17,12 @@
 //! 3. Within a lane, oldest first (a 429'd job keeps its place, so it goes first again).
 //!    Budgets are independent: a pause on one never holds up another.
 
-use std::collections::hash_map::DefaultHasher;
-use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeSet, VecDeque};
 use std::hash::{Hash, Hasher};
+
+// Fx rather than std's SipHash: the keys are the worker's own, so flooding resistance buys
+// nothing, and SipHash's code is larger in the wasm.
+use rustc_hash::{FxHashMap, FxHasher};
 
 use serde::{Deserialize, Serialize};
 
@@ -298,14 +301,14 @@ fn count_in<K: Ord + Clone>(counts: &mut Vec<(K, u64)>, key: &K) {
 pub struct Engine {
     config: EngineConfig,
     rng: Rng,
-    jobs: HashMap<JobId, Job>,
+    jobs: FxHashMap<JobId, Job>,
     budgets: Budgets,
-    placed: HashMap<JobId, Placement>,
+    placed: FxHashMap<JobId, Placement>,
     delayed: BTreeSet<(Millis, u64, JobId)>,
     /// Unfinished jobs per ordering key, in enqueue order.
-    chains: HashMap<String, VecDeque<JobId>>,
+    chains: FxHashMap<String, VecDeque<JobId>>,
     /// Waiting idempotent jobs by a hash of what they send, to fold identical ones.
-    identical: HashMap<u64, Vec<JobId>>,
+    identical: FxHashMap<u64, Vec<JobId>>,
     /// Done and cancelled jobs by finish time, to forget them after the retention time.
     /// (finish time, 0, id): shaped like the ready keys so that both share one B-tree in the
     /// wasm.
@@ -340,12 +343,12 @@ impl Engine {
         Ok(Self {
             config,
             rng,
-            jobs: HashMap::new(),
+            jobs: FxHashMap::default(),
             budgets,
-            placed: HashMap::new(),
+            placed: FxHashMap::default(),
             delayed: BTreeSet::new(),
-            chains: HashMap::new(),
-            identical: HashMap::new(),
+            chains: FxHashMap::default(),
+            identical: FxHashMap::default(),
             expiring: BTreeSet::new(),
             next_seq: 0,
             offline_until: None,
@@ -1682,7 +1685,7 @@ impl Engine {
 
 /// What identifies "the same request" for folding identical idempotent jobs.
 fn fingerprint(job: &Job) -> u64 {
-    let mut h = DefaultHasher::new();
+    let mut h = FxHasher::default();
     (
         &job.budget,
         &job.method,

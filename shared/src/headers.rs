@@ -667,8 +667,16 @@ impl<'a> Headers<'a> {
 
     /// For list-valued fields: repeated lines are one list joined by commas (RFC 9110 §5.3).
     fn joined(&self, name: &str) -> Option<String> {
-        let values: Vec<&str> = self.values(name).filter(|v| !v.is_empty()).collect();
-        (!values.is_empty()).then(|| values.join(", "))
+        // Pushed one by one rather than `collect` and `join`: a `join` of `&str`s would be a
+        // second copy of `join` in the wasm, beside the one for `String`s.
+        let mut joined = String::new();
+        for v in self.values(name).filter(|v| !v.is_empty()) {
+            if !joined.is_empty() {
+                joined.push_str(", ");
+            }
+            joined.push_str(v);
+        }
+        (!joined.is_empty()).then_some(joined)
     }
 }
 

@@ -273,11 +273,20 @@ impl fmt::Display for ProtocolError {
             ),
             ProtocolError::InvalidUrl { url, message } => write!(f, "invalid URL '{url}': {message}"),
             ProtocolError::InvalidRequest { message } => write!(f, "invalid request: {message}"),
-            ProtocolError::UnknownBudget { budget, known } => write!(
-                f,
-                "unknown budget '{budget}'; configured budgets: {}",
-                if known.is_empty() { "none".to_string() } else { known.join(", ") }
-            ),
+            ProtocolError::UnknownBudget { budget, known } => {
+                write!(f, "unknown budget '{budget}'; configured budgets: ")?;
+                if known.is_empty() {
+                    return f.write_str("none");
+                }
+                // Written name by name: `join` would be the only copy of it in the wasm.
+                for (i, name) in known.iter().enumerate() {
+                    if i > 0 {
+                        f.write_str(", ")?;
+                    }
+                    f.write_str(name)?;
+                }
+                Ok(())
+            }
             ProtocolError::NoBudgetForUrl { url } => write!(
                 f,
                 "no budget covers '{url}': name a budget or add a matching prefix to one"

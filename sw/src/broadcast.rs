@@ -12,7 +12,7 @@
 //! The batcher is plain data (tested natively); the worker's single timer calls
 //! [`Batcher::next_due`] to know when to flush, and [`post_to_all`] delivers.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap;
 
 use sluice_shared::protocol::JobUpdate;
 use sluice_shared::{JobId, Millis};
@@ -23,7 +23,7 @@ pub const STATUS_EVERY_MS: u64 = 250;
 #[derive(Debug, Default)]
 pub struct Batcher {
     pending: Vec<JobUpdate>,
-    index: HashMap<JobId, usize>,
+    index: FxHashMap<JobId, usize>,
     /// Jobs forgotten since the last flush.
     removed: Vec<JobId>,
     urgent: bool,

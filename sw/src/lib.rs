@@ -245,3 +245,9 @@ mod exports {
         })
     }
 }
+
+/// The default allocator (dlmalloc) is several times Talc's size in the wasm; the worker is
+/// single-threaded, which is what `WasmDynamicTalc` assumes.
+#[cfg(target_arch = "wasm32")]
+#[global_allocator]
+static ALLOCATOR: talc::wasm::WasmDynamicTalc = talc::wasm::new_wasm_dynamic_allocator();

@@ -49,7 +49,7 @@
 //! Records cross into JS as one `JSON.parse` of a JSON array per store and batch, not one
 //! structured conversion per field.
 
-use std::collections::HashSet;
+use rustc_hash::FxHashSet;
 
 use sluice_shared::budget::BudgetState;
 use sluice_shared::json::{self, ToJson};
@@ -174,7 +174,7 @@ pub fn decode_journal(text: &str) -> Result<Vec<Job>, String> {
 /// Adds the jobs of journal entries that are missing from the per-job records (a per-job
 /// record of a journaled job is never older than the journal's copy). Returns the ids added.
 pub fn merge_journals(jobs: &mut Vec<Job>, journals: Vec<Vec<Job>>) -> Vec<JobId> {
-    let mut known: HashSet<JobId> = jobs.iter().map(|j| j.id.clone()).collect();
+    let mut known: FxHashSet<JobId> = jobs.iter().map(|j| j.id.clone()).collect();
     let mut added = Vec::new();
     for journal in journals {
         for job in journal {
@@ -193,7 +193,7 @@ pub fn split_fresh<'a>(jobs: &'a [Job], fresh: &[JobId]) -> (Vec<&'a Job>, Vec<&
         return (Vec::new(), jobs.iter().collect());
     }
     // Owned ids: a set of `String`s is already in the wasm (`merge_journals`).
-    let fresh: HashSet<JobId> = fresh.iter().cloned().collect();
+    let fresh: FxHashSet<JobId> = fresh.iter().cloned().collect();
     jobs.iter().partition(|j| fresh.contains(&j.id))
 }
 

@@ -13,12 +13,12 @@
 //! - Startup ([`worker`]) is shared: concurrent first events wait on one initialisation.
 
 use std::cell::{Cell, RefCell};
-use std::collections::{HashSet, VecDeque};
 use std::future::Future;
 use std::pin::Pin;
 use std::rc::{Rc, Weak};
 
 use js_sys::{Function, Object, Promise, Reflect};
+use rustc_hash::FxHashSet;
 use sluice_shared::protocol::{JobUpdate, ProtocolError, ReplyBody, Request, WorkerMessage};
 use sluice_shared::random::Rng;
 use sluice_shared::status::Status;
@@ -185,8 +185,10 @@ pub struct Worker {
     whole_queue: Cell<bool>,
     whole_queue_waiters: RefCell<Vec<Function>>,
     reading_rest: Cell<bool>,
-    /// Journal entries whose jobs are still to be written one per record, oldest first.
-    journals: RefCell<VecDeque<Journaled>>,
+    /// Journal entries whose jobs are still to be written one per record, oldest first. A
+    /// `Vec`, not a `VecDeque`: entries are few, and a `VecDeque` of its own element type
+    /// costs the wasm more code than the `Vec` does.
+    journals: RefCell<Vec<Journaled>>,
     writing_journals: Cell<bool>,
 }
 
@@ -342,7 +344,7 @@ impl Worker {
             whole_queue: Cell::new(loaded.complete),
             whole_queue_waiters: RefCell::new(Vec::new()),
             reading_rest: Cell::new(false),
-            journals: RefCell::new(VecDeque::new()),
+            journals: RefCell::new(Vec::new()),
             writing_journals: Cell::new(false),
         });
         w.note_unreadable(&loaded);
@@ -453,7 +455,7 @@ impl Worker {
     /// batches") and starts the writer if it is not running.
     fn write_journaled(&self, journaled: Option<Journaled>) {
         let Some(journaled) = journaled else { return };
-        self.journals.borrow_mut().push_back(journaled);
+        self.journals.borrow_mut().push(journaled);
         if self.writing_journals.replace(true) {
             return;
         }
@@ -477,14 +479,14 @@ impl Worker {
         }
         let (ids, last_of) = {
             let mut journals = self.journals.borrow_mut();
-            let Some(front) = journals.front_mut() else {
+            let Some(front) = journals.first_mut() else {
                 return false;
             };
             let n = front.jobs.len().min(JOURNAL_CHUNK);
             let ids: Vec<JobId> = front.jobs.drain(..n).collect();
             let last_of = front.jobs.is_empty().then(|| front.id.clone());
             if last_of.is_some() {
-                journals.pop_front();
+                journals.remove(0);
             }
             (ids, last_of)
         };
@@ -811,7 +813,8 @@ impl Worker {
         group_id: Option<String>,
     ) -> Result<ReplyBody, ProtocolError> {
         let total = jobs.len();
-        let mut seen: HashSet<JobId> = HashSet::with_capacity(total);
+        let mut seen: FxHashSet<JobId> =
+            FxHashSet::with_capacity_and_hasher(total, Default::default());
         let mut known: Vec<Option<Enqueued>> = Vec::with_capacity(total);
         let mut fresh = Vec::with_capacity(total);
         for (i, job) in jobs.into_iter().enumerate() {
@@ -965,8 +968,7 @@ fn add_jobs(changes: &mut Changes, engine: &Engine, ids: &[JobId]) {
     if ids.is_empty() {
         return;
     }
-    let present: std::collections::HashSet<JobId> =
-        changes.jobs.iter().map(|j| j.id.clone()).collect();
+    let present: FxHashSet<JobId> = changes.jobs.iter().map(|j| j.id.clone()).collect();
     for id in ids {
         if !present.contains(id) {
             if let Some(job) = engine.job(id) {
