@@ -282,6 +282,22 @@ pub fn transaction(
         .map_err(|e| failed("start a transaction", &e))
 }
 
+/// Asks a transaction to commit as soon as the requests issued so far are done, instead of
+/// when the worker next finds it without requests: that wait is a round trip to the browser's
+/// storage backend and back (a success event per request) before the commit even starts.
+/// Nothing more may be issued on `tx` afterwards. Browsers without `commit()` (Safari before
+/// 15) commit the usual way.
+pub fn commit_soon(tx: &IdbTransaction) {
+    let commit = Reflect::get(tx, &JsValue::from_str("commit"))
+        .ok()
+        .and_then(|f| f.dyn_into::<Function>().ok());
+    if let Some(commit) = commit {
+        // It throws only if the transaction is no longer active, and then it is committing or
+        // aborting already; `committed` reports which.
+        let _ = commit.call0(tx);
+    }
+}
+
 pub fn store(tx: &IdbTransaction, name: &str) -> Result<IdbObjectStore, SwError> {
     tx.object_store(name)
         .map_err(|e| failed("open an object store", &e))

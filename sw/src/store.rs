@@ -630,8 +630,11 @@ mod web {
             })();
             let (jobs, large) = or_abort(&tx, issued)?;
             let done = idb::committed(&tx);
-            if let Some(array) = large {
-                or_abort(&tx, put_chunked(&jobs, array).await)?;
+            match large {
+                Some(array) => or_abort(&tx, put_chunked(&jobs, array).await)?,
+                // Everything is issued: commit now rather than a round trip later (the reply
+                // to a request waits for this commit).
+                None => idb::commit_soon(&tx),
             }
             done.await?;
             Ok(journal.map(|(journaled, _)| journaled))
