@@ -186,18 +186,7 @@ struct Budget {
     /// Where the saved `sends_before_saving` mark stands: a start may go out unsaved only once
     /// storage holds the mark, or a restore would not count it.
     mark: Mark,
-    /// When a request of this budget last ended (see [`QUIET_SPELL_MS`]).
-    last_end: Option<Millis>,
-    /// The logged start of the request in flight that went out after a quiet spell.
-    cold_start: Option<Millis>,
 }
-
-/// A request that starts after the budget sent nothing for this long (or first) may find no open
-/// connection: opening one delays its arrival by more than the windows' margin absorbs, while
-/// the requests after it arrive at once. When it ends, its start counts from then, the latest
-/// it can have arrived (see [`crate::limiter::Limiter::reached_server_by`]). Browsers keep idle
-/// connections open for many seconds, so a budget sending steadily never pays this.
-const QUIET_SPELL_MS: DurationMs = 1_000;
 
 /// Whether storage holds a budget's `sends_before_saving` mark (see [`Budget::mark`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -376,8 +365,6 @@ impl Engine {
             unsaved_starts: 0,
             untaken_starts: 0,
             mark: Mark::NotSaved,
-            last_end: None,
-            cold_start: None,
         })
     }
 
@@ -1008,9 +995,6 @@ impl Engine {
             b.untaken_starts += 1;
         }
         b.state.record_start(now, is_retry, &retry_config);
-        if b.in_flight.is_empty() && b.last_end.is_none_or(|t| now >= t + QUIET_SPELL_MS) {
-            b.cold_start = Some(now);
-        }
         b.in_flight.push((id.clone(), now));
         self.started_jobs.insert(id);
         self.changed_budgets.insert(budget_name);
@@ -1058,9 +1042,6 @@ impl Engine {
             return;
         };
         if now > entry.1 {
-            if b.cold_start == Some(entry.1) {
-                b.cold_start = Some(now);
-            }
             b.state.limiter.restamp(entry.1, now);
             entry.1 = now;
             self.changed_budgets.insert(budget_name);
@@ -1202,14 +1183,6 @@ impl Engine {
         let b = self.budgets.get_mut(&budget_name)?;
         let at = b.in_flight.iter().position(|(j, _)| j == id)?;
         let (_, started) = b.in_flight.swap_remove(at);
-        b.last_end = Some(now);
-        if b.cold_start == Some(started) {
-            b.cold_start = None;
-            // It arrived, if at all, by now.
-            if b.state.limiter.reached_server_by(started, now) {
-                self.changed_budgets.insert(budget_name.clone());
-            }
-        }
         let sample = now.saturating_sub(started) as f64;
         b.latency_ms = Some(match b.latency_ms {
             Some(avg) => avg * 0.8 + sample * 0.2,

@@ -47,12 +47,6 @@ pub struct ServerModel {
     /// One-way network delay: base plus uniform jitter, each way.
     pub one_way_ms: DurationMs,
     pub jitter_ms: DurationMs,
-    /// Extra delay on the way there for a request started after no request was open for
-    /// [`COLD_AFTER_IDLE_MS`]: a connection to open again. Beyond the utilization margin, it is
-    /// what makes a server see one request too many in a window when its client counts only
-    /// its own starts.
-    #[serde(default)]
-    pub cold_ms: DurationMs,
     /// Time the server takes to handle a request.
     pub service_ms: DurationMs,
     pub retry_after: RetryAfterForm,
@@ -74,7 +68,6 @@ impl Default for ServerModel {
             window_ms: 1_000,
             one_way_ms: 15,
             jitter_ms: 5,
-            cold_ms: 0,
             service_ms: 0,
             retry_after: RetryAfterForm::Delta,
             headers: HeaderStyle::None,
@@ -85,9 +78,6 @@ impl Default for ServerModel {
         }
     }
 }
-
-/// How long connections outlive the last request on them (see [`ServerModel::cold_ms`]).
-pub const COLD_AFTER_IDLE_MS: DurationMs = 5_000;
 
 /// One batch of work handed to the engine at a moment.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -229,10 +219,6 @@ pub fn run(scenario: &Scenario) -> Report {
     let mut now: Millis = 0;
     let mut enqueues_left = scenario.arrivals.len();
     let mut busy_from: Option<Millis> = None;
-    // Requests of the current engine still waiting for an answer, and since when none has been
-    // (see `ServerModel::cold_ms`).
-    let mut open_requests = 0u32;
-    let mut quiet_since: Option<Millis> = None;
 
     // A save landing: the "IndexedDB" takes it, the engine learns it.
     let land = |engine: &mut Engine,
@@ -324,15 +310,7 @@ pub fn run(scenario: &Scenario) -> Report {
             });
             let id = tag;
             tag += 1;
-            let cold = if open_requests == 0
-                && quiet_since.is_none_or(|q| now >= q + COLD_AFTER_IDLE_MS)
-            {
-                server.cold_ms
-            } else {
-                0
-            };
-            open_requests += 1;
-            let up = server.one_way_ms + rng.below_or_equal(server.jitter_ms) + cold;
+            let up = server.one_way_ms + rng.below_or_equal(server.jitter_ms);
             push(&mut events, &mut payloads, now + up, Event::Arrive(id));
             push(
                 &mut events,
@@ -533,10 +511,6 @@ pub fn run(scenario: &Scenario) -> Report {
                     continue;
                 }
                 req.settled = true;
-                open_requests = open_requests.saturating_sub(1);
-                if open_requests == 0 {
-                    quiet_since = Some(now);
-                }
                 if let Some(r) = req.response.take() {
                     engine.on_response(&req.job_id, r, now);
                 }
@@ -547,10 +521,6 @@ pub fn run(scenario: &Scenario) -> Report {
                     continue;
                 }
                 req.settled = true;
-                open_requests = open_requests.saturating_sub(1);
-                if open_requests == 0 {
-                    quiet_since = Some(now);
-                }
                 engine.on_transport_error(&req.job_id, TransportError::Timeout, now);
             }
             Event::Rebuild => {
@@ -559,7 +529,6 @@ pub fn run(scenario: &Scenario) -> Report {
                 generation += 1;
                 // The save in flight and the starts waiting for one are lost with it.
                 saving = None;
-                open_requests = 0;
                 awaiting_save.clear();
                 unacknowledged.clear();
                 released.clear();

@@ -49,7 +49,6 @@ prop_compose! {
         retry_after in 0u8..3,
         one_way in 1u64..40,
         save_ms in prop_oneof![Just(0u64), 1u64..30],
-        cold_per_mille in prop_oneof![Just(0u64), 0u64..200],
     ) -> Scenario {
         let budget = BudgetConfig {
             name: "api".into(),
@@ -70,8 +69,6 @@ prop_compose! {
                 one_way_ms: one_way,
                 // Arrival jitter within the 2% the default utilisation keeps in reserve.
                 jitter_ms: window_ms / 60,
-                // Opening a connection again after a quiet spell can take longer than that.
-                cold_ms: window_ms * cold_per_mille / 1000,
                 fault_rate,
                 lost_response_rate: lost_rate,
                 headers: [HeaderStyle::None, HeaderStyle::XRateLimit, HeaderStyle::Ietf][headers as usize],
