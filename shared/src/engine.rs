@@ -66,16 +66,15 @@ pub struct Transmit {
     pub body: Option<String>,
     /// Abort the request after this long and report [`TransportError::Timeout`].
     pub timeout_ms: DurationMs,
-    /// Save [`Engine::take_changes`] before starting this request (and any other of the same
-    /// round). When false, the request may start at once and its start be saved by the next
-    /// save, which need not wait for earlier ones: the saved budget already says that starts
-    /// may go out unsaved, and a restore counts `concurrency` of them (see
-    /// [`Engine::restore`]). The engine keeps that true by asking to save first until
-    /// [`Engine::on_saved`] confirms the save that marked the budget, and whenever
-    /// `concurrency` starts are out unsaved, until it confirms some. Saving
-    /// first would hold every request back by a storage commit, a few milliseconds on every
-    /// start, which with a few requests in flight is what keeps a worker under the limit's
-    /// rate.
+    /// Save [`Engine::take_changes`] before starting this request. When false, the request
+    /// may start at once and its start be saved by the next save, which need not wait for
+    /// earlier ones: the saved budget already says that starts may go out unsaved, and a
+    /// restore counts `concurrency` of them (see [`Engine::restore`]). The engine keeps that
+    /// true by asking to save first until [`Engine::on_saved`] confirms the save that marked
+    /// the budget, and whenever `concurrency` starts are out unsaved, until it confirms some.
+    /// Saving first would hold every request back by a storage commit, a few milliseconds on
+    /// every start, which with a few requests in flight is what keeps a worker under the
+    /// limit's rate.
     pub save_first: bool,
 }
 

@@ -98,7 +98,8 @@ pub struct Scenario {
     pub rebuilds: Vec<Millis>,
     /// How long one save takes to become durable. The simulated worker, like the real one,
     /// keeps one save in flight and gathers what changes meanwhile into the next; a kill loses
-    /// the save in flight. 0: every save lands at once.
+    /// the save in flight. 0: a save lands in the same millisecond, after what was already
+    /// due then.
     #[serde(default)]
     pub save_ms: DurationMs,
     /// Give up after this much simulated time.
@@ -262,22 +263,13 @@ pub fn run(scenario: &Scenario) -> Report {
             let waiting = std::mem::take(&mut awaiting_save);
             let acknowledged = std::mem::take(&mut unacknowledged);
             if !changes.is_empty() || !waiting.is_empty() {
-                if scenario.save_ms == 0 {
-                    land(&mut engine, changes, &mut saved_jobs, &mut saved_budgets);
-                    enqueued_ids.extend(acknowledged);
-                    for t in waiting {
-                        engine.on_sent(&t.job_id, now);
-                        round.push(t);
-                    }
-                } else {
-                    saving = Some((changes, waiting, acknowledged));
-                    push(
-                        &mut events,
-                        &mut payloads,
-                        now + scenario.save_ms,
-                        Event::Saved(generation),
-                    );
-                }
+                saving = Some((changes, waiting, acknowledged));
+                push(
+                    &mut events,
+                    &mut payloads,
+                    now + scenario.save_ms,
+                    Event::Saved(generation),
+                );
             }
         }
         for t in round {
