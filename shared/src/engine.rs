@@ -1182,6 +1182,16 @@ impl Engine {
         let b = self.budgets.get_mut(&budget_name)?;
         let at = b.in_flight.iter().position(|(j, _)| j == id)?;
         let (_, started) = b.in_flight.swap_remove(at);
+        // A request that took longer than usual may have spent the extra time on its way to
+        // the server (a busy network process, a connection to open): counted where it may have
+        // arrived, as if the rest of its trip took the usual time. Usual jitter stays within
+        // the windows' margin and moves nothing.
+        if let Some(usual) = b.latency_ms {
+            let latest = now.saturating_sub(usual as Millis);
+            if b.state.limiter.reached_server_by(started, latest) {
+                self.changed_budgets.insert(budget_name.clone());
+            }
+        }
         let sample = now.saturating_sub(started) as f64;
         b.latency_ms = Some(match b.latency_ms {
             Some(avg) => avg * 0.8 + sample * 0.2,

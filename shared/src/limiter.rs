@@ -391,6 +391,24 @@ impl Limiter {
         }
     }
 
+    /// A start recorded at `recorded` may have reached the server as late as `latest`. The
+    /// windows' margin (each is enforced stretched by the target utilization) absorbs arrivals
+    /// that trail their start by up to that much more than others do; a start that may have
+    /// trailed by more moves later in the log, to `latest` less the margin, so that every
+    /// window counts it where the server may have. Returns whether it moved. The pacing grid is
+    /// left alone: nothing is sent later for it.
+    pub fn reached_server_by(&mut self, recorded: Millis, latest: Millis) -> bool {
+        let margin = self
+            .meters
+            .iter()
+            .zip(&self.windows)
+            .map(|(m, w)| m.length.saturating_sub(w.length_ms))
+            .min()
+            .unwrap_or(0);
+        let to = latest.saturating_sub(margin);
+        to > recorded && self.move_start(recorded, to)
+    }
+
     /// Moves one logged start from `from` to the later `to`, keeping the log in order.
     fn move_start(&mut self, from: Millis, to: Millis) -> bool {
         let Some(i) = self.starts.iter().rposition(|&s| s == from) else {

@@ -1087,3 +1087,37 @@ fn every_algorithm_runs_a_bulk_job_against_a_strict_sliding_server() {
         );
     }
 }
+
+#[test]
+fn a_request_much_slower_than_usual_counts_where_it_may_have_arrived() {
+    // 10 per second, paced: a start every 102.1 ms. Requests come back 20 ms after they start,
+    // except the second, answered after `second_took`.
+    let twelfth_start = |second_took: u64| {
+        let mut e = engine_with(budget(10, 1_000, 10));
+        for i in 0..12 {
+            e.enqueue(post(i), 0).unwrap();
+        }
+        let mut answers: Vec<(u64, String)> = Vec::new();
+        let mut started = 0;
+        for now in 0..3_000 {
+            for (_, id) in answers.iter().filter(|(at, _)| *at == now) {
+                e.on_response(id, ok(), now);
+            }
+            for t in drain(&mut e, now) {
+                started += 1;
+                if started == 12 {
+                    return now;
+                }
+                let took = if started == 2 { second_took } else { 20 };
+                answers.push((now + took, t.job_id));
+            }
+        }
+        panic!("the 12th never started");
+    };
+    // Usual jitter: the 12th starts on the grid, 11 intervals in.
+    assert_eq!(twelfth_start(30), 1_124);
+    // 100 ms slower than usual: it may have reached the server 100 ms after it went out, and the
+    // 12th waits until that arrival, less the 21 ms margin, leaves the 1,021 ms window:
+    // 103 + 100 - 21 + 1,021.
+    assert_eq!(twelfth_start(120), 1_203);
+}
