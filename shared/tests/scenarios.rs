@@ -95,6 +95,24 @@ fn drain(engine: &mut Engine, now: u64) -> Vec<Transmit> {
     std::iter::from_fn(|| engine.poll_transmit(now)).collect()
 }
 
+/// Starts everything the engine allows at `now`, shows each start to `on_start`, and answers
+/// it at once: a server with no latency, for tests about who goes first.
+fn start_and_answer(engine: &mut Engine, now: u64, mut on_start: impl FnMut(&Transmit)) {
+    while let Some(t) = engine.poll_transmit(now) {
+        on_start(&t);
+        engine.on_response(&t.job_id, ok(), now);
+    }
+}
+
+/// The engine's next deadline, moving on by at least 1 ms and at most 50 ms.
+fn next_look(engine: &Engine, now: u64) -> u64 {
+    engine
+        .poll_timeout(now)
+        .unwrap_or(now + 1)
+        .max(now + 1)
+        .min(now + 50)
+}
+
 #[test]
 fn global_pause_holds_the_whole_budget_then_the_limited_job_goes_first() {
     let mut e = engine_with(burst(budget(100, 1_000, 4)));
@@ -487,17 +505,12 @@ fn interactive_overtakes_a_bulk_job_within_one_token_interval() {
             );
             interactive = Some((e.enqueue(s, now).unwrap().id, now));
         }
-        while let Some(t) = e.poll_transmit(now) {
+        start_and_answer(&mut e, now, |t| {
             if interactive.as_ref().is_some_and(|(id, _)| *id == t.job_id) {
                 started_at = Some(now);
             }
-            e.on_response(&t.job_id, ok(), now);
-        }
-        now = e
-            .poll_timeout(now)
-            .unwrap_or(now + 1)
-            .max(now + 1)
-            .min(now + 50);
+        });
+        now = next_look(&e, now);
     }
     let (_, enq) = interactive.unwrap();
     let waited = started_at.unwrap() - enq;
@@ -527,18 +540,13 @@ fn interactive_actions_overtake_a_bulk_backlog_that_has_long_aged() {
             waiting = Some((e.enqueue(s, now).unwrap().id, now));
             next_action = now + 3_000;
         }
-        while let Some(t) = e.poll_transmit(now) {
+        start_and_answer(&mut e, now, |t| {
             if waiting.as_ref().is_some_and(|(id, _)| *id == t.job_id) {
                 let (_, at) = waiting.take().unwrap();
                 waits.push(now - at);
             }
-            e.on_response(&t.job_id, ok(), now);
-        }
-        now = e
-            .poll_timeout(now)
-            .unwrap_or(now + 1)
-            .max(now + 1)
-            .min(now + 50);
+        });
+        now = next_look(&e, now);
     }
     assert!(waits.len() >= 10, "{waits:?}");
     assert!(
@@ -567,14 +575,13 @@ fn aged_jobs_take_a_share_of_starts_from_an_endless_interactive_stream() {
             e.enqueue(s, now).unwrap();
             n += 1;
         }
-        while let Some(t) = e.poll_transmit(now) {
+        start_and_answer(&mut e, now, |t| {
             if t.url.ends_with("/contacts") {
                 bulk_started.push(now);
             } else if now >= bound {
                 interactive_started += 1;
             }
-            e.on_response(&t.job_id, ok(), now);
-        }
+        });
         now += 100;
     }
     assert_eq!(bulk_started.len(), 5, "every aged bulk job started");
@@ -614,12 +621,11 @@ fn starvation_background_starts_within_its_aging_bound_under_endless_interactive
             e.enqueue(s, now).unwrap();
             n += 1;
         }
-        while let Some(t) = e.poll_transmit(now) {
+        start_and_answer(&mut e, now, |t| {
             if t.job_id == bg.id {
                 started = Some(now);
             }
-            e.on_response(&t.job_id, ok(), now);
-        }
+        });
         now += 100;
     }
     let started = started.expect("the background job starved");
