@@ -145,12 +145,8 @@ impl Tab {
             )
             .await
             .map_err(Error::Cdp)?;
-        if let Some(d) = r.get("exceptionDetails") {
-            let text = d["exception"]["description"]
-                .as_str()
-                .or_else(|| d["text"].as_str())
-                .unwrap_or("exception without text");
-            return Err(Error::Script(text.to_string()));
+        if let Some(e) = thrown(&r) {
+            return Err(e);
         }
         let text = r["result"]["value"]
             .as_str()
@@ -186,12 +182,8 @@ impl Tab {
             )
             .await
             .map_err(Error::Cdp)?;
-        if let Some(d) = r.get("exceptionDetails") {
-            let text = d["exception"]["description"]
-                .as_str()
-                .or_else(|| d["text"].as_str())
-                .unwrap_or("exception without text");
-            return Err(Error::Script(text.to_string()));
+        if let Some(e) = thrown(&r) {
+            return Err(e);
         }
         Ok(())
     }
@@ -346,4 +338,14 @@ impl Tab {
             .map(drop)
             .map_err(Error::Cdp)
     }
+}
+
+/// The exception a `Runtime.evaluate` answer reports, if the script threw.
+fn thrown(answer: &Value) -> Option<Error> {
+    let d = answer.get("exceptionDetails")?;
+    let text = d["exception"]["description"]
+        .as_str()
+        .or_else(|| d["text"].as_str())
+        .unwrap_or("exception without text");
+    Some(Error::Script(text.to_string()))
 }
