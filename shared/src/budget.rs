@@ -102,6 +102,14 @@ crate::json_struct!(BudgetState {
     sends_before_saving: "sendsBeforeSaving" = default,
 });
 
+/// One request's way to the server, as far as we can tell: when it started, and the latest it
+/// can have arrived (its answer time less a usual return, or the answer time itself).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Trip {
+    pub started: Millis,
+    pub arrived_by: Millis,
+}
+
 impl BudgetState {
     pub fn new(config: &BudgetConfig, retry: &RetryConfig) -> Result<Self, ConfigError> {
         Ok(Self {
@@ -226,16 +234,11 @@ impl BudgetState {
         true
     }
 
-    /// Takes in a quota the server reported in the response to a request started at
-    /// `request_started`; `later_in_flight` of our requests started after it (answered or not)
-    /// and are not in the server's count yet. The more careful of the server's and our own view wins.
-    pub fn apply_quota(
-        &mut self,
-        quota: &Quota,
-        request_started: Millis,
-        later_in_flight: u64,
-        now: Millis,
-    ) {
+    /// Takes in a quota the server reported in the response to the request that made `trip`;
+    /// `later_in_flight` of our requests started after it (answered or not) and are not in the
+    /// server's count yet. The more careful of the server's and our own view wins.
+    pub fn apply_quota(&mut self, quota: &Quota, trip: Trip, later_in_flight: u64, now: Millis) {
+        let request_started = trip.started;
         if let (Some(limit), Some(window_ms)) = (quota.limit, quota.window_ms) {
             if limit > 0 && window_ms > 0 {
                 let window = Window {
@@ -270,18 +273,14 @@ impl BudgetState {
             return;
         }
         // Judge the server's view against our expectation before this reading moves it.
-        let stricter = self.server_is_stricter(quota, remaining, request_started);
+        let stricter = self.server_is_stricter(quota, remaining, trip);
         if let Some(w) = self.shortest_window() {
             let describes_shortest = quota
                 .window_ms
                 .is_none_or(|len| w.length_ms.abs_diff(len) * 10 <= len)
                 && quota.limit.is_none_or(|l| l == u64::from(w.limit));
             if describes_shortest {
-                self.observe_others(
-                    quota.limit.unwrap_or(u64::from(w.limit)),
-                    remaining,
-                    request_started,
-                );
+                self.observe_others(quota.limit.unwrap_or(u64::from(w.limit)), remaining, trip);
             }
         }
         if !stricter {
@@ -304,9 +303,9 @@ impl BudgetState {
     /// worth obeying on top of the limiter.
     ///
     /// The server counts arrivals, which trail our starts by a varying network delay, so its
-    /// count may differ from ours by the few requests that crossed the window's edge on the
-    /// way; that much difference is no evidence of anything.
-    fn server_is_stricter(&self, quota: &Quota, remaining: u64, request_started: Millis) -> bool {
+    /// count may hold more of ours than our window does (see [`Self::ours_the_server_may_count`]);
+    /// that much difference is no evidence of anything.
+    fn server_is_stricter(&self, quota: &Quota, remaining: u64, trip: Trip) -> bool {
         let windows = self.limiter.windows();
         let window = quota
             .window_ms
@@ -323,10 +322,13 @@ impl BudgetState {
             .or_else(|| windows.iter().min_by_key(|w| w.length_ms));
         let Some(window) = window else { return true };
         let limit = quota.limit.unwrap_or(u64::from(window.limit));
-        let ours = u64::from(
-            self.limiter
-                .starts_within(request_started, window.length_ms),
-        );
+        // Past what the log holds, count what it has: that only makes the server look
+        // stricter, and obeying it is the careful side.
+        let ours = self
+            .ours_the_server_may_count(window.length_ms, trip)
+            .unwrap_or_else(|| {
+                u64::from(self.limiter.starts_within(trip.started, window.length_ms))
+            });
         let expected_remaining = limit
             .saturating_sub(ours)
             .saturating_sub(u64::from(self.limiter.headroom()));
@@ -349,16 +351,34 @@ impl BudgetState {
         Some((w, u64::from(self.limiter.starts_within(at, w.length_ms))))
     }
 
+    /// The most of our own starts a server's count can hold, taken when the request that made
+    /// `trip` arrived: the starts in the window ending at its start, and the later ones that
+    /// may have overtaken it on the way. Usually that is the window alone. But a browser under
+    /// load holds single requests back by tens of milliseconds, and the starts made meanwhile
+    /// reach the server first: counting only the window ending at the start read those as
+    /// somebody else's, took them for other callers and slowed every window after.
+    ///
+    /// `None` when the log no longer reaches back that far (the trip took very long).
+    fn ours_the_server_may_count(&self, window_ms: DurationMs, trip: Trip) -> Option<u64> {
+        let late_by = trip.arrived_by.saturating_sub(trip.started);
+        let reach = window_ms.saturating_add(late_by);
+        (reach <= self.limiter.history_ms())
+            .then(|| u64::from(self.limiter.starts_within(trip.arrived_by, reach)))
+    }
+
     /// A response reported `remaining` for the shortest window: whatever of the limit is spent
     /// beyond our own starts was spent by others. Rising estimates are taken at once (they
     /// cost 429s), falling ones only through the slow decay of [`Self::forget_others_slowly`].
-    fn observe_others(&mut self, limit: u64, remaining: u64, request_started: Millis) {
-        let Some((_, ours)) = self.shortest_window_use(request_started) else {
+    fn observe_others(&mut self, limit: u64, remaining: u64, trip: Trip) {
+        let Some(w) = self.shortest_window() else {
             return;
         };
-        // A difference of a request or two is noise, not others: the server counts arrivals,
-        // which trail our starts by a varying delay, so a few of ours sit on the other side of
-        // its window's edge (the same allowance `server_is_stricter` makes).
+        // A reading we cannot compare in full is no evidence of others.
+        let Some(ours) = self.ours_the_server_may_count(w.length_ms, trip) else {
+            return;
+        };
+        // A difference of a request or two is noise, not others: a few of ours may sit on the
+        // other side of the server's window edge (the same allowance `server_is_stricter` makes).
         let edge_slack = (limit / 50).max(1);
         let others = limit
             .saturating_sub(remaining)

@@ -26,7 +26,7 @@ use rustc_hash::{FxHashMap, FxHasher};
 
 use serde::{Deserialize, Serialize};
 
-use crate::budget::BudgetState;
+use crate::budget::{BudgetState, Trip};
 use crate::config::{BudgetConfig, ConfigError, EngineConfig};
 use crate::headers::read_signal;
 use crate::job::{Job, JobError, JobId, JobKind, JobOutcome, JobSpec, JobState, Lane};
@@ -1049,9 +1049,10 @@ impl Engine {
 
     /// The response to a job's request arrived.
     pub fn on_response(&mut self, id: &str, response: Response, now: Millis) {
-        let Some((budget_name, started)) = self.take_in_flight(id, now) else {
+        let Some((budget_name, trip)) = self.take_in_flight(id, now) else {
             return;
         };
+        let started = trip.started;
         let id: JobId = id.to_string();
         let signal = read_signal(response.status, &response.headers, now);
         if let Some(b) = self.budgets.get_mut(&budget_name) {
@@ -1063,7 +1064,7 @@ impl Engine {
                         .limiter
                         .starts_within(now, now.saturating_sub(started)),
                 );
-                b.state.apply_quota(quota, started, later, now);
+                b.state.apply_quota(quota, trip, later, now);
             }
         }
         self.changed_budgets.insert(budget_name.clone());
@@ -1173,7 +1174,7 @@ impl Engine {
         self.offline_until.is_some_and(|t| t > now)
     }
 
-    fn take_in_flight(&mut self, id: &str, now: Millis) -> Option<(String, Millis)> {
+    fn take_in_flight(&mut self, id: &str, now: Millis) -> Option<(String, Trip)> {
         let job = self.jobs.get(id)?;
         if job.state != JobState::Sending {
             return None;
@@ -1186,18 +1187,26 @@ impl Engine {
         // the server (a busy network process, a connection to open): counted where it may have
         // arrived, as if the rest of its trip took the usual time. Usual jitter stays within
         // the windows' margin and moves nothing.
+        let mut arrived_by = now;
         if let Some(usual) = b.latency_ms {
             let latest = now.saturating_sub(usual as Millis);
             if b.state.limiter.reached_server_by(started, latest) {
                 self.changed_budgets.insert(budget_name.clone());
             }
+            arrived_by = latest.max(started);
         }
         let sample = now.saturating_sub(started) as f64;
         b.latency_ms = Some(match b.latency_ms {
             Some(avg) => avg * 0.8 + sample * 0.2,
             None => sample,
         });
-        Some((budget_name, started))
+        Some((
+            budget_name,
+            Trip {
+                started,
+                arrived_by,
+            },
+        ))
     }
 
     fn fail_or_retry(&mut self, id: &JobId, budget_name: &str, error: JobError, now: Millis) {
@@ -1378,6 +1387,11 @@ impl Engine {
     // ----- observation ---------------------------------------------------------------------
 
     /// Whether [`Engine::take_changes`] has anything to take (besides what it decides itself).
+    /// Whether any request is out waiting for its answer.
+    pub fn is_sending(&self) -> bool {
+        self.budgets.values().any(|b| !b.in_flight.is_empty())
+    }
+
     pub fn has_changes(&self) -> bool {
         !(self.changed_jobs.0.is_empty()
             && self.started_jobs.0.is_empty()

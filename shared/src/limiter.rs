@@ -81,6 +81,14 @@ const SNAP: f64 = 1e-9;
 /// history past one limit, so this bounds memory without ever dropping a start the windows need.
 const HISTORY_LIMITS: usize = 2;
 
+/// How long starts stay in the log beyond the longest window, as a share of the shortest. The
+/// windows themselves need none of it; it is there for reading a server's count against ours
+/// ([`Limiter::starts_within`] from a response): the count was taken when the request arrived,
+/// up to a round trip after it started, over a window that reaches that much further back
+/// than the one ending at our newest start. Round trips are short next to all but the
+/// shortest window, so a share of that one is enough.
+const HISTORY_BEYOND_WINDOW: (u64, u64) = (1, 2);
+
 /// Decides the earliest instant at which one more request may start; see the module docs.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -356,8 +364,9 @@ impl Limiter {
     pub fn record_start(&mut self, at: Millis) {
         let at = self.starts.back().map_or(at, |&last| at.max(last));
         self.starts.push_back(at);
-        // A start at or before `at - longest` shares no window with `at` or anything later.
-        let horizon = self.meters.iter().map(|m| m.length).max().unwrap_or(0);
+        // A start at or before `at - longest` shares no window with `at` or anything later,
+        // but a server's count read later may still hold it.
+        let horizon = self.history_ms();
         let cap = self.history_cap();
         while let Some(&oldest) = self.starts.front() {
             if oldest.saturating_add(horizon) <= at || self.starts.len() > cap {
@@ -529,6 +538,15 @@ impl Limiter {
             .partition_point(|&s| s.saturating_add(length) <= now);
         let to = self.starts.partition_point(|&s| s <= now);
         u32::try_from(to.saturating_sub(from)).unwrap_or(u32::MAX)
+    }
+
+    /// How far back from its newest start the log holds every start (unless a caller recorded
+    /// more starts than it was allowed): [`Self::starts_within`] is exact for spans up to this.
+    pub fn history_ms(&self) -> DurationMs {
+        let longest = self.meters.iter().map(|m| m.length).max().unwrap_or(0);
+        let shortest = self.meters.iter().map(|m| m.length).min().unwrap_or(0);
+        let (num, den) = HISTORY_BEYOND_WINDOW;
+        longest.saturating_add(shortest.saturating_mul(num) / den)
     }
 
     fn history_cap(&self) -> usize {
@@ -1665,7 +1683,9 @@ mod tests {
                     lim.start_empty(at);
                 }
             }
-            assert!(lim.starts.len() <= 5000, "{}", lim.starts.len());
+            // The hour's 5,000, and what 1,000 per second adds in the 510 ms (half the
+            // stretched second) kept beyond it for reading server counts.
+            assert!(lim.starts.len() <= 5000 + 510, "{}", lim.starts.len());
             if let State::Log(log) = &lim.meters[1].state {
                 assert!(log.floor.len() <= 5000);
             }

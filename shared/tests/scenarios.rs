@@ -1127,3 +1127,57 @@ fn a_request_much_slower_than_usual_counts_where_it_may_have_arrived() {
     // 103 + 100 - 21 + 1,021.
     assert_eq!(twelfth_start(120), 1_203);
 }
+
+#[test]
+fn a_count_taken_after_a_request_was_held_back_is_not_read_as_other_callers() {
+    // 100 per second against a strict sliding log that reports X-RateLimit-Remaining as counted
+    // when each request arrives. Requests take 10 ms each way; the `held`-th start (n-th of a
+    // run that has sent for `run_ms`) is held back 80 ms on its way, as a busy browser does, so
+    // the starts made meanwhile reach the server first and are in its count.
+    let others_after = |run_ms: u64| {
+        let mut e = engine_with(budget(100, 1_000, 20));
+        for i in 0..400 {
+            e.enqueue(post(i), 0).unwrap();
+        }
+        let mut arrivals: Vec<u64> = Vec::new();
+        // (arrives, answered, job, remaining as counted at arrival)
+        let mut trips: Vec<(u64, u64, String, Option<u64>)> = Vec::new();
+        let mut held = None;
+        for now in 0..run_ms + 500 {
+            for trip in trips.iter_mut().filter(|t| t.0 == now) {
+                arrivals.push(now);
+                let counted = arrivals.iter().filter(|&&a| a + 1_000 > now).count() as u64;
+                trip.3 = Some(100u64.saturating_sub(counted));
+            }
+            let answered: Vec<_> = trips.iter().filter(|t| t.1 == now).cloned().collect();
+            for (_, _, id, remaining) in answered {
+                let remaining = remaining.unwrap_or(0).to_string();
+                let headers = [
+                    ("X-RateLimit-Limit", "100"),
+                    ("X-RateLimit-Remaining", remaining.as_str()),
+                    ("X-RateLimit-Reset", "1"),
+                ];
+                e.on_response(&id, with_headers(201, &headers), now);
+                if held.as_ref() == Some(&id) {
+                    return e.budget_state("api").map(|b| b.others);
+                }
+            }
+            for t in drain(&mut e, now) {
+                let on_the_way = if held.is_none() && now >= run_ms {
+                    held = Some(t.job_id.clone());
+                    90
+                } else {
+                    10
+                };
+                trips.push((now + on_the_way, now + on_the_way + 10, t.job_id, None));
+            }
+        }
+        None
+    };
+    // In the first second nothing has left the server's window yet: its count holds the eight
+    // or so starts made while the held request was on its way, on top of ours.
+    assert_eq!(others_after(300), Some(0.0));
+    // After two seconds of sending at the limit: the count also reaches back 80 ms further
+    // than the window ending at the held request's start, to starts the log must still hold.
+    assert_eq!(others_after(2_300), Some(0.0));
+}

@@ -200,6 +200,11 @@ pub struct Worker {
 const FIRST_JOBS_READ: u32 = 300;
 const REST_CHUNK: u32 = 250;
 
+/// Journaled jobs each save carries along while requests are out (see
+/// [`Worker::carry_journal_share`]): a few hundred microseconds of IndexedDB work per save, and
+/// a 2,000-job `enqueueMany` written one per record within the first few seconds of sending.
+const JOURNAL_SHARE: usize = 25;
+
 /// The ids of jobs that were folded into another job on enqueue (`Job::folded`), each with the
 /// id of the job that carries it, sorted by folded id: an `enqueue` of such an id sent again
 /// is answered with the carrier. A sorted list rather than a map: folds are few, and a map of
@@ -454,20 +459,47 @@ impl Worker {
     /// Queues a journal entry's jobs to be written one per record (see `store`, "Large
     /// batches") and starts the writer if it is not running.
     fn write_journaled(&self, journaled: Option<Journaled>) {
-        let Some(journaled) = journaled else { return };
-        self.journals.borrow_mut().push(journaled);
+        if let Some(journaled) = journaled {
+            self.journals.borrow_mut().push(journaled);
+        }
+        if self.journals.borrow().is_empty() || self.engine.borrow().is_sending() {
+            return;
+        }
         if self.writing_journals.replace(true) {
             return;
         }
         let me = self.me.clone();
         spawn(async move {
             while let Some(w) = me.upgrade() {
-                if !w.write_journal_chunk().await {
+                // While requests are out, the pump saves every few milliseconds and each of
+                // its saves carries a share (see `carry_journal_share`): a chunk of our own
+                // would only hold those saves, and the starts waiting for them, behind it.
+                if w.engine.borrow().is_sending() || !w.write_journal_chunk().await {
                     w.writing_journals.set(false);
                     break;
                 }
             }
         });
+    }
+
+    /// Adds the next few journaled jobs to a save that is going out anyway (and the entry's
+    /// deletion once it is empty), so that a large `enqueueMany` is written one per record
+    /// without a transaction of its own while the pump is busy.
+    fn carry_journal_share(&self, changes: &mut Changes, meta: &mut Vec<MetaOp>) {
+        let ids = {
+            let mut journals = self.journals.borrow_mut();
+            let Some(front) = journals.first_mut() else {
+                return;
+            };
+            let n = front.jobs.len().min(JOURNAL_SHARE);
+            let ids: Vec<JobId> = front.jobs.drain(..n).collect();
+            if front.jobs.is_empty() {
+                meta.push(MetaOp::DeleteJournal(front.id.clone()));
+                journals.remove(0);
+            }
+            ids
+        };
+        add_jobs(changes, &self.engine.borrow(), &ids);
     }
 
     /// Writes the next chunk of the oldest journal entry; `false` once there is nothing left
@@ -568,7 +600,10 @@ impl Worker {
             return Ok(());
         }
         let mut meta = meta.to_vec();
+        // Jobs added below are written, not news: only these go to the pages.
+        let changed = changes.jobs.len();
         self.finish_journals_if_removing(&mut changes, &mut meta);
+        self.carry_journal_share(&mut changes, &mut meta);
         match self.store.save(&changes, &meta, fresh).await {
             Ok(journaled) => {
                 self.engine.borrow_mut().on_saved(changes.save);
@@ -581,6 +616,7 @@ impl Worker {
         }
         let mut batcher = self.batcher.borrow_mut();
         batcher.push_removed(&changes.removed);
+        changes.jobs.truncate(changed);
         if !changes.jobs.is_empty() || !changes.started.is_empty() {
             let told = changes.jobs.iter().chain(&changes.started);
             let urgent = told.clone().any(|j| j.lane == Lane::Interactive);

@@ -62,13 +62,6 @@ fn bulk_api() -> ApiConfig {
 e2e!(
     /// Issue 4, scenario 1: 2,000 creates at once against 100/s with 30 ms latency and 4 in
     /// flight finish within 105% of the ideal time, with no 429 and never above the limit.
-    #[ignore = "worker: 0.94 of the limit (finish 21.2 s = 1.06 of ideal, 0 429s, at most 100 \
-                in any window; machine idle), 0.95 needed. 98 per second for the first ~11 s, \
-                then 92-95 per second to the end. Each of the 4 slots turns in 41 ms (median) \
-                where 40 ms is needed: the browser adds ~7 ms to the server's 30 ms and the \
-                worker ~3 ms before the next start. The drop is not keep-alives (same with \
-                keepAliveMs 60 s), not the save cadence (same with 8 ms) and not aging. \
-                sluice simulate: 0.978"]
     bulk_of_2000_finishes_within_105_percent_of_ideal_without_429s,
     150,
     Options::api(bulk_api()).exclusive(),

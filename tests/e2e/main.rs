@@ -13,7 +13,6 @@
 //!
 //! Run: `cargo test --test e2e` (timings and measured figures are printed). Without Chromium
 //! they skip, unless `CI` is set. Tests that measure time run alone (`Options::exclusive`).
-//! `cargo test --test e2e -- --ignored` runs the tests that document open product bugs.
 
 mod support;
 
