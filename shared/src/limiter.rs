@@ -520,17 +520,26 @@ impl Limiter {
     }
 
     /// Sustained starts per millisecond this limiter allows (the tightest window, after the
-    /// utilization margin): what an ETA divides by.
+    /// utilization margin and the headroom left to other callers): what an ETA divides by.
     pub fn sustained_rate_per_ms(&self) -> f64 {
+        let shortest = self.shortest().map(|m| m.length);
         self.meters
             .iter()
-            .map(|m| f64::from(m.limit) / m.length as f64)
+            .map(|m| {
+                let ours = if Some(m.length) == shortest {
+                    self.own_share(m)
+                } else {
+                    m.limit
+                };
+                f64::from(ours) / m.length as f64
+            })
             .fold(f64::INFINITY, f64::min)
     }
 
-    /// Starts recorded in `(now - length, now]`, for the achieved-rate figure.
+    /// Starts recorded in `(now - length, now]`, for the achieved-rate figure and for reading a
+    /// server's count against ours.
     ///
-    /// Exact for lengths up to the longest window; beyond that, a lower bound (older starts
+    /// Exact for lengths up to [`Self::history_ms`]; beyond that, a lower bound (older starts
     /// have been forgotten).
     pub fn starts_within(&self, now: Millis, length: DurationMs) -> u32 {
         let from = self
@@ -1423,6 +1432,9 @@ mod tests {
         // Boundaries stay on the server's grid: not stretched.
         assert_eq!(lim.next_start_at(T0), T0 + 1000);
         assert_eq!(lim.sustained_rate_per_ms(), 90.0 / 1000.0);
+        // What other callers are left of the window is not ours either.
+        lim.set_headroom(30);
+        assert_eq!(lim.sustained_rate_per_ms(), 60.0 / 1000.0);
     }
 
     #[test]
