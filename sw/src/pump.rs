@@ -136,7 +136,7 @@ pub struct Pump {
     saves_with_starts: Cell<u32>,
     /// The pump's own save is in flight (see [`save`]).
     saving: Cell<bool>,
-    /// When the pump's last save started.
+    /// When the last save started, the pump's or a request handler's (see [`Pump::saved_at`]).
     last_save: Cell<Millis>,
     /// Starts polled to be saved before they go out that no save has taken yet.
     awaiting_save: RefCell<Vec<Transmit>>,
@@ -148,6 +148,14 @@ pub struct Pump {
 }
 
 impl Pump {
+    /// A save took every change so far with it at `now` (a request handler's, which carries
+    /// the pump's changes too): the pump's own next save is not due until a save interval
+    /// later. While pages enqueue one job after another, their transactions then do not queue
+    /// behind a pump save that would have saved nothing of its own.
+    pub fn saved_at(&self, now: Millis) {
+        self.last_save.set(now);
+    }
+
     /// Something happened: run one more iteration soon.
     pub fn wake(&self) {
         self.signal.notify();

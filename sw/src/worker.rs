@@ -599,6 +599,7 @@ impl Worker {
         if changes.is_empty() && meta.is_empty() {
             return Ok(());
         }
+        self.pump.saved_at(now_ms());
         let mut meta = meta.to_vec();
         // Jobs added below are written, not news: only these go to the pages.
         let changed = changes.jobs.len();
