@@ -201,9 +201,13 @@ const FIRST_JOBS_READ: u32 = 300;
 const REST_CHUNK: u32 = 250;
 
 /// Journaled jobs each save carries along while requests are out (see
-/// [`Worker::carry_journal_share`]): a few hundred microseconds of IndexedDB work per save, and
-/// a 2,000-job `enqueueMany` written one per record within the first few seconds of sending.
-const JOURNAL_SHARE: usize = 25;
+/// [`Worker::carry_journal_share`]). A `put` costs the worker thread itself about 0.14 ms per
+/// job (the record is cloned where it is called): at 25 per save, saves took a third of the
+/// thread in a bulk job's first second and its first hundred starts came 30-170 ms late; at 8
+/// it is about a millisecond per save, and a 2,000-job `enqueueMany` is written one per record
+/// within its first 4 s of sending (10,000: 20 s; a worker stopped before then rebuilds from
+/// the whole store, which is slower but loses nothing).
+const JOURNAL_SHARE: usize = 8;
 
 /// The ids of jobs that were folded into another job on enqueue (`Job::folded`), each with the
 /// id of the job that carries it, sorted by folded id: an `enqueue` of such an id sent again
