@@ -490,11 +490,22 @@ async fn run_cold_start(options: &BenchOptions, jobs: usize) -> Result<ColdStart
         rig.api.total() >= 100
     })
     .await?;
-    // While requests are out, the worker writes a large batch one per record a share per save
-    // (a few seconds for 10,000); a worker stopped before that is done rebuilds from the whole
-    // store, not the queue's head. This measures the steady state after it.
+    // While requests are out, the worker writes a large batch one per record, a few jobs per
+    // save (about 20 s for 10,000); a worker stopped before that is done rebuilds from the
+    // whole store, not the queue's head. This measures the steady state after it.
     tab.eval(
-        "const db = await new Promise((ok, no) => { const r = indexedDB.open('sluice');            r.onsuccess = () => ok(r.result); r.onerror = () => no(r.error); });         const deadline = performance.now() + 60000;         for (;;) {           const n = await new Promise((ok, no) => { const r = db.transaction('journal')             .objectStore('journal').count(); r.onsuccess = () => ok(r.result);              r.onerror = () => no(r.error); });           if (n === 0) break;           if (performance.now() > deadline) throw new Error('the batch is still journaled');           await new Promise((ok) => setTimeout(ok, 50));         }         db.close();",
+        "const db = await new Promise((ok, no) => { const r = indexedDB.open('sluice');\
+           r.onsuccess = () => ok(r.result); r.onerror = () => no(r.error); });\
+         const deadline = performance.now() + 60000;\
+         for (;;) {\
+           const n = await new Promise((ok, no) => {\
+             const r = db.transaction('journal').objectStore('journal').count();\
+             r.onsuccess = () => ok(r.result); r.onerror = () => no(r.error); });\
+           if (n === 0) break;\
+           if (performance.now() > deadline) throw new Error('the batch is still journaled');\
+           await new Promise((ok) => setTimeout(ok, 50));\
+         }\
+         db.close();",
     )
     .await?;
     let restarts = stop_for_good(&rig).await?;

@@ -1386,12 +1386,12 @@ impl Engine {
 
     // ----- observation ---------------------------------------------------------------------
 
-    /// Whether [`Engine::take_changes`] has anything to take (besides what it decides itself).
     /// Whether any request is out waiting for its answer.
     pub fn is_sending(&self) -> bool {
         self.budgets.values().any(|b| !b.in_flight.is_empty())
     }
 
+    /// Whether [`Engine::take_changes`] has anything to take (besides what it decides itself).
     pub fn has_changes(&self) -> bool {
         !(self.changed_jobs.0.is_empty()
             && self.started_jobs.0.is_empty()
