@@ -48,6 +48,14 @@ pub struct Timing {
     /// Ask for the job list when no job news arrived for this long while callers wait on jobs
     /// (a missed broadcast must not leave a `done` promise pending forever).
     pub reconcile_after_ms: f64,
+    /// Send over the worker's port only within this long of the last `postMessage` (see
+    /// [`Via`]): Chromium stops a worker 30 s after its last event, and a port message is
+    /// no event.
+    pub port_fresh_ms: f64,
+    /// A request sent over the port and unanswered this long is sent again as an event, and
+    /// the port is given up: the worker behind it may have stopped, and Chromium (156) does
+    /// not fire the port's `close` event for that. Answers take milliseconds.
+    pub port_answer_ms: f64,
 }
 
 impl Timing {
@@ -55,6 +63,7 @@ impl Timing {
     pub fn tick_ms(&self) -> f64 {
         (self.resend_after_ms / 3.0)
             .min(self.keep_alive_ms / 2.0)
+            .min(self.port_answer_ms / 2.0)
             .clamp(50.0, 1_000.0)
     }
 }
@@ -67,6 +76,8 @@ impl Default for Timing {
             max_sends: 5,
             keep_alive_ms: 10_000.0,
             reconcile_after_ms: 15_000.0,
+            port_fresh_ms: 20_000.0,
+            port_answer_ms: 1_000.0,
         }
     }
 }
@@ -274,12 +285,43 @@ enum Purpose {
     Refresh,
 }
 
+/// Which way a request goes to the worker.
+///
+/// `postMessage` to the worker is an event: it starts a stopped worker and keeps it alive
+/// while it works, but Chromium routes it through the browser process (3 ms at the median, 7 ms
+/// at p95, measured). A `MessagePort` the page handed the worker carries a message straight to
+/// it (about 2 ms) but is no event: it reaches only a running worker and does not extend its
+/// life, and Chromium says nothing when the worker behind it stops. So a request goes over the
+/// port only when the port is known to work and the worker had an event from this page lately
+/// ([`Timing::port_fresh_ms`]; the first event after a quiet spell brings a new port);
+/// everything that must wake or hold the worker (keep-alives, resends, the first request after
+/// a quiet spell) is an event; and a request the port leaves unanswered goes again as an event
+/// soon ([`Timing::port_answer_ms`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Via {
+    Event,
+    Port,
+}
+
+/// The page's port to the worker, as far as this bookkeeping knows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PortState {
+    /// None yet, or the last one was lost: the next event brings a new one.
+    None,
+    /// Sent with an event; the worker answers that event over the port once it took it.
+    Offered,
+    /// The worker answered over it.
+    Open,
+}
+
 struct Outstanding {
     name: &'static str,
     text: String,
     slow: bool,
     last_sent: f64,
     sends: u32,
+    /// How it was last sent.
+    via: Via,
     purpose: Purpose,
     tx: Option<Sender<ReplyResult>>,
 }
@@ -333,6 +375,8 @@ pub struct Core {
     reconcile: Option<(String, u64)>,
     /// A status showed fewer pending jobs than this client waits on: ask for the list soon.
     reconcile_soon: bool,
+    port: PortState,
+    last_event: f64,
     closed: bool,
 }
 
@@ -352,6 +396,8 @@ impl Core {
             last_news: 0.0,
             reconcile: None,
             reconcile_soon: false,
+            port: PortState::None,
+            last_event: f64::NEG_INFINITY,
             closed: false,
         }
     }
@@ -360,8 +406,8 @@ impl Core {
         &self.timing
     }
 
-    /// Starts a request: returns the text to post now and the answer to await.
-    pub fn request(&mut self, call: Call, now: f64) -> (String, Pending) {
+    /// Starts a request: returns the text to post now, which way, and the answer to await.
+    pub fn request(&mut self, call: Call, now: f64) -> (String, Via, Pending) {
         let purpose = match call.kind {
             "enqueue" => Purpose::Enqueue,
             "retry" => Purpose::Retry,
@@ -370,10 +416,53 @@ impl Core {
         let (tx, rx) = oneshot::channel();
         if self.closed {
             tx.send(Err(ClientError::Closed));
-            return (String::new(), Pending(rx));
+            return (String::new(), Via::Event, Pending(rx));
         }
-        let text = self.start(call, purpose, Some(tx), now);
-        (text, Pending(rx))
+        // A large `enqueueMany` may take the worker longer than `port_answer_ms` to save, and
+        // gains nothing from a faster hop.
+        let via = if self.port == PortState::Open
+            && now - self.last_event < self.timing.port_fresh_ms
+            && call.kind != "enqueueMany"
+        {
+            Via::Port
+        } else {
+            Via::Event
+        };
+        let text = self.start(call, purpose, Some(tx), now, via);
+        (text, via, Pending(rx))
+    }
+
+    /// The glue is about to post an event to the worker: returns whether to hand it a new
+    /// port with it.
+    pub fn posting_event(&mut self, now: f64) -> bool {
+        if now - self.last_event >= self.timing.port_fresh_ms {
+            // After a quiet spell the worker may have stopped, and its end of the port with it
+            // (silently): this event may start a new one, which needs a new port.
+            self.port = PortState::None;
+        }
+        self.last_event = now;
+        if self.port == PortState::None && !self.closed {
+            self.port = PortState::Offered;
+            return true;
+        }
+        false
+    }
+
+    /// A message arrived over the port: the worker took it.
+    pub fn port_answered(&mut self) {
+        if self.port == PortState::Offered {
+            self.port = PortState::Open;
+        }
+    }
+
+    pub fn port_state(&self) -> PortState {
+        self.port
+    }
+
+    /// A new worker took over: the port to the old one is of no use (everything unanswered
+    /// goes to the new one with [`Core::resend_all`]).
+    pub fn forget_port(&mut self) {
+        self.port = PortState::None;
     }
 
     fn start(
@@ -382,6 +471,7 @@ impl Core {
         purpose: Purpose,
         tx: Option<Sender<ReplyResult>>,
         now: f64,
+        via: Via,
     ) -> String {
         self.counter += 1;
         let request_id = format!("{}-{}", self.prefix, self.counter);
@@ -400,6 +490,7 @@ impl Core {
                 slow: matches!(call.kind, "enqueue" | "enqueueMany"),
                 last_sent: now,
                 sends: 1,
+                via,
                 purpose,
                 tx,
             },
@@ -667,7 +758,9 @@ impl Core {
         }
         let mut expired = Vec::new();
         for (id, out) in self.outstanding.iter_mut() {
-            let wait = if out.slow {
+            let wait = if out.via == Via::Port {
+                self.timing.port_answer_ms
+            } else if out.slow {
                 self.timing.slow_resend_after_ms
             } else {
                 self.timing.resend_after_ms
@@ -675,11 +768,15 @@ impl Core {
             if now - out.last_sent < wait {
                 continue;
             }
+            if out.via == Via::Port {
+                self.port = PortState::None;
+            }
             if out.sends >= self.timing.max_sends {
                 expired.push(id.clone());
             } else {
                 out.sends += 1;
                 out.last_sent = now;
+                out.via = Via::Event;
                 posts.push(out.text.clone());
             }
         }
@@ -703,7 +800,13 @@ impl Core {
                 .values()
                 .any(|o| o.purpose == Purpose::KeepAlive);
             if !already {
-                posts.push(self.start(Call::new("keepAlive"), Purpose::KeepAlive, None, now));
+                posts.push(self.start(
+                    Call::new("keepAlive"),
+                    Purpose::KeepAlive,
+                    None,
+                    now,
+                    Via::Event,
+                ));
             }
             // Only the worker's word keeps us sending: if its last status is old (a broadcast
             // was missed), ask again, or a finished queue would be kept awake forever.
@@ -716,7 +819,13 @@ impl Core {
                 && now - self.last_status >= 3.0 * self.timing.keep_alive_ms
             {
                 self.last_status = now;
-                posts.push(self.start(Call::new("snapshot"), Purpose::Refresh, None, now));
+                posts.push(self.start(
+                    Call::new("snapshot"),
+                    Purpose::Refresh,
+                    None,
+                    now,
+                    Via::Event,
+                ));
             }
         }
         if !self.waiters.is_empty()
@@ -725,7 +834,7 @@ impl Core {
         {
             self.last_news = now;
             self.reconcile_soon = false;
-            posts.push(self.start(Call::new("jobs"), Purpose::Reconcile, None, now));
+            posts.push(self.start(Call::new("jobs"), Purpose::Reconcile, None, now, Via::Event));
         }
         posts
     }
@@ -737,6 +846,7 @@ impl Core {
             .map(|o| {
                 o.sends += 1;
                 o.last_sent = now;
+                o.via = Via::Event;
                 o.text.clone()
             })
             .collect()
@@ -745,6 +855,7 @@ impl Core {
     /// Fails every outstanding request and wait; later requests fail at once.
     pub fn close(&mut self) {
         self.closed = true;
+        self.port = PortState::None;
         for (_, out) in std::mem::take(&mut self.outstanding) {
             if let Some(tx) = out.tx {
                 tx.send(Err(ClientError::Closed));
@@ -901,6 +1012,11 @@ mod tests {
     }
 
     fn enqueue(core: &mut Core, now: f64) -> (String, Pending) {
+        let (text, _, pending) = enqueue_via(core, now);
+        (text, pending)
+    }
+
+    fn enqueue_via(core: &mut Core, now: f64) -> (String, Via, Pending) {
         core.request(
             Call::from_request(&Request::Enqueue {
                 job: Default::default(),
@@ -912,7 +1028,7 @@ mod tests {
     #[test]
     fn a_reply_settles_its_request_once() {
         let mut core = Core::new("c", Timing::default());
-        let (text, mut p) = core.request(Call::new("snapshot"), 0.0);
+        let (text, _, mut p) = core.request(Call::new("snapshot"), 0.0);
         assert_eq!(type_of(&text), "snapshot");
         assert!(poll(&mut p).is_pending());
         let r = reply(&id_of(&text), ReplyBody::Alive);
@@ -925,8 +1041,8 @@ mod tests {
     #[test]
     fn request_ids_are_unique_and_prefixed() {
         let mut core = Core::new("tab7", Timing::default());
-        let (a, _) = core.request(Call::new("snapshot"), 0.0);
-        let (b, _) = core.request(Call::new("snapshot"), 0.0);
+        let (a, _, _) = core.request(Call::new("snapshot"), 0.0);
+        let (b, _, _) = core.request(Call::new("snapshot"), 0.0);
         assert!(id_of(&a).starts_with("tab7-"));
         assert_ne!(id_of(&a), id_of(&b));
     }
@@ -934,7 +1050,7 @@ mod tests {
     #[test]
     fn an_error_reply_rejects_with_the_workers_error() {
         let mut core = Core::new("c", Timing::default());
-        let (text, mut p) = core.request(Call::new("dismiss").with("id", "x"), 0.0);
+        let (text, _, mut p) = core.request(Call::new("dismiss").with("id", "x"), 0.0);
         let err = serde_json::to_string(&WorkerMessage::Error {
             request_id: Some(id_of(&text)),
             error: ProtocolError::NotFound { id: "x".into() },
@@ -950,7 +1066,7 @@ mod tests {
     fn an_unavailable_worker_gets_the_request_again_instead_of_failing_it() {
         let t = Timing::default();
         let mut core = Core::new("c", t.clone());
-        let (text, mut p) = core.request(Call::new("cancel").with("target", "g"), 0.0);
+        let (text, _, mut p) = core.request(Call::new("cancel").with("target", "g"), 0.0);
         let unavailable = serde_json::to_string(&WorkerMessage::Error {
             request_id: Some(id_of(&text)),
             error: ProtocolError::Unavailable {
@@ -972,11 +1088,90 @@ mod tests {
         assert_eq!(ready(&mut p).ok().unwrap().kind(), "cancelled");
     }
 
+    /// A core whose port the worker took, after an event at `now`.
+    fn with_open_port(t: &Timing, now: f64) -> Core {
+        let mut core = Core::new("c", t.clone());
+        assert!(core.posting_event(now));
+        core.port_answered();
+        assert_eq!(core.port_state(), PortState::Open);
+        core
+    }
+
+    #[test]
+    fn requests_take_the_port_once_the_worker_answered_over_it_and_while_it_is_awake() {
+        let t = Timing::default();
+        let mut core = Core::new("c", t.clone());
+        let (_, via, _) = core.request(Call::new("snapshot"), 0.0);
+        assert_eq!(via, Via::Event);
+        // The first event offers a port, later ones do not while it is pending or open.
+        assert!(core.posting_event(0.0));
+        assert!(!core.posting_event(1.0));
+        assert_eq!(core.port_state(), PortState::Offered);
+        let (_, via, _) = core.request(Call::new("snapshot"), 2.0);
+        assert_eq!(via, Via::Event, "not before the worker answered over it");
+        core.port_answered();
+        let (_, via, _) = core.request(Call::new("snapshot"), 3.0);
+        assert_eq!(via, Via::Port);
+        // Long after the last event the worker may have stopped: a port message would not
+        // start it, an event does, and it brings a new port for the worker it may start.
+        let late = 1.0 + t.port_fresh_ms;
+        let (_, via, _) = core.request(Call::new("snapshot"), late);
+        assert_eq!(via, Via::Event);
+        assert!(core.posting_event(late));
+        let (_, via, _) = core.request(Call::new("snapshot"), late + 1.0);
+        assert_eq!(via, Via::Event);
+        core.port_answered();
+        let (_, via, _) = core.request(Call::new("snapshot"), late + 2.0);
+        assert_eq!(via, Via::Port);
+        // Events while it is open keep it.
+        assert!(!core.posting_event(late + 3.0));
+    }
+
+    #[test]
+    fn a_port_request_left_unanswered_goes_again_as_an_event_and_gives_up_the_port() {
+        // No `close` event tells a page that the worker behind its port stopped: the silence
+        // does, soon (an enqueue sent as an event waits far longer for its resend).
+        let t = Timing::default();
+        assert!(t.port_answer_ms < t.resend_after_ms);
+        let mut core = with_open_port(&t, 0.0);
+        let (text, via, _p) = enqueue_via(&mut core, 1.0);
+        assert_eq!(via, Via::Port);
+        assert!(core.tick(t.port_answer_ms).is_empty());
+        assert_eq!(core.port_state(), PortState::Open);
+        let resent_at = 1.0 + t.port_answer_ms;
+        assert_eq!(core.tick(resent_at), vec![text.clone()]);
+        assert_eq!(core.port_state(), PortState::None);
+        let (_, via, _) = core.request(Call::new("snapshot"), resent_at + 1.0);
+        assert_eq!(via, Via::Event);
+        // The copy sent as an event waits as long as any enqueue sent that way.
+        assert!(!core
+            .tick(resent_at + t.slow_resend_after_ms - 1.0)
+            .contains(&text));
+        assert!(core
+            .tick(resent_at + t.slow_resend_after_ms)
+            .contains(&text));
+    }
+
+    #[test]
+    fn a_large_batch_never_takes_the_port() {
+        let t = Timing::default();
+        let mut core = with_open_port(&t, 0.0);
+        let (_, via, _) = core.request(Call::new("enqueueMany"), 1.0);
+        assert_eq!(via, Via::Event);
+    }
+
+    #[test]
+    fn a_closed_client_offers_no_port() {
+        let mut core = Core::new("c", Timing::default());
+        core.close();
+        assert!(!core.posting_event(0.0));
+    }
+
     #[test]
     fn unanswered_requests_are_resent_then_given_up() {
         let t = Timing::default();
         let mut core = Core::new("c", t.clone());
-        let (snap, mut p) = core.request(Call::new("snapshot"), 0.0);
+        let (snap, _, mut p) = core.request(Call::new("snapshot"), 0.0);
         let (enq, _e) = enqueue(&mut core, 0.0);
         assert!(core.tick(t.resend_after_ms - 1.0).is_empty());
         // The snapshot is resent after the short wait, the enqueue only after the long one.
@@ -1065,7 +1260,7 @@ mod tests {
     fn a_retry_forgets_the_old_failure() {
         let mut core = Core::new("c", Timing::default());
         core.receive(&jobs_broadcast(vec![update("j", JobState::Failed)]), 0.0);
-        let (text, mut p) = core.request(Call::new("retry").with("id", "j"), 1.0);
+        let (text, _, mut p) = core.request(Call::new("retry").with("id", "j"), 1.0);
         core.receive(
             &reply(&id_of(&text), ReplyBody::Retried { id: "j".into() }),
             2.0,
@@ -1101,7 +1296,7 @@ mod tests {
 
     #[test]
     fn ticks_are_frequent_enough_for_every_period() {
-        assert_eq!(Timing::default().tick_ms(), 1_000.0);
+        assert_eq!(Timing::default().tick_ms(), 500.0);
         let t = Timing {
             keep_alive_ms: 300.0,
             ..Timing::default()
@@ -1221,7 +1416,7 @@ mod tests {
     #[test]
     fn a_new_worker_gets_everything_unanswered() {
         let mut core = Core::new("c", Timing::default());
-        let (a, _pa) = core.request(Call::new("snapshot"), 0.0);
+        let (a, _, _pa) = core.request(Call::new("snapshot"), 0.0);
         let (b, _pb) = enqueue(&mut core, 0.0);
         let mut again = core.resend_all(5.0);
         again.sort();
@@ -1233,12 +1428,12 @@ mod tests {
     #[test]
     fn close_fails_everything() {
         let mut core = Core::new("c", Timing::default());
-        let (_, mut p) = core.request(Call::new("snapshot"), 0.0);
+        let (_, _, mut p) = core.request(Call::new("snapshot"), 0.0);
         let mut d = core.wait_done("j", 0.0);
         core.close();
         assert_eq!(ready(&mut p).err(), Some(ClientError::Closed));
         assert!(ready(&mut d).is_err());
-        let (_, mut later) = core.request(Call::new("snapshot"), 1.0);
+        let (_, _, mut later) = core.request(Call::new("snapshot"), 1.0);
         assert_eq!(ready(&mut later).err(), Some(ClientError::Closed));
         assert!(!core.needs_ticks());
     }
@@ -1248,7 +1443,7 @@ mod tests {
         let call = Call::from_request(&Request::Cancel { target: "g".into() });
         assert_eq!(call, Call::new("cancel").with("target", "g"));
         let mut core = Core::new("c", Timing::default());
-        let (text, mut p) = core.request(call, 0.0);
+        let (text, _, mut p) = core.request(call, 0.0);
         let sent: Envelope = serde_json::from_str(&text).unwrap();
         assert_eq!(sent.request, Request::Cancel { target: "g".into() });
         core.receive(
@@ -1271,7 +1466,7 @@ mod tests {
     #[test]
     fn an_unknown_worker_error_keeps_its_code() {
         let mut core = Core::new("c", Timing::default());
-        let (text, mut p) = core.request(Call::new("snapshot"), 0.0);
+        let (text, _, mut p) = core.request(Call::new("snapshot"), 0.0);
         let e = format!(
             r#"{{"type":"error","requestId":"{}","error":{{"code":"quota-exceeded","why":"x"}}}}"#,
             id_of(&text)

@@ -20,11 +20,13 @@ use wasm_bindgen::prelude::*;
 use wasm_bindgen::JsCast;
 use wasm_bindgen_futures::{future_to_promise, JsFuture};
 use web_sys::{
-    AddEventListenerOptions, Event, MessageEvent, RegistrationOptions, ServiceWorkerContainer,
-    ServiceWorkerRegistration,
+    AddEventListenerOptions, Event, MessageChannel, MessageEvent, MessagePort, RegistrationOptions,
+    ServiceWorkerContainer, ServiceWorkerRegistration,
 };
 
-use crate::core::{Answer, Call, ClientError, Core, Done, JobEnd, Received, Timing};
+use crate::core::{
+    Answer, Call, ClientError, Core, Done, JobEnd, PortState, Received, Timing, Via,
+};
 use crate::job::{self, Body, JobInput};
 
 #[wasm_bindgen(typescript_custom_section)]
@@ -214,6 +216,7 @@ struct Handlers {
     message: Closure<dyn FnMut(MessageEvent)>,
     controller_change: Closure<dyn FnMut(Event)>,
     tick: Closure<dyn FnMut()>,
+    port_message: Closure<dyn FnMut(MessageEvent)>,
 }
 
 struct Inner {
@@ -226,6 +229,8 @@ struct Inner {
     /// Kept until the client is dropped, even after `close()`: a closure must not be freed
     /// while it may still be running (`close()` can be called from a subscriber).
     handlers: RefCell<Option<Handlers>>,
+    /// This page's end of its channel to the worker (see [`Via`]).
+    port: RefCell<Option<MessagePort>>,
     closed: Cell<bool>,
 }
 
@@ -466,6 +471,8 @@ struct IdBody {
 }
 
 impl Inner {
+    /// Posts to the worker as an event (`postMessage`), which starts a stopped worker; hands it
+    /// a new port with it when the page has none.
     fn post(&self, text: &str) {
         if text.is_empty() || self.closed.get() {
             return;
@@ -475,9 +482,52 @@ impl Inner {
             .container
             .controller()
             .or_else(|| self.registration.active());
-        if let Some(worker) = target {
-            let _ = worker.post_message(&JsValue::from_str(text));
+        let Some(worker) = target else { return };
+        let text = JsValue::from_str(text);
+        let offer = self.core.borrow_mut().posting_event(now());
+        match offer.then(|| self.new_port()).flatten() {
+            Some(theirs) => {
+                let _ = worker.post_message_with_transferable(&text, &Array::of1(&theirs));
+            }
+            None => {
+                let _ = worker.post_message(&text);
+            }
         }
+    }
+
+    /// Sends a request the way [`Core::request`] chose.
+    fn send(&self, text: &str, via: Via) {
+        if via == Via::Port && !text.is_empty() && !self.closed.get() {
+            if let Some(port) = self.port.borrow().as_ref() {
+                if port.post_message(&JsValue::from_str(text)).is_ok() {
+                    return;
+                }
+            }
+        }
+        self.post(text);
+    }
+
+    /// A new channel: keeps this page's end (closing an older one) and returns the worker's.
+    fn new_port(&self) -> Option<MessagePort> {
+        let channel = MessageChannel::new().ok()?;
+        let handlers = self.handlers.borrow();
+        let h = handlers.as_ref()?;
+        let mine = channel.port1();
+        mine.set_onmessage(Some(h.port_message.as_ref().unchecked_ref()));
+        self.replace_port(Some(mine));
+        Some(channel.port2())
+    }
+
+    fn replace_port(&self, port: Option<MessagePort>) {
+        if let Some(old) = self.port.replace(port) {
+            old.set_onmessage(None);
+            old.close();
+        }
+    }
+
+    fn on_port_message(&self, event: MessageEvent) {
+        self.core.borrow_mut().port_answered();
+        self.on_message(event);
     }
 
     fn ensure_timer(&self) {
@@ -506,6 +556,10 @@ impl Inner {
 
     fn on_tick(&self) {
         let posts = self.core.borrow_mut().tick(now());
+        if self.core.borrow().port_state() == PortState::None {
+            // A request sent over the port went unanswered: it is not to be trusted.
+            self.replace_port(None);
+        }
         for p in &posts {
             self.post(p);
         }
@@ -550,6 +604,8 @@ impl Inner {
     }
 
     fn on_controller_change(&self) {
+        self.replace_port(None);
+        self.core.borrow_mut().forget_port();
         let posts = self.core.borrow_mut().resend_all(now());
         for p in &posts {
             self.post(p);
@@ -568,8 +624,8 @@ impl Inner {
     }
 
     async fn request(&self, call: Call) -> Result<Answer, ClientError> {
-        let (text, pending) = self.core.borrow_mut().request(call, now());
-        self.post(&text);
+        let (text, via, pending) = self.core.borrow_mut().request(call, now());
+        self.send(&text, via);
         self.ensure_timer();
         pending.await
     }
@@ -580,6 +636,7 @@ impl Inner {
         }
         self.stop_timer();
         self.core.borrow_mut().close();
+        self.replace_port(None);
         self.listeners.borrow_mut().clear();
         if let Some(h) = self.handlers.borrow().as_ref() {
             let _ = self
@@ -683,6 +740,7 @@ impl Sluice {
             next_listener: Cell::new(0),
             timer: Cell::new(None),
             handlers: RefCell::new(None),
+            port: RefCell::new(None),
             closed: Cell::new(false),
         });
         let weak = Rc::downgrade(&inner);
@@ -699,6 +757,14 @@ impl Sluice {
             move |_: Event| {
                 if let Some(i) = weak.upgrade() {
                     i.on_controller_change()
+                }
+            }
+        });
+        let port_message = Closure::<dyn FnMut(MessageEvent)>::new({
+            let weak = weak.clone();
+            move |e: MessageEvent| {
+                if let Some(i) = weak.upgrade() {
+                    i.on_port_message(e)
                 }
             }
         });
@@ -724,6 +790,7 @@ impl Sluice {
             message,
             controller_change,
             tick,
+            port_message,
         });
 
         let ready = container

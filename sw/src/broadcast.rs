@@ -5,7 +5,10 @@
 //!
 //! - Job updates are coalesced per job (the latest state wins, first-change order is kept) and
 //!   sent at most every [`JOBS_EVERY_MS`], except that a change to an interactive job is sent
-//!   at once: a person is looking at it.
+//!   at once (a person is looking at it), or [`URGENT_EVERY_MS`] after the last batch. That
+//!   spacing is below what a person notices, and it matters: with a burst of interactive jobs,
+//!   sending each change on its own took a tenth of the worker's thread (finding the tabs,
+//!   encoding, posting), and every page had to read each one.
 //! - A status snapshot follows changes at most every [`STATUS_EVERY_MS`], and one more is
 //!   always sent when the queue goes idle, so every tab ends on the final numbers.
 //!
@@ -18,6 +21,7 @@ use sluice_shared::protocol::JobUpdate;
 use sluice_shared::{JobId, Millis};
 
 pub const JOBS_EVERY_MS: u64 = 150;
+pub const URGENT_EVERY_MS: u64 = 16;
 pub const STATUS_EVERY_MS: u64 = 250;
 
 #[derive(Debug, Default)]
@@ -109,11 +113,12 @@ impl Batcher {
     /// When the next flush is due, if anything waits.
     pub fn next_due(&self) -> Option<Millis> {
         let jobs = self.has_jobs().then(|| {
-            if self.urgent {
-                0
+            let every = if self.urgent {
+                URGENT_EVERY_MS
             } else {
-                self.last_jobs.map_or(0, |t| t + JOBS_EVERY_MS)
-            }
+                JOBS_EVERY_MS
+            };
+            self.last_jobs.map_or(0, |t| t + every)
         });
         let status = self
             .status_waiting()
@@ -127,8 +132,12 @@ impl Batcher {
     /// Takes what is due at `now`. `idle`: the queue just went idle, send everything now.
     pub fn take_due(&mut self, now: Millis, idle: bool) -> Flush {
         let mut flush = Flush::default();
-        let jobs_due =
-            self.urgent || idle || self.last_jobs.is_none_or(|t| now >= t + JOBS_EVERY_MS);
+        let every = if self.urgent {
+            URGENT_EVERY_MS
+        } else {
+            JOBS_EVERY_MS
+        };
+        let jobs_due = idle || self.last_jobs.is_none_or(|t| now >= t + every);
         if self.has_jobs() && jobs_due {
             flush.jobs = std::mem::take(&mut self.pending);
             flush.removed = std::mem::take(&mut self.removed);
@@ -279,16 +288,22 @@ mod tests {
     }
 
     #[test]
-    fn interactive_changes_and_idle_go_at_once() {
+    fn interactive_changes_go_within_a_frame_and_idle_at_once() {
         let mut b = Batcher::default();
-        b.take_due(1_000, false);
         b.push(vec![update("a", JobState::Queued)], false);
-        b.take_due(1_000, false);
+        assert_eq!(b.take_due(1_000, false).jobs.len(), 1);
         b.push(vec![update("b", JobState::Done)], true);
-        assert_eq!(b.next_due(), Some(0));
-        assert_eq!(b.take_due(1_001, false).jobs.len(), 1);
-        b.push(vec![update("c", JobState::Done)], false);
-        let f = b.take_due(1_002, true);
+        assert_eq!(b.next_due(), Some(1_000 + URGENT_EVERY_MS));
+        assert!(b
+            .take_due(1_000 + URGENT_EVERY_MS - 1, false)
+            .jobs
+            .is_empty());
+        assert_eq!(b.take_due(1_000 + URGENT_EVERY_MS, false).jobs.len(), 1);
+        // After a quiet spell, at once.
+        b.push(vec![update("c", JobState::Sending)], true);
+        assert_eq!(b.take_due(2_000, false).jobs.len(), 1);
+        b.push(vec![update("d", JobState::Done)], false);
+        let f = b.take_due(2_001, true);
         assert_eq!(f.jobs.len(), 1);
         assert!(f.status);
     }

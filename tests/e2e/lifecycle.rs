@@ -384,3 +384,64 @@ e2e!(
         assert_eq!(seen.len(), JOBS, "every job sent");
     }
 );
+
+e2e!(
+    /// A page's requests go over its own port to the worker once the worker took it (fewer
+    /// hops than `postMessage`). A worker stopped behind the page's back leaves the port dead
+    /// without a word; a request sent over it goes again as an event, which starts the worker,
+    /// after about a second, not after the 10 s an unanswered enqueue otherwise waits.
+    requests_go_over_the_pages_port_and_survive_a_worker_stopped_behind_it,
+    90,
+    |h| {
+        let tab = h.open_e2e().await;
+        tab.eval(
+            "window.sent = { port: 0, event: 0 };\
+             const viaPort = MessagePort.prototype.postMessage;\
+             MessagePort.prototype.postMessage = function (...a) {\
+               window.sent.port++; return viaPort.apply(this, a); };\
+             const viaEvent = ServiceWorker.prototype.postMessage;\
+             ServiceWorker.prototype.postMessage = function (...a) {\
+               window.sent.event++; return viaEvent.apply(this, a); };",
+        )
+        .await;
+        tab.eval("await e2e.configure();").await;
+        let sent: Value = tab
+            .eval(
+                "const before = { ...window.sent };\
+                 for (let i = 0; i < 20; i++) {\
+                   const r = await sluice.enqueue({ url: '/api/contacts', kind: 'create',\
+                     body: { name: 'port ' + i } });\
+                   await r.done;\
+                 }\
+                 return { port: window.sent.port - before.port,\
+                          event: window.sent.event - before.event };",
+            )
+            .await;
+        assert_eq!(sent["port"], 20, "every enqueue over the port: {sent}");
+
+        let starts = h.worker_starts();
+        h.stop_worker().await;
+        let acked: Value = tab
+            .eval(
+                "const before = { ...window.sent };\
+                 const t0 = performance.now();\
+                 const r = await sluice.enqueue({ url: '/api/contacts', kind: 'create',\
+                   body: { name: 'after the stop' } });\
+                 const ms = performance.now() - t0;\
+                 const outcome = await r.done;\
+                 return { ms, status: outcome.status,\
+                          port: window.sent.port - before.port,\
+                          event: window.sent.event - before.event };",
+            )
+            .await;
+        let ms = acked["ms"].as_f64().unwrap_or(f64::NAN);
+        assert!(ms < 5_000.0, "the enqueue after the stop took {ms} ms: {acked}");
+        assert_eq!(acked["status"], 201, "{acked}");
+        assert_eq!(acked["port"], 1, "first over the dead port: {acked}");
+        assert!(acked["event"].as_u64() >= Some(1), "then as an event: {acked}");
+        assert!(h.worker_starts() > starts, "the worker was not started again");
+        let stats = h.api.stats();
+        assert_eq!(stats.contacts, 21, "{stats:?}");
+        assert_eq!(stats.duplicate_creates, 0, "{stats:?}");
+    }
+);

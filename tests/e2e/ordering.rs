@@ -89,6 +89,32 @@ e2e!(
     |h| {
         // Unanswered enqueues are sent again after 1 s (10/3 of 300 ms).
         let tab = h.open_e2e_with("resendAfterMs=300").await;
+        // Swallows the next `dropReplies` enqueue replies before the client sees them, whether
+        // they come as events or over the page's port (its listener goes first, installed
+        // before the client makes its port).
+        tab.eval(
+            r#"
+            window.dropped = [];
+            window.dropReplies = 0;
+            const swallow = (event) => {
+              let m = event.data;
+              if (typeof m === 'string') { try { m = JSON.parse(m); } catch (_) { return; } }
+              const enqueued = m && m.type === 'reply' && m.body
+                && (m.body.type === 'enqueued' || m.body.type === 'enqueuedMany');
+              if (enqueued && window.dropReplies > 0) {
+                window.dropReplies--;
+                window.dropped.push(m);
+                event.stopImmediatePropagation();
+              }
+            };
+            navigator.serviceWorker.addEventListener('message', swallow, { capture: true });
+            const Channel = window.MessageChannel;
+            window.MessageChannel = class extends Channel {
+              constructor() { super(); this.port1.addEventListener('message', swallow); }
+            };
+            "#,
+        )
+        .await;
         tab.eval(&js::configure(50, 4, "")).await;
         let lost = tab
             .eval(
@@ -96,20 +122,6 @@ e2e!(
                 const base = await sluice.enqueue({ url: '/api/contacts', kind: 'create',
                   body: { name: 'base' } });
                 await base.done;
-                // Swallows the next `dropReplies` enqueue replies before the client sees them.
-                window.dropped = [];
-                window.dropReplies = 0;
-                navigator.serviceWorker.addEventListener('message', (event) => {
-                  let m = event.data;
-                  if (typeof m === 'string') { try { m = JSON.parse(m); } catch (_) { return; } }
-                  const enqueued = m && m.type === 'reply' && m.body
-                    && (m.body.type === 'enqueued' || m.body.type === 'enqueuedMany');
-                  if (enqueued && window.dropReplies > 0) {
-                    window.dropReplies--;
-                    window.dropped.push(m);
-                    event.stopImmediatePropagation();
-                  }
-                }, { capture: true });
                 const jobs = {
                   create: { url: '/api/contacts', kind: 'create', body: { name: 'second' } },
                   patch: { url: '/api/contacts/1', method: 'PATCH', kind: 'patch',
