@@ -52,9 +52,13 @@ pub struct Timing {
     /// [`Via`]): Chromium stops a worker 30 s after its last event, and a port message is
     /// no event.
     pub port_fresh_ms: f64,
+    /// ... and only within this long of the worker's last message: a worker that went quiet
+    /// may have been stopped (crashed, killed, updated) behind the page's back, which leaves
+    /// the port dead without a word (Chromium fires no `close` event for it).
+    pub port_heard_ms: f64,
     /// A request sent over the port and unanswered this long is sent again as an event, and
-    /// the port is given up: the worker behind it may have stopped, and Chromium (156) does
-    /// not fire the port's `close` event for that. Answers take milliseconds.
+    /// the port is given up. Answers take milliseconds; a copy sent to a worker that was only
+    /// busy is answered as the same request.
     pub port_answer_ms: f64,
 }
 
@@ -63,7 +67,6 @@ impl Timing {
     pub fn tick_ms(&self) -> f64 {
         (self.resend_after_ms / 3.0)
             .min(self.keep_alive_ms / 2.0)
-            .min(self.port_answer_ms / 2.0)
             .clamp(50.0, 1_000.0)
     }
 }
@@ -77,7 +80,8 @@ impl Default for Timing {
             keep_alive_ms: 10_000.0,
             reconcile_after_ms: 15_000.0,
             port_fresh_ms: 20_000.0,
-            port_answer_ms: 1_000.0,
+            port_heard_ms: 2_000.0,
+            port_answer_ms: 100.0,
         }
     }
 }
@@ -290,13 +294,13 @@ enum Purpose {
 /// `postMessage` to the worker is an event: it starts a stopped worker and keeps it alive
 /// while it works, but Chromium routes it through the browser process (3 ms at the median, 7 ms
 /// at p95, measured). A `MessagePort` the page handed the worker carries a message straight to
-/// it (about 2 ms) but is no event: it reaches only a running worker and does not extend its
+/// it (about 1 ms) but is no event: it reaches only a running worker and does not extend its
 /// life, and Chromium says nothing when the worker behind it stops. So a request goes over the
-/// port only when the port is known to work and the worker had an event from this page lately
-/// ([`Timing::port_fresh_ms`]; the first event after a quiet spell brings a new port);
-/// everything that must wake or hold the worker (keep-alives, resends, the first request after
-/// a quiet spell) is an event; and a request the port leaves unanswered goes again as an event
-/// soon ([`Timing::port_answer_ms`]).
+/// port only when the port is known to work, the worker had an event from this page lately
+/// ([`Timing::port_fresh_ms`]; the first event after a quiet spell brings a new port) and it
+/// spoke lately ([`Timing::port_heard_ms`]). Everything that must wake or hold the worker
+/// (keep-alives, resends) is an event, and a request the port leaves unanswered goes again as
+/// an event soon ([`Timing::port_answer_ms`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Via {
     Event,
@@ -377,6 +381,8 @@ pub struct Core {
     reconcile_soon: bool,
     port: PortState,
     last_event: f64,
+    /// When the worker's last message arrived.
+    last_heard: f64,
     closed: bool,
 }
 
@@ -398,6 +404,7 @@ impl Core {
             reconcile_soon: false,
             port: PortState::None,
             last_event: f64::NEG_INFINITY,
+            last_heard: f64::NEG_INFINITY,
             closed: false,
         }
     }
@@ -418,11 +425,12 @@ impl Core {
             tx.send(Err(ClientError::Closed));
             return (String::new(), Via::Event, Pending(rx));
         }
-        // A large `enqueueMany` may take the worker longer than `port_answer_ms` to save, and
-        // gains nothing from a faster hop.
+        // A large `enqueueMany` or job list may take the worker longer than `port_answer_ms`,
+        // and gains nothing from a faster hop.
         let via = if self.port == PortState::Open
             && now - self.last_event < self.timing.port_fresh_ms
-            && call.kind != "enqueueMany"
+            && now - self.last_heard < self.timing.port_heard_ms
+            && !matches!(call.kind, "enqueueMany" | "jobs")
         {
             Via::Port
         } else {
@@ -504,6 +512,7 @@ impl Core {
             Ok(m) => m,
             Err(e) => return Received::Ignored(format!("not JSON: {e}")),
         };
+        self.last_heard = now;
         let request_id = message.get("requestId").and_then(Value::as_str);
         match (str_field(&message, "type"), request_id) {
             ("reply", Some(id)) => {
@@ -1088,13 +1097,18 @@ mod tests {
         assert_eq!(ready(&mut p).ok().unwrap().kind(), "cancelled");
     }
 
-    /// A core whose port the worker took, after an event at `now`.
+    /// A core whose port the worker took (and spoke over), after an event at `now`.
     fn with_open_port(t: &Timing, now: f64) -> Core {
         let mut core = Core::new("c", t.clone());
         assert!(core.posting_event(now));
         core.port_answered();
+        heard(&mut core, now);
         assert_eq!(core.port_state(), PortState::Open);
         core
+    }
+
+    fn heard(core: &mut Core, now: f64) {
+        core.receive(&jobs_broadcast(vec![]), now);
     }
 
     #[test]
@@ -1110,11 +1124,15 @@ mod tests {
         let (_, via, _) = core.request(Call::new("snapshot"), 2.0);
         assert_eq!(via, Via::Event, "not before the worker answered over it");
         core.port_answered();
+        let (_, via, _) = core.request(Call::new("snapshot"), 2.5);
+        assert_eq!(via, Via::Event, "not before the worker said something");
+        heard(&mut core, 2.5);
         let (_, via, _) = core.request(Call::new("snapshot"), 3.0);
         assert_eq!(via, Via::Port);
         // Long after the last event the worker may have stopped: a port message would not
         // start it, an event does, and it brings a new port for the worker it may start.
         let late = 1.0 + t.port_fresh_ms;
+        heard(&mut core, late);
         let (_, via, _) = core.request(Call::new("snapshot"), late);
         assert_eq!(via, Via::Event);
         assert!(core.posting_event(late));
@@ -1153,11 +1171,24 @@ mod tests {
     }
 
     #[test]
-    fn a_large_batch_never_takes_the_port() {
+    fn a_quiet_worker_gets_events_not_port_messages() {
+        // It may have been stopped since; an event starts it again, a port message would not.
         let t = Timing::default();
         let mut core = with_open_port(&t, 0.0);
-        let (_, via, _) = core.request(Call::new("enqueueMany"), 1.0);
+        let (_, via, _) = core.request(Call::new("snapshot"), t.port_heard_ms - 1.0);
+        assert_eq!(via, Via::Port);
+        let (_, via, _) = core.request(Call::new("snapshot"), t.port_heard_ms);
         assert_eq!(via, Via::Event);
+    }
+
+    #[test]
+    fn large_batches_and_job_lists_never_take_the_port() {
+        let t = Timing::default();
+        let mut core = with_open_port(&t, 0.0);
+        for kind in ["enqueueMany", "jobs"] {
+            let (_, via, _) = core.request(Call::new(kind), 1.0);
+            assert_eq!(via, Via::Event, "{kind}");
+        }
     }
 
     #[test]
@@ -1296,7 +1327,7 @@ mod tests {
 
     #[test]
     fn ticks_are_frequent_enough_for_every_period() {
-        assert_eq!(Timing::default().tick_ms(), 500.0);
+        assert_eq!(Timing::default().tick_ms(), 1_000.0);
         let t = Timing {
             keep_alive_ms: 300.0,
             ..Timing::default()

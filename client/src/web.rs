@@ -498,13 +498,31 @@ impl Inner {
     /// Sends a request the way [`Core::request`] chose.
     fn send(&self, text: &str, via: Via) {
         if via == Via::Port && !text.is_empty() && !self.closed.get() {
-            if let Some(port) = self.port.borrow().as_ref() {
-                if port.post_message(&JsValue::from_str(text)).is_ok() {
-                    return;
-                }
+            let sent = self
+                .port
+                .borrow()
+                .as_ref()
+                .is_some_and(|port| port.post_message(&JsValue::from_str(text)).is_ok());
+            if sent {
+                self.check_port_answer_soon();
+                return;
             }
         }
         self.post(text);
+    }
+
+    /// One tick just after a port request is due for its answer (see
+    /// [`Timing::port_answer_ms`]): the regular ticks are far too slow for that.
+    fn check_port_answer_soon(&self) {
+        let handlers = self.handlers.borrow();
+        let (Some(window), Some(h)) = (web_sys::window(), handlers.as_ref()) else {
+            return;
+        };
+        let ms = self.core.borrow().timing().port_answer_ms + 1.0;
+        let _ = window.set_timeout_with_callback_and_timeout_and_arguments_0(
+            h.tick.as_ref().unchecked_ref(),
+            ms as i32,
+        );
     }
 
     /// A new channel: keeps this page's end (closing an older one) and returns the worker's.

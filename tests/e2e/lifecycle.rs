@@ -389,7 +389,7 @@ e2e!(
     /// A page's requests go over its own port to the worker once the worker took it (fewer
     /// hops than `postMessage`). A worker stopped behind the page's back leaves the port dead
     /// without a word; a request sent over it goes again as an event, which starts the worker,
-    /// after about a second, not after the 10 s an unanswered enqueue otherwise waits.
+    /// after a tenth of a second, not after the 10 s an unanswered enqueue otherwise waits.
     requests_go_over_the_pages_port_and_survive_a_worker_stopped_behind_it,
     90,
     |h| {
