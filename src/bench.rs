@@ -10,7 +10,9 @@
 //!   and 300 ms latency: time from the first arrival to the last response, share of the limit,
 //!   429s, most arrivals in any window.
 //! - **enqueue acknowledgement**: single `enqueue` calls, one after another, until each resolved
-//!   (the job is saved in IndexedDB by then).
+//!   (the job is saved in IndexedDB by then). Each is an interactive create that goes out at
+//!   once, so the worker sends at the limit meanwhile; the same again with nothing sent (a
+//!   budget of one request a minute) shows what that sending costs the acknowledgements.
 //! - **interactive start**: during a bulk job, from `enqueue` on the page to the request's
 //!   arrival at the server.
 //! - **enqueueMany of 10,000**: until the call resolved (all saved).
@@ -140,6 +142,9 @@ impl Percentiles {
 pub struct AckResult {
     pub ack: Percentiles,
     pub cpu: Option<CpuUse>,
+    /// The same with the budget holding everything back: no sending alongside.
+    pub ack_held_back: Percentiles,
+    pub held_back_cpu: Option<CpuUse>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -343,9 +348,34 @@ async fn run_bulk(
 }
 
 async fn run_acks(options: &BenchOptions, n: usize) -> Result<AckResult, Error> {
+    let (ack, cpu) = measure_acks(options, n, false).await?;
+    let (ack_held_back, held_back_cpu) = measure_acks(options, n, true).await?;
+    Ok(AckResult {
+        ack,
+        cpu,
+        ack_held_back,
+        held_back_cpu,
+    })
+}
+
+/// `n` single enqueues, each awaited; `held_back`: under a budget of one request a minute, so
+/// that nothing is sent meanwhile.
+async fn measure_acks(
+    options: &BenchOptions,
+    n: usize,
+    held_back: bool,
+) -> Result<(Percentiles, Option<CpuUse>), Error> {
     let rig = rig(options, 30).await?;
     let tab = rig.open_driver("").await?;
-    configure(&tab).await?;
+    if held_back {
+        tab.eval(
+            "await e2e.configure({ budgets: [{ name: 'api', windows: [{ limit: 1, \
+             lengthMs: 60000 }], matchPrefixes: [location.origin + '/api/'] }] });",
+        )
+        .await?;
+    } else {
+        configure(&tab).await?;
+    }
     // Warm: the first call also starts the engine's storage paths.
     tab.eval("await sluice.enqueue({ url: '/api/contacts', kind: 'create', body: { n: -1 } });")
         .await?;
@@ -362,10 +392,7 @@ async fn run_acks(options: &BenchOptions, n: usize) -> Result<AckResult, Error> 
              return out;"
         ))
         .await?;
-    Ok(AckResult {
-        ack: Percentiles::of(&times),
-        cpu: cpu_use(cpu, &rig),
-    })
+    Ok((Percentiles::of(&times), cpu_use(cpu, &rig)))
 }
 
 async fn run_interactive(
@@ -704,6 +731,11 @@ pub fn table(r: &Report) -> String {
         "  enqueue acknowledged",
         &r.enqueue.ack,
         &r.enqueue.cpu,
+    ));
+    s.push_str(&row(
+        "    with nothing sending",
+        &r.enqueue.ack_held_back,
+        &r.enqueue.held_back_cpu,
     ));
     s.push_str(&row(
         "  interactive start (bulk)",

@@ -38,6 +38,7 @@ async fn bench_quick_runs_every_measurement() {
         assert!(b.max_in_window <= 100, "{b:?}");
     }
     assert_eq!(r.enqueue.ack.samples, r.sizes.single_enqueues);
+    assert_eq!(r.enqueue.ack_held_back.samples, r.sizes.single_enqueues);
     assert_eq!(r.interactive.start.samples, r.sizes.interactive_samples);
     assert!(r.interactive.start.p50_ms.is_finite() && r.interactive.start.p50_ms > 0.0);
     assert!(r.cold_start.first_send_ms > 0.0 && r.cold_start.first_send_ms < 20_000.0);
