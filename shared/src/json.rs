@@ -994,13 +994,14 @@ macro_rules! json_read {
         impl $crate::json::FromJson for $name {
             fn from_json(v: &$crate::json::Json) -> Result<Self, $crate::json::Error> {
                 let m = $crate::json::members(v, concat!("struct ", stringify!($name)))?;
-                let d = <$name as Default>::default();
-                Ok($name {
-                    $($f: match $crate::json::field_or(m, $k)? {
-                        Some(v) => v,
-                        None => d.$f,
-                    },)*
-                })
+                // Filled in place rather than built in one expression: an error after the
+                // n-th field then drops one value, not n fields and the defaults (each such
+                // drop sequence is code in the wasm, per struct and per field).
+                let mut out = <$name as Default>::default();
+                $(if let Some(v) = $crate::json::field_or(m, $k)? {
+                    out.$f = v;
+                })*
+                Ok(out)
             }
         }
     };
