@@ -78,6 +78,12 @@ pub enum JobState {
     Cancelled,
 }
 
+impl crate::json::Placeholder for JobState {
+    fn placeholder() -> Self {
+        JobState::Queued
+    }
+}
+
 impl JobState {
     pub const ALL: [JobState; 6] = [
         JobState::Queued,

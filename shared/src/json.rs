@@ -580,6 +580,104 @@ pub trait FromJson: Sized {
     }
 }
 
+/// Reads a struct's fields for [`json_read!`], keeping the first error.
+///
+/// Each field yields a value even when it cannot be read (a [`Placeholder`]; fields after the
+/// first error are not looked at), and [`Fields::finish`] then returns that error in place of
+/// the struct. So the struct is built in one expression without a `?` per field: with one,
+/// every field's exit dropped the fields read before it, a sequence of drops per struct and per
+/// field in the wasm.
+pub struct Fields<'v, 'a> {
+    members: &'v [(Cow<'a, str>, Json<'a>)],
+    error: Option<Error>,
+}
+
+/// What [`Fields`] found for a key.
+enum Lookup<'v, 'a> {
+    Found(&'v Json<'a>),
+    Absent,
+    /// An earlier field failed, or this key is repeated: no value will be used.
+    Failed,
+}
+
+impl<'v, 'a> Fields<'v, 'a> {
+    /// The fields of an object; `expected` names the struct in the error for anything else.
+    pub fn of(v: &'v Json<'a>, expected: &str) -> Result<Self, Error> {
+        Ok(Fields::from_members(members(v, expected)?))
+    }
+
+    /// The fields among an object's members.
+    pub fn from_members(members: &'v [(Cow<'a, str>, Json<'a>)]) -> Self {
+        Fields {
+            members,
+            error: None,
+        }
+    }
+
+    fn lookup(&mut self, key: &str) -> Lookup<'v, 'a> {
+        if self.error.is_some() {
+            return Lookup::Failed;
+        }
+        match unique(self.members, key) {
+            Ok(Some(v)) => Lookup::Found(v),
+            Ok(None) => Lookup::Absent,
+            Err(e) => self.fail(e),
+        }
+    }
+
+    #[inline(never)]
+    fn fail(&mut self, error: Error) -> Lookup<'v, 'a> {
+        if self.error.is_none() {
+            self.error = Some(error);
+        }
+        Lookup::Failed
+    }
+
+    /// A field: present, or absent (an error unless `T` is an `Option`).
+    pub fn field<T: FromJson + Placeholder>(&mut self, key: &str) -> T {
+        let read = match self.lookup(key) {
+            Lookup::Found(v) => T::from_json(v),
+            Lookup::Absent => T::missing(key),
+            Lookup::Failed => return T::placeholder(),
+        };
+        read.unwrap_or_else(|e| {
+            self.fail(e);
+            T::placeholder()
+        })
+    }
+
+    /// A field with a fallback for when it is absent.
+    pub fn field_or<T: FromJson>(&mut self, key: &str, fallback: T) -> T {
+        match self.lookup(key) {
+            Lookup::Found(v) => T::from_json(v).unwrap_or_else(|e| {
+                self.fail(e);
+                fallback
+            }),
+            Lookup::Absent | Lookup::Failed => fallback,
+        }
+    }
+
+    /// The first error, if a field could not be read.
+    pub fn finish(self) -> Result<(), Error> {
+        match self.error {
+            None => Ok(()),
+            Some(e) => Err(e),
+        }
+    }
+}
+
+/// What a field holds while [`Fields`] reads a struct whose reading has failed: never seen.
+/// Any `Default` type has one; a field type without a `Default` of its own names one.
+pub trait Placeholder {
+    fn placeholder() -> Self;
+}
+
+impl<T: Default> Placeholder for T {
+    fn placeholder() -> Self {
+        T::default()
+    }
+}
+
 /// The members of an object, or serde's error for anything else.
 pub fn members<'v, 'a>(
     v: &'v Json<'a>,
@@ -606,22 +704,6 @@ pub fn unique<'v, 'a>(
         }
     }
     Ok(found)
-}
-
-/// A struct field: present, or absent (an error unless `T` is an `Option`).
-pub fn field<T: FromJson>(members: &[(Cow<str>, Json)], key: &str) -> Result<T, Error> {
-    match unique(members, key)? {
-        Some(v) => T::from_json(v),
-        None => T::missing(key),
-    }
-}
-
-/// A field with a default: `None` when absent.
-pub fn field_or<T: FromJson>(members: &[(Cow<str>, Json)], key: &str) -> Result<Option<T>, Error> {
-    match unique(members, key)? {
-        Some(v) => T::from_json(v).map(Some),
-        None => Ok(None),
-    }
 }
 
 impl FromJson for String {
@@ -993,14 +1075,12 @@ macro_rules! json_read {
     ($name:ident [default] { $($f:ident: $k:literal $(= $d:ident)?),* $(,)? }) => {
         impl $crate::json::FromJson for $name {
             fn from_json(v: &$crate::json::Json) -> Result<Self, $crate::json::Error> {
-                let m = $crate::json::members(v, concat!("struct ", stringify!($name)))?;
-                // Filled in place rather than built in one expression: an error after the
-                // n-th field then drops one value, not n fields and the defaults (each such
-                // drop sequence is code in the wasm, per struct and per field).
-                let mut out = <$name as Default>::default();
-                $(if let Some(v) = $crate::json::field_or(m, $k)? {
-                    out.$f = v;
-                })*
+                let mut r = $crate::json::Fields::of(v, concat!("struct ", stringify!($name)))?;
+                let d = <$name as Default>::default();
+                let out = $name {
+                    $($f: r.field_or($k, d.$f),)*
+                };
+                r.finish()?;
                 Ok(out)
             }
         }
@@ -1008,18 +1088,20 @@ macro_rules! json_read {
     ($name:ident { $($f:ident: $k:literal $(= $d:ident)?),* $(,)? }) => {
         impl $crate::json::FromJson for $name {
             fn from_json(v: &$crate::json::Json) -> Result<Self, $crate::json::Error> {
-                let m = $crate::json::members(v, concat!("struct ", stringify!($name)))?;
-                Ok($name {
-                    $($f: $crate::json_read!(@field m, $k $(, $d)?),)*
-                })
+                let mut r = $crate::json::Fields::of(v, concat!("struct ", stringify!($name)))?;
+                let out = $name {
+                    $($f: $crate::json_read!(@field r, $k $(, $d)?),)*
+                };
+                r.finish()?;
+                Ok(out)
             }
         }
     };
-    (@field $m:ident, $k:literal) => {
-        $crate::json::field($m, $k)?
+    (@field $r:ident, $k:literal) => {
+        $r.field($k)
     };
-    (@field $m:ident, $k:literal, default) => {
-        $crate::json::field_or($m, $k)?.unwrap_or_default()
+    (@field $r:ident, $k:literal, default) => {
+        $r.field_or($k, Default::default())
     };
 }
 

@@ -202,6 +202,20 @@ crate::json_struct!(Pacer {
     until: "until",
 });
 
+impl crate::json::Placeholder for Limiter {
+    fn placeholder() -> Self {
+        Limiter {
+            algorithm: Algorithm::default(),
+            windows: Vec::new(),
+            target_utilization: 1.0,
+            meters: Vec::new(),
+            starts: VecDeque::new(),
+            pace: None,
+            headroom: 0,
+        }
+    }
+}
+
 impl Limiter {
     /// A limiter enforcing every window at once. Errors on an empty or zero window.
     pub fn new(
@@ -583,6 +597,12 @@ enum State {
     Bucket(BucketState),
     Gcra(GcraState),
     Fixed(FixedState),
+}
+
+impl crate::json::Placeholder for State {
+    fn placeholder() -> Self {
+        State::Log(LogState::default())
+    }
 }
 
 impl Meter {

@@ -40,12 +40,14 @@ fn any_method() -> String {
 
 impl FromJson for RouteConfig {
     fn from_json(v: &Json) -> Result<Self, json::Error> {
-        let m = json::members(v, "struct RouteConfig")?;
-        Ok(Self {
-            method: json::field_or(m, "method")?.unwrap_or_else(any_method),
-            prefix: json::field(m, "prefix")?,
-            header: json::field(m, "header")?,
-        })
+        let mut r = json::Fields::of(v, "struct RouteConfig")?;
+        let route = Self {
+            method: r.field_or("method", any_method()),
+            prefix: r.field("prefix"),
+            header: r.field("header"),
+        };
+        r.finish()?;
+        Ok(route)
     }
 }
 
