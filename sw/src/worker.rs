@@ -941,30 +941,32 @@ impl Worker {
         if !matches!(request, Request::KeepAlive) {
             self.whole_queue().await?;
         }
-        match request {
+        let (body, meta) = match request {
             Request::Enqueue { job } => {
                 let e = self.enqueue(job).await?;
-                Ok(ReplyBody::Enqueued {
+                return Ok(ReplyBody::Enqueued {
                     id: e.id,
                     coalesced: e.coalesced,
                     state: e.state,
-                })
+                });
             }
-            Request::EnqueueMany { jobs, group_id } => self.enqueue_many(jobs, group_id).await,
-            Request::Cancel { target } => {
-                let ids = self.engine.borrow_mut().cancel(&target, now_ms())?;
-                self.commit(&[]).await?;
-                Ok(ReplyBody::Cancelled { ids })
+            Request::EnqueueMany { jobs, group_id } => {
+                return self.enqueue_many(jobs, group_id).await
             }
+            // The three below and `configure` share one save (one await in this state machine).
+            Request::Cancel { target } => (
+                ReplyBody::Cancelled {
+                    ids: self.engine.borrow_mut().cancel(&target, now_ms())?,
+                },
+                None,
+            ),
             Request::Retry { id } => {
                 self.engine.borrow_mut().retry(&id, now_ms())?;
-                self.commit(&[]).await?;
-                Ok(ReplyBody::Retried { id })
+                (ReplyBody::Retried { id }, None)
             }
             Request::Dismiss { id } => {
                 self.engine.borrow_mut().dismiss(&id)?;
-                self.commit(&[]).await?;
-                Ok(ReplyBody::Dismissed { id })
+                (ReplyBody::Dismissed { id }, None)
             }
             Request::Configure { mut config } => {
                 resolve_engine_prefixes(&mut config, &self.setup.origin);
@@ -978,12 +980,13 @@ impl Worker {
                     config,
                     script_fingerprint: self.setup.fingerprint.clone(),
                 };
-                self.commit(&[MetaOp::PutConfig(saved)]).await?;
-                Ok(ReplyBody::Configured)
+                (ReplyBody::Configured, Some(MetaOp::PutConfig(saved)))
             }
-            Request::Snapshot => Ok(ReplyBody::Snapshot {
-                status: self.snapshot(now_ms()),
-            }),
+            Request::Snapshot => {
+                return Ok(ReplyBody::Snapshot {
+                    status: self.snapshot(now_ms()),
+                })
+            }
             Request::Jobs { group_id } => {
                 let engine = self.engine.borrow();
                 let mut jobs: Vec<_> = engine
@@ -995,12 +998,14 @@ impl Worker {
                     })
                     .collect();
                 sluice_shared::job::sort_by_seq(&mut jobs);
-                Ok(ReplyBody::Jobs {
+                return Ok(ReplyBody::Jobs {
                     jobs: jobs.into_iter().map(JobUpdate::from).collect(),
-                })
+                });
             }
-            Request::KeepAlive => Ok(ReplyBody::Alive),
-        }
+            Request::KeepAlive => return Ok(ReplyBody::Alive),
+        };
+        self.commit(meta.as_slice()).await?;
+        Ok(body)
     }
 }
 
