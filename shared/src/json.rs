@@ -143,6 +143,14 @@ impl<'a> Parser<'a> {
         self.error_at(self.pos + 1, message)
     }
 
+    /// The text from `start` to the current position; both are just after or at an ASCII
+    /// byte (a quote, a backslash, an escape), so always on character boundaries. `get`
+    /// rather than indexing: indexing's panic for a non-boundary brings core's message
+    /// formatting for it into the wasm (about 4 KB), for a case that cannot happen.
+    fn slice(&self, start: usize) -> &'a str {
+        self.text.get(start..self.pos).unwrap_or_default()
+    }
+
     fn skip_ws(&mut self) {
         while let Some(b' ' | b'\n' | b'\t' | b'\r') = self.bytes.get(self.pos) {
             self.pos += 1;
@@ -283,7 +291,7 @@ impl<'a> Parser<'a> {
             let b = self.bytes[self.pos];
             match b {
                 b'"' => {
-                    let tail = &self.text[run..self.pos];
+                    let tail = self.slice(run);
                     self.pos += 1;
                     return Ok(match owned {
                         None => Cow::Borrowed(tail),
@@ -296,7 +304,7 @@ impl<'a> Parser<'a> {
                 b'\\' => {
                     owned
                         .get_or_insert_with(String::new)
-                        .push_str(&self.text[run..self.pos]);
+                        .push_str(self.slice(run));
                     self.pos += 1;
                     let Some(e) = self.peek() else {
                         return Err(self.error_at(self.pos, "EOF while parsing a string"));
@@ -857,7 +865,8 @@ pub fn write_str(out: &mut String, s: &str) {
             0..=0x1f => "",
             _ => continue,
         };
-        out.push_str(&s[run..i]);
+        // `get`, as in `Parser::slice`: `run` and `i` are just after or at ASCII bytes.
+        out.push_str(s.get(run..i).unwrap_or_default());
         if escape.is_empty() {
             const HEX: &[u8; 16] = b"0123456789abcdef";
             out.push_str("\\u00");
@@ -868,7 +877,7 @@ pub fn write_str(out: &mut String, s: &str) {
         }
         run = i + 1;
     }
-    out.push_str(&s[run..]);
+    out.push_str(s.get(run..).unwrap_or_default());
     out.push('"');
 }
 
