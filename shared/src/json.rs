@@ -805,14 +805,22 @@ fn items<'v, 'a>(v: &'v Json<'a>) -> Result<&'v [Json<'a>], Error> {
 }
 
 impl<T: FromJson> FromJson for Vec<T> {
+    /// A plain loop: `collect` into a `Result` is several generic functions per element type
+    /// in the wasm.
     fn from_json(v: &Json) -> Result<Self, Error> {
-        items(v)?.iter().map(T::from_json).collect()
+        let items = items(v)?;
+        let mut out = Vec::with_capacity(items.len());
+        for item in items {
+            out.push(T::from_json(item)?);
+        }
+        Ok(out)
     }
 }
 
 impl<T: FromJson> FromJson for VecDeque<T> {
+    /// Through a `Vec`, whose buffer the `VecDeque` takes over.
     fn from_json(v: &Json) -> Result<Self, Error> {
-        items(v)?.iter().map(T::from_json).collect()
+        Vec::from_json(v).map(VecDeque::from)
     }
 }
 
