@@ -582,10 +582,9 @@ static POW10: [f64; 309] = [
 pub trait FromJson: Sized {
     fn from_json(v: &Json) -> Result<Self, Error>;
 
-    /// The value of an absent field: an error, except for `Option`s (`None`).
-    fn missing(field: &str) -> Result<Self, Error> {
-        Err(Error(format!("missing field `{field}`")))
-    }
+    /// Whether a struct field of this type may be absent: only an `Option` may (it is then
+    /// `None`); any other absent field is serde's "missing field" error.
+    const OPTIONAL: bool = false;
 }
 
 /// Reads a struct's fields for [`json_read!`], keeping the first error.
@@ -598,14 +597,6 @@ pub trait FromJson: Sized {
 pub struct Fields<'v, 'a> {
     members: &'v [(Cow<'a, str>, Json<'a>)],
     error: Option<Error>,
-}
-
-/// What [`Fields`] found for a key.
-enum Lookup<'v, 'a> {
-    Found(&'v Json<'a>),
-    Absent,
-    /// An earlier field failed, or this key is repeated: no value will be used.
-    Failed,
 }
 
 impl<'v, 'a> Fields<'v, 'a> {
@@ -622,46 +613,49 @@ impl<'v, 'a> Fields<'v, 'a> {
         }
     }
 
-    fn lookup(&mut self, key: &str) -> Lookup<'v, 'a> {
+    /// The value of `key`, or `None` when it is absent or reading failed already. An absent
+    /// field that is not `optional` fails the reading, as a repeated key does. Not generic,
+    /// so that the generic readers below stay small.
+    fn lookup(&mut self, key: &str, optional: bool) -> Option<&'v Json<'a>> {
         if self.error.is_some() {
-            return Lookup::Failed;
+            return None;
         }
         match unique(self.members, key) {
-            Ok(Some(v)) => Lookup::Found(v),
-            Ok(None) => Lookup::Absent,
+            Ok(Some(v)) => return Some(v),
+            Ok(None) if optional => {}
+            Ok(None) => self.fail(Error(format!("missing field `{key}`"))),
             Err(e) => self.fail(e),
         }
+        None
     }
 
     #[inline(never)]
-    fn fail(&mut self, error: Error) -> Lookup<'v, 'a> {
+    fn fail(&mut self, error: Error) {
         if self.error.is_none() {
             self.error = Some(error);
         }
-        Lookup::Failed
     }
 
     /// A field: present, or absent (an error unless `T` is an `Option`).
     pub fn field<T: FromJson + Placeholder>(&mut self, key: &str) -> T {
-        let read = match self.lookup(key) {
-            Lookup::Found(v) => T::from_json(v),
-            Lookup::Absent => T::missing(key),
-            Lookup::Failed => return T::placeholder(),
-        };
-        read.unwrap_or_else(|e| {
-            self.fail(e);
-            T::placeholder()
-        })
+        match self.lookup(key, T::OPTIONAL) {
+            Some(v) => T::from_json(v).unwrap_or_else(|e| {
+                self.fail(e);
+                T::placeholder()
+            }),
+            // An absent `Option` is its placeholder, its `Default`: `None`.
+            None => T::placeholder(),
+        }
     }
 
     /// A field with a fallback for when it is absent.
     pub fn field_or<T: FromJson>(&mut self, key: &str, fallback: T) -> T {
-        match self.lookup(key) {
-            Lookup::Found(v) => T::from_json(v).unwrap_or_else(|e| {
+        match self.lookup(key, true) {
+            Some(v) => T::from_json(v).unwrap_or_else(|e| {
                 self.fail(e);
                 fallback
             }),
-            Lookup::Absent | Lookup::Failed => fallback,
+            None => fallback,
         }
     }
 
@@ -792,9 +786,7 @@ impl<T: FromJson> FromJson for Option<T> {
         }
     }
 
-    fn missing(_field: &str) -> Result<Self, Error> {
-        Ok(None)
-    }
+    const OPTIONAL: bool = true;
 }
 
 fn items<'v, 'a>(v: &'v Json<'a>) -> Result<&'v [Json<'a>], Error> {
