@@ -247,7 +247,11 @@ fn ensure_indexes(store: &IdbObjectStore, indexes: &[(&str, &str)]) -> Result<()
 }
 
 fn string_list(list: &web_sys::DomStringList) -> Vec<String> {
-    (0..list.length()).filter_map(|i| list.item(i)).collect()
+    let mut names = Vec::new();
+    for i in 0..list.length() {
+        names.extend(list.item(i));
+    }
+    names
 }
 
 pub fn transaction(

@@ -232,13 +232,19 @@ impl Pump {
 
     /// Resolves the settle promises that are due: all of them when `all`.
     fn settle(&self, now: Millis, all: bool) {
-        let due: Vec<Function> = {
+        let mut due: Vec<Function> = Vec::new();
+        {
             let mut waiters = self.waiters.borrow_mut();
-            let (due, keep): (Vec<_>, Vec<_>) =
-                waiters.drain(..).partition(|(cap, _)| all || *cap <= now);
+            let mut keep = Vec::new();
+            for (cap, resolve) in waiters.drain(..) {
+                if all || cap <= now {
+                    due.push(resolve);
+                } else {
+                    keep.push((cap, resolve));
+                }
+            }
             *waiters = keep;
-            due.into_iter().map(|(_, f)| f).collect()
-        };
+        }
         for resolve in due {
             let _ = resolve.call0(&JsValue::UNDEFINED);
         }

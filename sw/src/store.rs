@@ -174,7 +174,10 @@ pub fn decode_journal(text: &str) -> Result<Vec<Job>, String> {
 /// Adds the jobs of journal entries that are missing from the per-job records (a per-job
 /// record of a journaled job is never older than the journal's copy). Returns the ids added.
 pub fn merge_journals(jobs: &mut Vec<Job>, journals: Vec<Vec<Job>>) -> Vec<JobId> {
-    let mut known: FxHashSet<JobId> = jobs.iter().map(|j| j.id.clone()).collect();
+    let mut known: FxHashSet<JobId> = FxHashSet::default();
+    for job in jobs.iter() {
+        known.insert(job.id.clone());
+    }
     let mut added = Vec::new();
     for journal in journals {
         for job in journal {
@@ -194,7 +197,15 @@ pub fn split_fresh<'a>(jobs: &'a [Job], fresh: &[JobId]) -> (Vec<&'a Job>, Vec<&
     }
     // Owned ids: a set of `String`s is already in the wasm (`merge_journals`).
     let fresh: FxHashSet<JobId> = fresh.iter().cloned().collect();
-    jobs.iter().partition(|j| fresh.contains(&j.id))
+    let (mut journaled, mut direct) = (Vec::new(), Vec::new());
+    for job in jobs {
+        if fresh.contains(&job.id) {
+            journaled.push(job);
+        } else {
+            direct.push(job);
+        }
+    }
+    (journaled, direct)
 }
 
 pub fn decode_schema(text: &str) -> Result<SchemaRecord, String> {

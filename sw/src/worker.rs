@@ -526,12 +526,17 @@ impl Worker {
             }
             (ids, last_of)
         };
-        let jobs: Vec<Job> = {
+        // Plain loops in this module: each mapped or filtered `collect` is several generic
+        // functions in the wasm.
+        let mut jobs: Vec<Job> = Vec::with_capacity(ids.len());
+        {
             let engine = self.engine.borrow();
-            ids.iter()
-                .filter_map(|id| engine.job(id).cloned())
-                .collect()
-        };
+            for id in &ids {
+                if let Some(job) = engine.job(id) {
+                    jobs.push(job.clone());
+                }
+            }
+        }
         let refs: Vec<&Job> = jobs.iter().collect();
         if let Err(e) = self.store.put_jobs(&refs, last_of.as_deref()).await {
             self.stop(&format!("writing a journaled batch failed: {e}"));
@@ -623,9 +628,12 @@ impl Worker {
         batcher.push_removed(&changes.removed);
         changes.jobs.truncate(changed);
         if !changes.jobs.is_empty() || !changes.started.is_empty() {
-            let told = changes.jobs.iter().chain(&changes.started);
-            let urgent = told.clone().any(|j| j.lane == Lane::Interactive);
-            let updates = told.map(JobUpdate::from).collect();
+            let mut urgent = false;
+            let mut updates = Vec::with_capacity(changes.jobs.len() + changes.started.len());
+            for job in changes.jobs.iter().chain(&changes.started) {
+                urgent |= job.lane == Lane::Interactive;
+                updates.push(JobUpdate::from(job));
+            }
             batcher.push(updates, urgent);
             // Urgent updates go out as soon as the pump runs; let it run.
             self.pump.wake();
@@ -885,7 +893,10 @@ impl Worker {
             self.known_jobs_saved().await?;
         } else {
             self.resolve_urls(&mut fresh, total)?;
-            let asked: Vec<Option<JobId>> = fresh.iter().map(|j| j.id.clone()).collect();
+            let mut asked: Vec<Option<JobId>> = Vec::with_capacity(fresh.len());
+            for job in &fresh {
+                asked.push(job.id.clone());
+            }
             let now = now_ms();
             let (results, w) = self
                 .engine
@@ -898,11 +909,12 @@ impl Worker {
                     folds.note(asked, result);
                 }
             }
-            let new_ids: Vec<JobId> = results
-                .iter()
-                .filter(|r| !r.coalesced)
-                .map(|r| r.id.clone())
-                .collect();
+            let mut new_ids: Vec<JobId> = Vec::with_capacity(results.len());
+            for result in &results {
+                if !result.coalesced {
+                    new_ids.push(result.id.clone());
+                }
+            }
             let starts = self.poll_with_request(now);
             self.commit_with_starts(starts, &new_ids).await?;
             let mut results = results.into_iter();
@@ -910,10 +922,11 @@ impl Worker {
                 *slot = results.next();
             }
         }
-        Ok(ReplyBody::EnqueuedMany {
-            ids: known.into_iter().flatten().map(|r| r.id).collect(),
-            warning,
-        })
+        let mut ids = Vec::with_capacity(known.len());
+        for result in known.into_iter().flatten() {
+            ids.push(result.id);
+        }
+        Ok(ReplyBody::EnqueuedMany { ids, warning })
     }
 
     /// Resolves the jobs' URLs; bulk jobs usually share a few, so each distinct one once.
@@ -989,18 +1002,21 @@ impl Worker {
             }
             Request::Jobs { group_id } => {
                 let engine = self.engine.borrow();
-                let mut jobs: Vec<_> = engine
-                    .jobs()
-                    .filter(|j| {
-                        group_id
-                            .as_deref()
-                            .is_none_or(|g| j.group_id.as_deref() == Some(g))
-                    })
-                    .collect();
+                let mut jobs: Vec<&Job> = Vec::new();
+                for job in engine.jobs() {
+                    if group_id
+                        .as_deref()
+                        .is_none_or(|g| job.group_id.as_deref() == Some(g))
+                    {
+                        jobs.push(job);
+                    }
+                }
                 sluice_shared::job::sort_by_seq(&mut jobs);
-                return Ok(ReplyBody::Jobs {
-                    jobs: jobs.into_iter().map(JobUpdate::from).collect(),
-                });
+                let mut updates = Vec::with_capacity(jobs.len());
+                for job in jobs {
+                    updates.push(JobUpdate::from(job));
+                }
+                return Ok(ReplyBody::Jobs { jobs: updates });
             }
             Request::KeepAlive => return Ok(ReplyBody::Alive),
         };
