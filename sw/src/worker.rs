@@ -18,7 +18,7 @@ use std::pin::Pin;
 use std::rc::{Rc, Weak};
 
 use js_sys::{Function, Object, Promise, Reflect};
-use rustc_hash::FxHashSet;
+use rustc_hash::FxHashMap;
 use sluice_shared::protocol::{JobUpdate, ProtocolError, ReplyBody, Request, WorkerMessage};
 use sluice_shared::random::Rng;
 use sluice_shared::status::Status;
@@ -862,8 +862,9 @@ impl Worker {
         group_id: Option<String>,
     ) -> Result<ReplyBody, ProtocolError> {
         let total = jobs.len();
-        let mut seen: FxHashSet<JobId> =
-            FxHashSet::with_capacity_and_hasher(total, Default::default());
+        // Ids with the position of their job (see `store::merge_journals` why not a set).
+        let mut seen: FxHashMap<JobId, usize> =
+            FxHashMap::with_capacity_and_hasher(total, Default::default());
         let mut known: Vec<Option<Enqueued>> = Vec::with_capacity(total);
         let mut fresh = Vec::with_capacity(total);
         for (i, job) in jobs.into_iter().enumerate() {
@@ -874,7 +875,7 @@ impl Worker {
                 None => None,
                 Some(id) => {
                     check_job_id(id).map_err(in_job)?;
-                    if !seen.insert(id.to_string()) {
+                    if seen.insert(id.to_string(), i).is_some() {
                         return Err(in_job(ProtocolError::InvalidRequest {
                             message: format!("another job of this request has the id '{id}'"),
                         }));
@@ -1030,9 +1031,13 @@ fn add_jobs(changes: &mut Changes, engine: &Engine, ids: &[JobId]) {
     if ids.is_empty() {
         return;
     }
-    let present: FxHashSet<JobId> = changes.jobs.iter().map(|j| j.id.clone()).collect();
+    // Ids with their positions (see `store::merge_journals` why not a set).
+    let mut present: FxHashMap<JobId, usize> = FxHashMap::default();
+    for (i, job) in changes.jobs.iter().enumerate() {
+        present.insert(job.id.clone(), i);
+    }
     for id in ids {
-        if !present.contains(id) {
+        if !present.contains_key(id) {
             if let Some(job) = engine.job(id) {
                 changes.jobs.push(job.clone());
             }
