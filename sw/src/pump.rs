@@ -321,10 +321,20 @@ async fn run(w: Rc<Worker>) {
         // The engine says whether a start must be saved before it goes out or may go out at
         // once and be saved by the next save (a restore then counts it): see
         // `Transmit::save_first`.
-        let (save_first, at_once): (Vec<Transmit>, Vec<Transmit>) =
-            transmits.into_iter().partition(|t| t.save_first);
+        // A loop rather than `partition` and `extend`: generic functions of their own in the
+        // wasm.
+        let mut at_once = Vec::new();
+        {
+            let mut awaiting = w.pump.awaiting_save.borrow_mut();
+            for t in transmits {
+                if t.save_first {
+                    awaiting.push(t);
+                } else {
+                    at_once.push(t);
+                }
+            }
+        }
         send_all(&w, at_once);
-        w.pump.awaiting_save.borrow_mut().extend(save_first);
         let someone_waits = !w.pump.awaiting_save.borrow().is_empty();
         let save_due = (!w.pump.saving.get() && (someone_waits || w.has_changes()))
             .then(|| w.pump.last_save.get() + SAVE_EVERY_MS);
