@@ -639,24 +639,26 @@ impl<'v, 'a> Fields<'v, 'a> {
     /// A field: present, or absent (an error unless `T` is an `Option`).
     pub fn field<T: FromJson + Placeholder>(&mut self, key: &str) -> T {
         match self.lookup(key, T::OPTIONAL) {
-            Some(v) => T::from_json(v).unwrap_or_else(|e| {
-                self.fail(e);
-                T::placeholder()
-            }),
+            Some(v) => self.read(v),
             // An absent `Option` is its placeholder, its `Default`: `None`.
             None => T::placeholder(),
         }
     }
 
     /// A field with a fallback for when it is absent.
-    pub fn field_or<T: FromJson>(&mut self, key: &str, fallback: T) -> T {
+    pub fn field_or<T: FromJson + Placeholder>(&mut self, key: &str, fallback: T) -> T {
         match self.lookup(key, true) {
-            Some(v) => T::from_json(v).unwrap_or_else(|e| {
-                self.fail(e);
-                fallback
-            }),
+            Some(v) => self.read(v),
             None => fallback,
         }
+    }
+
+    /// A present field's value. One body per type for both readers above.
+    fn read<T: FromJson + Placeholder>(&mut self, v: &Json) -> T {
+        T::from_json(v).unwrap_or_else(|e| {
+            self.fail(e);
+            T::placeholder()
+        })
     }
 
     /// The first error, if a field could not be read.
