@@ -105,10 +105,8 @@ pub fn setup() -> Rc<Setup> {
 /// The running instance, started (or restarted after a failure) on first use. Concurrent
 /// callers share one start.
 pub async fn worker() -> Result<Rc<Worker>, SwError> {
-    if let Some(w) = CURRENT.with(|c| c.borrow().clone()) {
-        if !w.is_stopped() {
-            return Ok(w);
-        }
+    if let Some(w) = current() {
+        return Ok(w);
     }
     // A superseded worker must not start a queue of its own next to its successor's (see
     // `pump`, "Handing over to a new version").
@@ -139,10 +137,7 @@ pub async fn worker() -> Result<Rc<Worker>, SwError> {
     JsFuture::from(promise)
         .await
         .map_err(|e| SwError::Storage(describe(&e)))?;
-    CURRENT
-        .with(|c| c.borrow().clone())
-        .filter(|w| !w.is_stopped())
-        .ok_or(SwError::Stopped)
+    current().ok_or(SwError::Stopped)
 }
 
 /// The running instance if there is one, without starting it.
