@@ -600,9 +600,17 @@ pub struct Fields<'v, 'a> {
 }
 
 impl<'v, 'a> Fields<'v, 'a> {
-    /// The fields of an object; `expected` names the struct in the error for anything else.
-    pub fn of(v: &'v Json<'a>, expected: &str) -> Result<Self, Error> {
-        Ok(Fields::from_members(members(v, expected)?))
+    /// The fields of an object; `expected` names the struct in the error for anything else,
+    /// which [`Fields::finish`] returns (no field is read then). Not a `Result` itself: one
+    /// error exit per struct reader, not two.
+    pub fn of(v: &'v Json<'a>, expected: &str) -> Self {
+        match members(v, expected) {
+            Ok(members) => Fields::from_members(members),
+            Err(e) => Fields {
+                members: &[],
+                error: Some(e),
+            },
+        }
     }
 
     /// The fields among an object's members.
@@ -1086,7 +1094,7 @@ macro_rules! json_read {
     ($name:ident [default] { $($f:ident: $k:literal $(= $d:ident)?),* $(,)? }) => {
         impl $crate::json::FromJson for $name {
             fn from_json(v: &$crate::json::Json) -> Result<Self, $crate::json::Error> {
-                let mut r = $crate::json::Fields::of(v, concat!("struct ", stringify!($name)))?;
+                let mut r = $crate::json::Fields::of(v, concat!("struct ", stringify!($name)));
                 let d = <$name as Default>::default();
                 let out = $name {
                     $($f: r.field_or($k, d.$f),)*
@@ -1099,7 +1107,7 @@ macro_rules! json_read {
     ($name:ident { $($f:ident: $k:literal $(= $d:ident)?),* $(,)? }) => {
         impl $crate::json::FromJson for $name {
             fn from_json(v: &$crate::json::Json) -> Result<Self, $crate::json::Error> {
-                let mut r = $crate::json::Fields::of(v, concat!("struct ", stringify!($name)))?;
+                let mut r = $crate::json::Fields::of(v, concat!("struct ", stringify!($name)));
                 let out = $name {
                     $($f: $crate::json_read!(@field r, $k $(, $d)?),)*
                 };

@@ -40,7 +40,7 @@ fn any_method() -> String {
 
 impl FromJson for RouteConfig {
     fn from_json(v: &Json) -> Result<Self, json::Error> {
-        let mut r = json::Fields::of(v, "struct RouteConfig")?;
+        let mut r = json::Fields::of(v, "struct RouteConfig");
         let route = Self {
             method: r.field_or("method", any_method()),
             prefix: r.field("prefix"),
