@@ -259,7 +259,10 @@ pub fn transaction(
     stores: &[&str],
     mode: IdbTransactionMode,
 ) -> Result<IdbTransaction, SwError> {
-    let names: Array = stores.iter().map(|s| JsValue::from_str(s)).collect();
+    let names = Array::new();
+    for name in stores {
+        names.push(&JsValue::from_str(name));
+    }
     if mode == IdbTransactionMode::Readwrite {
         // "relaxed": committed once the data is handed to the operating system, without
         // waiting for the disk to confirm it. That survives the worker, the tab and the browser

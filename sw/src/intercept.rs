@@ -203,6 +203,13 @@ pub fn spec_from_request(
         })?,
     };
     let is_bodyless = matches!(method.to_ascii_uppercase().as_str(), "GET" | "HEAD");
+    // A loop, not a filtered `collect`: that is several generic functions in the wasm.
+    let mut kept = Vec::with_capacity(headers.len());
+    for (name, value) in headers {
+        if !is_dropped_header(name) {
+            kept.push((name.clone(), value.clone()));
+        }
+    }
     Ok(JobSpec {
         id: None,
         budget: get("x-sluice-budget").unwrap_or_default(),
@@ -211,11 +218,7 @@ pub fn spec_from_request(
         kind,
         method: method.to_string(),
         url: url.to_string(),
-        headers: headers
-            .iter()
-            .filter(|(n, _)| !is_dropped_header(n))
-            .cloned()
-            .collect(),
+        headers: kept,
         body: if is_bodyless { None } else { body },
         group_id: get("x-sluice-group"),
     })

@@ -583,7 +583,10 @@ mod web {
                 let record = Object::new();
                 Reflect::set(&record, &"id".into(), &JsValue::from_str(&id))?;
                 Reflect::set(&record, &"jobs".into(), &JsValue::from_str(&text))?;
-                let ids = journaled.iter().map(|j| j.id.clone()).collect();
+                let mut ids = Vec::with_capacity(journaled.len());
+                for job in &journaled {
+                    ids.push(job.id.clone());
+                }
                 Some((Journaled { id, jobs: ids }, record))
             };
             let direct = if direct.is_empty() {
