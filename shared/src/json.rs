@@ -637,6 +637,7 @@ impl<'v, 'a> Fields<'v, 'a> {
         None
     }
 
+    /// Keeps the first error. Not inlined: every generic reader calls it.
     #[inline(never)]
     fn fail(&mut self, error: Error) {
         if self.error.is_none() {
