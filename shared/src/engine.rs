@@ -409,8 +409,13 @@ impl Engine {
     /// queue.
     pub fn restore_more(&mut self, jobs: Vec<Job>, now: Millis) {
         let order = crate::job::sorted_order(jobs.iter().map(|j| j.seq));
+        // Plain loops: each mapped or filtered `collect` is several generic functions in the
+        // wasm.
         let mut jobs: Vec<Option<Job>> = jobs.into_iter().map(Some).collect();
-        for mut job in order.into_iter().filter_map(|i| jobs[i].take()) {
+        for i in order {
+            let Some(mut job) = jobs[i].take() else {
+                continue;
+            };
             if self.jobs.contains_key(&job.id) {
                 continue;
             }
@@ -855,12 +860,12 @@ impl Engine {
         for b in self.budgets.values_mut() {
             b.ready = Default::default();
         }
-        let ids: Vec<JobId> = self
-            .jobs
-            .values()
-            .filter(|j| j.state.is_waiting())
-            .map(|j| j.id.clone())
-            .collect();
+        let mut ids: Vec<JobId> = Vec::new();
+        for job in self.jobs.values() {
+            if job.state.is_waiting() {
+                ids.push(job.id.clone());
+            }
+        }
         for id in ids {
             self.place(&id, now);
         }
@@ -1287,7 +1292,12 @@ impl Engine {
             return;
         };
         if let Some(pos) = chain.iter().position(|x| x == id) {
-            chain.remove(pos);
+            // Swapped to the front and popped: the same order for the rest as `remove`, whose
+            // ring-buffer shifting is about a kilobyte of wasm per element type.
+            for i in (1..=pos).rev() {
+                chain.swap(i, i - 1);
+            }
+            chain.pop_front();
         }
         match chain.front().cloned() {
             Some(head) => self.place(&head, now),
@@ -1305,16 +1315,21 @@ impl Engine {
         let ids: Vec<JobId> = if self.jobs.contains_key(target) {
             vec![target.to_string()]
         } else {
-            let mut ids: Vec<&Job> = self
-                .jobs
-                .values()
-                .filter(|j| j.group_id.as_deref() == Some(target))
-                .collect();
-            if ids.is_empty() {
+            let mut jobs: Vec<&Job> = Vec::new();
+            for job in self.jobs.values() {
+                if job.group_id.as_deref() == Some(target) {
+                    jobs.push(job);
+                }
+            }
+            if jobs.is_empty() {
                 return Err(ProtocolError::NotFound { id: target.into() });
             }
-            crate::job::sort_by_seq(&mut ids);
-            ids.into_iter().map(|j| j.id.clone()).collect()
+            crate::job::sort_by_seq(&mut jobs);
+            let mut ids = Vec::with_capacity(jobs.len());
+            for job in jobs {
+                ids.push(job.id.clone());
+            }
+            ids
         };
         if ids.len() == 1 && ids[0] == target {
             let state = self.jobs.get(target).map(|j| j.state);
@@ -1402,18 +1417,22 @@ impl Engine {
     /// Everything that changed since the last call, to save (then broadcast).
     pub fn take_changes(&mut self) -> Changes {
         // Both in id order: a job that also changed otherwise is saved, not just told.
+        // Plain loops here: each filtered `collect` is several generic functions in the wasm.
         let changed = self.changed_jobs.take();
-        let started = self
-            .started_jobs
-            .take()
-            .into_iter()
-            .filter(|id| changed.binary_search(id).is_err())
-            .filter_map(|id| self.jobs.get(&id).cloned())
-            .collect();
-        let jobs = changed
-            .into_iter()
-            .filter_map(|id| self.jobs.get(&id).cloned())
-            .collect();
+        let mut started = Vec::new();
+        for id in self.started_jobs.take() {
+            if changed.binary_search(&id).is_err() {
+                if let Some(job) = self.jobs.get(&id) {
+                    started.push(job.clone());
+                }
+            }
+        }
+        let mut jobs = Vec::with_capacity(changed.len());
+        for id in &changed {
+            if let Some(job) = self.jobs.get(id) {
+                jobs.push(job.clone());
+            }
+        }
         let removed = self.removed_jobs.take();
         let save = self.next_save;
         self.next_save += 1;
@@ -1438,12 +1457,12 @@ impl Engine {
         if !carried.is_empty() {
             self.saves_with_starts.push_back((save, carried));
         }
-        let budgets = self
-            .changed_budgets
-            .take()
-            .into_iter()
-            .filter_map(|name| self.budgets.get(&name).map(|b| b.state.clone()))
-            .collect();
+        let mut budgets = Vec::new();
+        for name in self.changed_budgets.take() {
+            if let Some(b) = self.budgets.get(&name) {
+                budgets.push(b.state.clone());
+            }
+        }
         Changes {
             jobs,
             started,
@@ -1507,10 +1526,12 @@ impl Engine {
                 last = Some(g);
             }
         }
-        let mut groups: Vec<GroupStatus> = group_ids
-            .take()
-            .into_iter()
-            .map(|id| GroupStatus {
+        // Plain loops in this function: each mapped `collect` is several generic functions in
+        // the wasm.
+        let group_ids = group_ids.take();
+        let mut groups: Vec<GroupStatus> = Vec::with_capacity(group_ids.len());
+        for id in group_ids {
+            groups.push(GroupStatus {
                 id,
                 total: 0,
                 done: 0,
@@ -1518,8 +1539,8 @@ impl Engine {
                 cancelled: 0,
                 pending: 0,
                 warning: None,
-            })
-            .collect();
+            });
+        }
         let mut waiting_per_lane = [0u64; 3];
         let mut orphans: Vec<(&str, u64)> = Vec::new();
         for job in self.jobs.values() {
@@ -1626,41 +1647,39 @@ impl Engine {
                 achieved_share,
             });
         }
-        let mut warnings: Vec<String> = orphans
-            .iter()
-            .map(|(budget, n)| {
-                format!("{n} jobs wait for budget '{budget}', which is not configured")
-            })
-            .collect();
-        let groups: Vec<GroupStatus> = groups
-            .into_iter()
-            .map(|mut g| {
-                if g.pending > 0 {
-                    let budget = self
-                        .jobs
-                        .values()
-                        .find(|j| j.group_id.as_deref() == Some(g.id.as_str()))
-                        .and_then(|j| self.budgets.get(&j.budget));
-                    if let Some(b) = budget {
-                        g.warning = capacity_warning(g.pending, b.state.limiter.windows());
-                    }
+        let mut warnings: Vec<String> = Vec::new();
+        for (budget, n) in &orphans {
+            warnings.push(format!(
+                "{n} jobs wait for budget '{budget}', which is not configured"
+            ));
+        }
+        for g in &mut groups {
+            if g.pending > 0 {
+                let budget = self
+                    .jobs
+                    .values()
+                    .find(|j| j.group_id.as_deref() == Some(g.id.as_str()))
+                    .and_then(|j| self.budgets.get(&j.budget));
+                if let Some(b) = budget {
+                    g.warning = capacity_warning(g.pending, b.state.limiter.windows());
                 }
-                g
-            })
-            .collect();
-        warnings.extend(groups.iter().filter_map(|g| g.warning.clone()));
-        let lanes = Lane::ALL
-            .iter()
-            .map(|&lane| {
-                let samples: Vec<DurationMs> = self.waits[lane.index()].iter().copied().collect();
-                LaneStatus {
-                    lane,
-                    waiting: waiting_per_lane[lane.index()],
-                    wait_p50_ms: percentile(&samples, 50.0),
-                    wait_p95_ms: percentile(&samples, 95.0),
-                }
-            })
-            .collect();
+            }
+        }
+        for g in &groups {
+            if let Some(w) = &g.warning {
+                warnings.push(w.clone());
+            }
+        }
+        let mut lanes = Vec::with_capacity(Lane::ALL.len());
+        for lane in Lane::ALL {
+            let samples: Vec<DurationMs> = self.waits[lane.index()].iter().copied().collect();
+            lanes.push(LaneStatus {
+                lane,
+                waiting: waiting_per_lane[lane.index()],
+                wait_p50_ms: percentile(&samples, 50.0),
+                wait_p95_ms: percentile(&samples, 95.0),
+            });
+        }
         Status {
             now,
             counts,

@@ -315,26 +315,31 @@ fn ietf_policies(h: &Headers) -> Vec<Policy> {
     let Some(field) = h.joined("ratelimit-policy") else {
         return Vec::new();
     };
-    parse_list(&field)
-        .iter()
-        .filter(|m| m.dict_entry().is_none())
-        .filter_map(|m| {
-            let window_ms = m.param("w").and_then(parse_window);
-            let policy = match m.bare_int() {
-                Some(quota) => Policy {
-                    name: None,
-                    quota: Some(quota),
-                    window_ms,
-                },
-                None => Policy {
-                    name: m.name(),
-                    quota: m.param("q").and_then(parse_count),
-                    window_ms,
-                },
-            };
-            (policy.quota.is_some() || policy.window_ms.is_some()).then_some(policy)
-        })
-        .collect()
+    // Plain loops in this module: each filtered or mapped `collect` is several generic
+    // functions in the worker's wasm.
+    let mut policies = Vec::new();
+    for m in parse_list(&field) {
+        if m.dict_entry().is_some() {
+            continue;
+        }
+        let window_ms = m.param("w").and_then(parse_window);
+        let policy = match m.bare_int() {
+            Some(quota) => Policy {
+                name: None,
+                quota: Some(quota),
+                window_ms,
+            },
+            None => Policy {
+                name: m.name(),
+                quota: m.param("q").and_then(parse_count),
+                window_ms,
+            },
+        };
+        if policy.quota.is_some() || policy.window_ms.is_some() {
+            policies.push(policy);
+        }
+    }
+    policies
 }
 
 /// The window of the policy with this quota, for the older forms that report a bare limit.
@@ -695,13 +700,13 @@ impl<'a> Member<'a> {
         if head.is_empty() {
             return None;
         }
-        let params = parts
-            .map(|p| {
-                let (k, v) = p.split_once('=').unwrap_or((p, ""));
-                (k.trim(), v.trim())
-            })
-            .filter(|(k, _)| !k.is_empty())
-            .collect();
+        let mut params = Vec::new();
+        for p in parts {
+            let (k, v) = p.split_once('=').unwrap_or((p, ""));
+            if !k.trim().is_empty() {
+                params.push((k.trim(), v.trim()));
+            }
+        }
         Some(Member { head, params })
     }
 
@@ -749,10 +754,11 @@ impl<'a> Member<'a> {
 }
 
 fn parse_list(field: &str) -> Vec<Member<'_>> {
-    split_outside_quotes(field, ',')
-        .into_iter()
-        .filter_map(Member::parse)
-        .collect()
+    let mut members = Vec::new();
+    for part in split_outside_quotes(field, ',') {
+        members.extend(Member::parse(part));
+    }
+    members
 }
 
 /// Splits at `sep` except inside double-quoted strings, where a policy name may contain it.

@@ -78,6 +78,12 @@ pub enum JobState {
     Cancelled,
 }
 
+impl crate::json::Placeholder for JobState {
+    fn placeholder() -> Self {
+        JobState::Queued
+    }
+}
+
 impl JobState {
     pub const ALL: [JobState; 6] = [
         JobState::Queued,
@@ -285,20 +291,32 @@ impl Job {
 /// Every sort in the worker goes through here: each distinct sort call site compiles to
 /// kilobytes of wasm of its own, this one sorts only `(u64, usize)` pairs.
 pub fn sorted_order(keys: impl Iterator<Item = u64>) -> Vec<usize> {
-    let mut pairs: Vec<(u64, usize)> = keys.enumerate().map(|(i, k)| (k, i)).collect();
-    sort_pairs(&mut pairs);
-    pairs.into_iter().map(|(_, i)| i).collect()
+    // Plain loops, and the rest not generic: `collect`s are generic functions per call site.
+    let mut pairs: Vec<(u64, usize)> = Vec::new();
+    for (i, k) in keys.enumerate() {
+        pairs.push((k, i));
+    }
+    order_of_pairs(pairs)
 }
 
 #[inline(never)]
-fn sort_pairs(pairs: &mut [(u64, usize)]) {
+fn order_of_pairs(mut pairs: Vec<(u64, usize)>) -> Vec<usize> {
     pairs.sort_unstable();
+    let mut order = Vec::with_capacity(pairs.len());
+    for (_, i) in pairs {
+        order.push(i);
+    }
+    order
 }
 
 /// Sorts jobs into enqueue order (`seq`).
 pub fn sort_by_seq(jobs: &mut Vec<&Job>) {
     let order = sorted_order(jobs.iter().map(|j| j.seq));
-    *jobs = order.into_iter().map(|i| jobs[i]).collect();
+    let mut sorted = Vec::with_capacity(jobs.len());
+    for i in order {
+        sorted.push(jobs[i]);
+    }
+    *jobs = sorted;
 }
 
 crate::json_enum!(Lane {

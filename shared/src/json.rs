@@ -143,6 +143,14 @@ impl<'a> Parser<'a> {
         self.error_at(self.pos + 1, message)
     }
 
+    /// The text from `start` to the current position; both are just after or at an ASCII
+    /// byte (a quote, a backslash, an escape), so always on character boundaries. `get`
+    /// rather than indexing: indexing's panic for a non-boundary brings core's message
+    /// formatting for it into the wasm (about 4 KB), for a case that cannot happen.
+    fn slice(&self, start: usize) -> &'a str {
+        self.text.get(start..self.pos).unwrap_or_default()
+    }
+
     fn skip_ws(&mut self) {
         while let Some(b' ' | b'\n' | b'\t' | b'\r') = self.bytes.get(self.pos) {
             self.pos += 1;
@@ -283,7 +291,7 @@ impl<'a> Parser<'a> {
             let b = self.bytes[self.pos];
             match b {
                 b'"' => {
-                    let tail = &self.text[run..self.pos];
+                    let tail = self.slice(run);
                     self.pos += 1;
                     return Ok(match owned {
                         None => Cow::Borrowed(tail),
@@ -296,7 +304,7 @@ impl<'a> Parser<'a> {
                 b'\\' => {
                     owned
                         .get_or_insert_with(String::new)
-                        .push_str(&self.text[run..self.pos]);
+                        .push_str(self.slice(run));
                     self.pos += 1;
                     let Some(e) = self.peek() else {
                         return Err(self.error_at(self.pos, "EOF while parsing a string"));
@@ -574,9 +582,112 @@ static POW10: [f64; 309] = [
 pub trait FromJson: Sized {
     fn from_json(v: &Json) -> Result<Self, Error>;
 
-    /// The value of an absent field: an error, except for `Option`s (`None`).
-    fn missing(field: &str) -> Result<Self, Error> {
-        Err(Error(format!("missing field `{field}`")))
+    /// Whether a struct field of this type may be absent: only an `Option` may (it is then
+    /// `None`); any other absent field is serde's "missing field" error.
+    const OPTIONAL: bool = false;
+}
+
+/// Reads a struct's fields for [`json_read!`], keeping the first error.
+///
+/// Each field yields a value even when it cannot be read (a [`Placeholder`]; fields after the
+/// first error are not looked at), and [`Fields::finish`] then returns that error in place of
+/// the struct. So the struct is built in one expression without a `?` per field: with one,
+/// every field's exit dropped the fields read before it, a sequence of drops per struct and per
+/// field in the wasm.
+pub struct Fields<'v, 'a> {
+    members: &'v [(Cow<'a, str>, Json<'a>)],
+    error: Option<Error>,
+}
+
+impl<'v, 'a> Fields<'v, 'a> {
+    /// The fields of an object; `expected` names the struct in the error for anything else,
+    /// which [`Fields::finish`] returns (no field is read then). Not a `Result` itself: one
+    /// error exit per struct reader, not two.
+    pub fn of(v: &'v Json<'a>, expected: &str) -> Self {
+        match members(v, expected) {
+            Ok(members) => Fields::from_members(members),
+            Err(e) => Fields {
+                members: &[],
+                error: Some(e),
+            },
+        }
+    }
+
+    /// The fields among an object's members.
+    pub fn from_members(members: &'v [(Cow<'a, str>, Json<'a>)]) -> Self {
+        Fields {
+            members,
+            error: None,
+        }
+    }
+
+    /// The value of `key`, or `None` when it is absent or reading failed already. An absent
+    /// field that is not `optional` fails the reading, as a repeated key does. Not generic,
+    /// so that the generic readers below stay small.
+    fn lookup(&mut self, key: &str, optional: bool) -> Option<&'v Json<'a>> {
+        if self.error.is_some() {
+            return None;
+        }
+        match unique(self.members, key) {
+            Ok(Some(v)) => return Some(v),
+            Ok(None) if optional => {}
+            Ok(None) => self.fail(Error(format!("missing field `{key}`"))),
+            Err(e) => self.fail(e),
+        }
+        None
+    }
+
+    /// Keeps the first error. Not inlined: every generic reader calls it.
+    #[inline(never)]
+    fn fail(&mut self, error: Error) {
+        if self.error.is_none() {
+            self.error = Some(error);
+        }
+    }
+
+    /// A field: present, or absent (an error unless `T` is an `Option`).
+    pub fn field<T: FromJson + Placeholder>(&mut self, key: &str) -> T {
+        match self.lookup(key, T::OPTIONAL) {
+            Some(v) => self.read(v),
+            // An absent `Option` is its placeholder, its `Default`: `None`.
+            None => T::placeholder(),
+        }
+    }
+
+    /// A field with a fallback for when it is absent.
+    pub fn field_or<T: FromJson + Placeholder>(&mut self, key: &str, fallback: T) -> T {
+        match self.lookup(key, true) {
+            Some(v) => self.read(v),
+            None => fallback,
+        }
+    }
+
+    /// A present field's value. One body per type for both readers above.
+    fn read<T: FromJson + Placeholder>(&mut self, v: &Json) -> T {
+        T::from_json(v).unwrap_or_else(|e| {
+            self.fail(e);
+            T::placeholder()
+        })
+    }
+
+    /// The first error, if a field could not be read.
+    pub fn finish(self) -> Result<(), Error> {
+        match self.error {
+            None => Ok(()),
+            Some(e) => Err(e),
+        }
+    }
+}
+
+/// What a field holds while [`Fields`] reads a struct whose reading has failed: never seen.
+/// Any `Default` type has one; a field type without a `Default` of its own names one.
+pub trait Placeholder {
+    fn placeholder() -> Self;
+}
+
+impl<T: Default> Placeholder for T {
+    fn placeholder() -> Self {
+        T::default()
     }
 }
 
@@ -606,22 +717,6 @@ pub fn unique<'v, 'a>(
         }
     }
     Ok(found)
-}
-
-/// A struct field: present, or absent (an error unless `T` is an `Option`).
-pub fn field<T: FromJson>(members: &[(Cow<str>, Json)], key: &str) -> Result<T, Error> {
-    match unique(members, key)? {
-        Some(v) => T::from_json(v),
-        None => T::missing(key),
-    }
-}
-
-/// A field with a default: `None` when absent.
-pub fn field_or<T: FromJson>(members: &[(Cow<str>, Json)], key: &str) -> Result<Option<T>, Error> {
-    match unique(members, key)? {
-        Some(v) => T::from_json(v).map(Some),
-        None => Ok(None),
-    }
 }
 
 impl FromJson for String {
@@ -702,9 +797,7 @@ impl<T: FromJson> FromJson for Option<T> {
         }
     }
 
-    fn missing(_field: &str) -> Result<Self, Error> {
-        Ok(None)
-    }
+    const OPTIONAL: bool = true;
 }
 
 fn items<'v, 'a>(v: &'v Json<'a>) -> Result<&'v [Json<'a>], Error> {
@@ -715,14 +808,22 @@ fn items<'v, 'a>(v: &'v Json<'a>) -> Result<&'v [Json<'a>], Error> {
 }
 
 impl<T: FromJson> FromJson for Vec<T> {
+    /// A plain loop: `collect` into a `Result` is several generic functions per element type
+    /// in the wasm.
     fn from_json(v: &Json) -> Result<Self, Error> {
-        items(v)?.iter().map(T::from_json).collect()
+        let items = items(v)?;
+        let mut out = Vec::with_capacity(items.len());
+        for item in items {
+            out.push(T::from_json(item)?);
+        }
+        Ok(out)
     }
 }
 
 impl<T: FromJson> FromJson for VecDeque<T> {
+    /// Through a `Vec`, whose buffer the `VecDeque` takes over.
     fn from_json(v: &Json) -> Result<Self, Error> {
-        items(v)?.iter().map(T::from_json).collect()
+        Vec::from_json(v).map(VecDeque::from)
     }
 }
 
@@ -775,7 +876,8 @@ pub fn write_str(out: &mut String, s: &str) {
             0..=0x1f => "",
             _ => continue,
         };
-        out.push_str(&s[run..i]);
+        // `get`, as in `Parser::slice`: `run` and `i` are just after or at ASCII bytes.
+        out.push_str(s.get(run..i).unwrap_or_default());
         if escape.is_empty() {
             const HEX: &[u8; 16] = b"0123456789abcdef";
             out.push_str("\\u00");
@@ -786,7 +888,7 @@ pub fn write_str(out: &mut String, s: &str) {
         }
         run = i + 1;
     }
-    out.push_str(&s[run..]);
+    out.push_str(s.get(run..).unwrap_or_default());
     out.push('"');
 }
 
@@ -993,32 +1095,33 @@ macro_rules! json_read {
     ($name:ident [default] { $($f:ident: $k:literal $(= $d:ident)?),* $(,)? }) => {
         impl $crate::json::FromJson for $name {
             fn from_json(v: &$crate::json::Json) -> Result<Self, $crate::json::Error> {
-                let m = $crate::json::members(v, concat!("struct ", stringify!($name)))?;
+                let mut r = $crate::json::Fields::of(v, concat!("struct ", stringify!($name)));
                 let d = <$name as Default>::default();
-                Ok($name {
-                    $($f: match $crate::json::field_or(m, $k)? {
-                        Some(v) => v,
-                        None => d.$f,
-                    },)*
-                })
+                let out = $name {
+                    $($f: r.field_or($k, d.$f),)*
+                };
+                r.finish()?;
+                Ok(out)
             }
         }
     };
     ($name:ident { $($f:ident: $k:literal $(= $d:ident)?),* $(,)? }) => {
         impl $crate::json::FromJson for $name {
             fn from_json(v: &$crate::json::Json) -> Result<Self, $crate::json::Error> {
-                let m = $crate::json::members(v, concat!("struct ", stringify!($name)))?;
-                Ok($name {
-                    $($f: $crate::json_read!(@field m, $k $(, $d)?),)*
-                })
+                let mut r = $crate::json::Fields::of(v, concat!("struct ", stringify!($name)));
+                let out = $name {
+                    $($f: $crate::json_read!(@field r, $k $(, $d)?),)*
+                };
+                r.finish()?;
+                Ok(out)
             }
         }
     };
-    (@field $m:ident, $k:literal) => {
-        $crate::json::field($m, $k)?
+    (@field $r:ident, $k:literal) => {
+        $r.field($k)
     };
-    (@field $m:ident, $k:literal, default) => {
-        $crate::json::field_or($m, $k)?.unwrap_or_default()
+    (@field $r:ident, $k:literal, default) => {
+        $r.field_or($k, Default::default())
     };
 }
 

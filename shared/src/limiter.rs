@@ -202,6 +202,20 @@ crate::json_struct!(Pacer {
     until: "until",
 });
 
+impl crate::json::Placeholder for Limiter {
+    fn placeholder() -> Self {
+        Limiter {
+            algorithm: Algorithm::default(),
+            windows: Vec::new(),
+            target_utilization: 1.0,
+            meters: Vec::new(),
+            starts: VecDeque::new(),
+            pace: None,
+            headroom: 0,
+        }
+    }
+}
+
 impl Limiter {
     /// A limiter enforcing every window at once. Errors on an empty or zero window.
     pub fn new(
@@ -231,14 +245,17 @@ impl Limiter {
                 crate::json::display_f64(target_utilization)
             )));
         }
+        // Plain loops in this module: each mapped `collect` is several generic functions in
+        // the wasm.
+        let mut meters = Vec::with_capacity(windows.len());
+        for &w in windows {
+            meters.push(Meter::fresh(algorithm, w, target_utilization));
+        }
         Ok(Self {
             algorithm,
             windows: windows.to_vec(),
             target_utilization,
-            meters: windows
-                .iter()
-                .map(|&w| Meter::fresh(algorithm, w, target_utilization))
-                .collect(),
+            meters,
             starts: VecDeque::new(),
             pace: None,
             headroom: 0,
@@ -420,12 +437,21 @@ impl Limiter {
 
     /// Moves one logged start from `from` to the later `to`, keeping the log in order.
     fn move_start(&mut self, from: Millis, to: Millis) -> bool {
-        let Some(i) = self.starts.iter().rposition(|&s| s == from) else {
+        let Some(mut i) = self.starts.iter().rposition(|&s| s == from) else {
             return false;
         };
-        self.starts.remove(i);
-        let at = self.starts.partition_point(|&s| s <= to);
-        self.starts.insert(at, to);
+        // Rewritten in place and swapped into order (after any equal starts), rather than a
+        // `remove` and an `insert`: their ring-buffer shifting is about a kilobyte of wasm. A
+        // start moves past the few sent meanwhile.
+        self.starts[i] = to;
+        while i + 1 < self.starts.len() && self.starts[i + 1] <= to {
+            self.starts.swap(i, i + 1);
+            i += 1;
+        }
+        while i > 0 && self.starts[i - 1] > to {
+            self.starts.swap(i, i - 1);
+            i -= 1;
+        }
         true
     }
 
@@ -583,6 +609,12 @@ enum State {
     Bucket(BucketState),
     Gcra(GcraState),
     Fixed(FixedState),
+}
+
+impl crate::json::Placeholder for State {
+    fn placeholder() -> Self {
+        State::Log(LogState::default())
+    }
 }
 
 impl Meter {
@@ -751,15 +783,15 @@ impl LogState {
         // Merged position by position with the floor already laid down; the real starts are
         // merged when the floor is read, in `leaves_at`.
         let n = limit as usize;
-        let floor = (1..=n)
-            .rev()
-            .map(|position| {
-                let synthetic = (n - position + 1) as u128 * u128::from(length);
-                let synthetic = at.saturating_add(to_millis(synthetic.div_ceil(n as u128)));
+        let mut floor = VecDeque::with_capacity(n);
+        for position in (1..=n).rev() {
+            let synthetic = (n - position + 1) as u128 * u128::from(length);
+            let synthetic = at.saturating_add(to_millis(synthetic.div_ceil(n as u128)));
+            floor.push_back(
                 self.floor_at(position)
-                    .map_or(synthetic, |e| e.max(synthetic))
-            })
-            .collect();
+                    .map_or(synthetic, |e| e.max(synthetic)),
+            );
+        }
         *self = LogState { floor, shift: 0 };
     }
 
@@ -767,12 +799,10 @@ impl LogState {
         // The floor's starts keep their instants; only when they leave the window changes.
         let live = (limit as usize).saturating_sub(self.shift as usize);
         let skip = self.floor.len().saturating_sub(live);
-        let floor: VecDeque<Millis> = self
-            .floor
-            .iter()
-            .skip(skip)
-            .map(|&e| e.saturating_add(new_length).saturating_sub(length))
-            .collect();
+        let mut floor: VecDeque<Millis> = VecDeque::with_capacity(self.floor.len() - skip);
+        for &e in self.floor.iter().skip(skip) {
+            floor.push_back(e.saturating_add(new_length).saturating_sub(length));
+        }
         let shift = if floor.is_empty() { 0 } else { self.shift };
         LogState { floor, shift }
     }

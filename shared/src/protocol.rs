@@ -316,7 +316,7 @@ impl std::error::Error for ProtocolError {}
 /// The rules are serde's: a payload's fields are read from the same object as `type` and
 /// `requestId`, and unknown fields are ignored.
 pub fn decode_request(text: &str) -> Result<Envelope, (Option<String>, ProtocolError)> {
-    use crate::json::{self, field, Json};
+    use crate::json::{self, Json};
 
     let malformed =
         |id: Option<String>, message: String| (id, ProtocolError::Malformed { message });
@@ -366,37 +366,31 @@ pub fn decode_request(text: &str) -> Result<Envelope, (Option<String>, ProtocolE
             "a message needs a string field 'requestId'".into(),
         ));
     };
-    let m = members;
-    let request = (|| {
-        Ok(match kind {
-            "enqueue" => Request::Enqueue {
-                job: field(m, "job")?,
-            },
-            "enqueueMany" => Request::EnqueueMany {
-                jobs: field(m, "jobs")?,
-                group_id: field(m, "groupId")?,
-            },
-            "cancel" => Request::Cancel {
-                target: field(m, "target")?,
-            },
-            "retry" => Request::Retry {
-                id: field(m, "id")?,
-            },
-            "dismiss" => Request::Dismiss {
-                id: field(m, "id")?,
-            },
-            "configure" => Request::Configure {
-                config: field(m, "config")?,
-            },
-            "jobs" => Request::Jobs {
-                group_id: field(m, "groupId")?,
-            },
-            "snapshot" => Request::Snapshot,
-            _ => Request::KeepAlive,
-        })
-    })();
-    match request {
-        Ok(request) => Ok(Envelope {
+    let mut r = json::Fields::from_members(members);
+    let request = match kind {
+        "enqueue" => Request::Enqueue {
+            job: r.field("job"),
+        },
+        "enqueueMany" => Request::EnqueueMany {
+            jobs: r.field("jobs"),
+            group_id: r.field("groupId"),
+        },
+        "cancel" => Request::Cancel {
+            target: r.field("target"),
+        },
+        "retry" => Request::Retry { id: r.field("id") },
+        "dismiss" => Request::Dismiss { id: r.field("id") },
+        "configure" => Request::Configure {
+            config: r.field("config"),
+        },
+        "jobs" => Request::Jobs {
+            group_id: r.field("groupId"),
+        },
+        "snapshot" => Request::Snapshot,
+        _ => Request::KeepAlive,
+    };
+    match r.finish() {
+        Ok(()) => Ok(Envelope {
             request_id,
             request,
         }),

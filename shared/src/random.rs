@@ -79,15 +79,18 @@ impl Rng {
         b[8..].copy_from_slice(&self.next_u64().to_le_bytes());
         b[6] = (b[6] & 0x0f) | 0x40;
         b[8] = (b[8] & 0x3f) | 0x80;
-        let hex: String = b.iter().map(|x| format!("{x:02x}")).collect();
-        format!(
-            "{}-{}-{}-{}-{}",
-            &hex[0..8],
-            &hex[8..12],
-            &hex[12..16],
-            &hex[16..20],
-            &hex[20..32]
-        )
+        // Written digit by digit: `format!("{x:02x}")` and string slicing bring core's padding
+        // and slice panic code into the wasm.
+        const HEX: &[u8; 16] = b"0123456789abcdef";
+        let mut uuid = String::with_capacity(36);
+        for (i, x) in b.iter().enumerate() {
+            if matches!(i, 4 | 6 | 8 | 10) {
+                uuid.push('-');
+            }
+            uuid.push(char::from(HEX[usize::from(x >> 4)]));
+            uuid.push(char::from(HEX[usize::from(x & 0xf)]));
+        }
+        uuid
     }
 }
 
@@ -109,6 +112,27 @@ mod tests {
         assert_eq!(id.len(), 36);
         assert_eq!(&id[14..15], "4");
         assert!(matches!(&id[19..20], "8" | "9" | "a" | "b"));
+    }
+
+    #[test]
+    fn uuid_is_the_random_bytes_in_hex_groups() {
+        let mut r = Rng::seeded(5);
+        let id = r.clone().uuid_v4();
+        let mut b = [0u8; 16];
+        b[..8].copy_from_slice(&r.next_u64().to_le_bytes());
+        b[8..].copy_from_slice(&r.next_u64().to_le_bytes());
+        b[6] = (b[6] & 0x0f) | 0x40;
+        b[8] = (b[8] & 0x3f) | 0x80;
+        let hex: String = b.iter().map(|x| format!("{x:02x}")).collect();
+        let expected = format!(
+            "{}-{}-{}-{}-{}",
+            &hex[0..8],
+            &hex[8..12],
+            &hex[12..16],
+            &hex[16..20],
+            &hex[20..32]
+        );
+        assert_eq!(id, expected);
     }
 
     #[test]

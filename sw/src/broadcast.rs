@@ -178,7 +178,10 @@ mod web {
         options.set_type(ClientType::Window);
         let found: Promise = scope.clients().match_all_with_options(&options);
         let clients: Array = JsFuture::from(found).await?.unchecked_into();
-        let values: Vec<JsValue> = messages.iter().map(|m| JsValue::from_str(m)).collect();
+        let mut values: Vec<JsValue> = Vec::with_capacity(messages.len());
+        for m in messages {
+            values.push(JsValue::from_str(m));
+        }
         let mut reached = 0;
         for client in clients.iter() {
             let client: Client = client.unchecked_into();

@@ -75,9 +75,12 @@ impl ScriptConfig {
         let value = json::parse(text).map_err(invalid)?;
         // Unknown fields are ignored, so the engine's part reads from the same object.
         let intercept = match &value {
-            Json::Obj(members) => json::field_or(members, "intercept")
-                .map_err(invalid)?
-                .unwrap_or_default(),
+            Json::Obj(members) => {
+                let mut r = json::Fields::from_members(members);
+                let intercept = r.field_or("intercept", Vec::new());
+                r.finish().map_err(invalid)?;
+                intercept
+            }
             _ => vec![],
         };
         let engine = engine_config_from_value(&value)

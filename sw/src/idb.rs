@@ -247,7 +247,11 @@ fn ensure_indexes(store: &IdbObjectStore, indexes: &[(&str, &str)]) -> Result<()
 }
 
 fn string_list(list: &web_sys::DomStringList) -> Vec<String> {
-    (0..list.length()).filter_map(|i| list.item(i)).collect()
+    let mut names = Vec::new();
+    for i in 0..list.length() {
+        names.extend(list.item(i));
+    }
+    names
 }
 
 pub fn transaction(
@@ -255,7 +259,10 @@ pub fn transaction(
     stores: &[&str],
     mode: IdbTransactionMode,
 ) -> Result<IdbTransaction, SwError> {
-    let names: Array = stores.iter().map(|s| JsValue::from_str(s)).collect();
+    let names = Array::new();
+    for name in stores {
+        names.push(&JsValue::from_str(name));
+    }
     if mode == IdbTransactionMode::Readwrite {
         // "relaxed": committed once the data is handed to the operating system, without
         // waiting for the disk to confirm it. That survives the worker, the tab and the browser

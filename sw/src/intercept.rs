@@ -40,12 +40,14 @@ fn any_method() -> String {
 
 impl FromJson for RouteConfig {
     fn from_json(v: &Json) -> Result<Self, json::Error> {
-        let m = json::members(v, "struct RouteConfig")?;
-        Ok(Self {
-            method: json::field_or(m, "method")?.unwrap_or_else(any_method),
-            prefix: json::field(m, "prefix")?,
-            header: json::field(m, "header")?,
-        })
+        let mut r = json::Fields::of(v, "struct RouteConfig");
+        let route = Self {
+            method: r.field_or("method", any_method()),
+            prefix: r.field("prefix"),
+            header: r.field("header"),
+        };
+        r.finish()?;
+        Ok(route)
     }
 }
 
@@ -201,6 +203,13 @@ pub fn spec_from_request(
         })?,
     };
     let is_bodyless = matches!(method.to_ascii_uppercase().as_str(), "GET" | "HEAD");
+    // A loop, not a filtered `collect`: that is several generic functions in the wasm.
+    let mut kept = Vec::with_capacity(headers.len());
+    for (name, value) in headers {
+        if !is_dropped_header(name) {
+            kept.push((name.clone(), value.clone()));
+        }
+    }
     Ok(JobSpec {
         id: None,
         budget: get("x-sluice-budget").unwrap_or_default(),
@@ -209,11 +218,7 @@ pub fn spec_from_request(
         kind,
         method: method.to_string(),
         url: url.to_string(),
-        headers: headers
-            .iter()
-            .filter(|(n, _)| !is_dropped_header(n))
-            .cloned()
-            .collect(),
+        headers: kept,
         body: if is_bodyless { None } else { body },
         group_id: get("x-sluice-group"),
     })

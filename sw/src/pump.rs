@@ -232,13 +232,19 @@ impl Pump {
 
     /// Resolves the settle promises that are due: all of them when `all`.
     fn settle(&self, now: Millis, all: bool) {
-        let due: Vec<Function> = {
+        let mut due: Vec<Function> = Vec::new();
+        {
             let mut waiters = self.waiters.borrow_mut();
-            let (due, keep): (Vec<_>, Vec<_>) =
-                waiters.drain(..).partition(|(cap, _)| all || *cap <= now);
+            let mut keep = Vec::new();
+            for (cap, resolve) in waiters.drain(..) {
+                if all || cap <= now {
+                    due.push(resolve);
+                } else {
+                    keep.push((cap, resolve));
+                }
+            }
             *waiters = keep;
-            due.into_iter().map(|(_, f)| f).collect()
-        };
+        }
         for resolve in due {
             let _ = resolve.call0(&JsValue::UNDEFINED);
         }
@@ -315,10 +321,20 @@ async fn run(w: Rc<Worker>) {
         // The engine says whether a start must be saved before it goes out or may go out at
         // once and be saved by the next save (a restore then counts it): see
         // `Transmit::save_first`.
-        let (save_first, at_once): (Vec<Transmit>, Vec<Transmit>) =
-            transmits.into_iter().partition(|t| t.save_first);
+        // A loop rather than `partition` and `extend`: generic functions of their own in the
+        // wasm.
+        let mut at_once = Vec::new();
+        {
+            let mut awaiting = w.pump.awaiting_save.borrow_mut();
+            for t in transmits {
+                if t.save_first {
+                    awaiting.push(t);
+                } else {
+                    at_once.push(t);
+                }
+            }
+        }
         send_all(&w, at_once);
-        w.pump.awaiting_save.borrow_mut().extend(save_first);
         let someone_waits = !w.pump.awaiting_save.borrow().is_empty();
         let save_due = (!w.pump.saving.get() && (someone_waits || w.has_changes()))
             .then(|| w.pump.last_save.get() + SAVE_EVERY_MS);

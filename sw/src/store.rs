@@ -49,7 +49,7 @@
 //! Records cross into JS as one `JSON.parse` of a JSON array per store and batch, not one
 //! structured conversion per field.
 
-use rustc_hash::FxHashSet;
+use rustc_hash::FxHashMap;
 
 use sluice_shared::budget::BudgetState;
 use sluice_shared::json::{self, ToJson};
@@ -174,11 +174,18 @@ pub fn decode_journal(text: &str) -> Result<Vec<Job>, String> {
 /// Adds the jobs of journal entries that are missing from the per-job records (a per-job
 /// record of a journaled job is never older than the journal's copy). Returns the ids added.
 pub fn merge_journals(jobs: &mut Vec<Job>, journals: Vec<Vec<Job>>) -> Vec<JobId> {
-    let mut known: FxHashSet<JobId> = jobs.iter().map(|j| j.id.clone()).collect();
+    // Ids with their positions, not a set of ids: the worker's sets all take the shape of the
+    // batcher's index, as each distinct key and value type is a copy of the hash table's code
+    // in the wasm.
+    let mut known: FxHashMap<JobId, usize> = FxHashMap::default();
+    for (i, job) in jobs.iter().enumerate() {
+        known.insert(job.id.clone(), i);
+    }
     let mut added = Vec::new();
     for journal in journals {
         for job in journal {
-            if known.insert(job.id.clone()) {
+            if !known.contains_key(&job.id) {
+                known.insert(job.id.clone(), jobs.len());
                 added.push(job.id.clone());
                 jobs.push(job);
             }
@@ -192,9 +199,20 @@ pub fn split_fresh<'a>(jobs: &'a [Job], fresh: &[JobId]) -> (Vec<&'a Job>, Vec<&
     if fresh.len() < JOURNAL_MIN_JOBS {
         return (Vec::new(), jobs.iter().collect());
     }
-    // Owned ids: a set of `String`s is already in the wasm (`merge_journals`).
-    let fresh: FxHashSet<JobId> = fresh.iter().cloned().collect();
-    jobs.iter().partition(|j| fresh.contains(&j.id))
+    // Owned ids with their positions: the map type of `merge_journals`.
+    let mut fresh_at: FxHashMap<JobId, usize> = FxHashMap::default();
+    for (i, id) in fresh.iter().enumerate() {
+        fresh_at.insert(id.clone(), i);
+    }
+    let (mut journaled, mut direct) = (Vec::new(), Vec::new());
+    for job in jobs {
+        if fresh_at.contains_key(&job.id) {
+            journaled.push(job);
+        } else {
+            direct.push(job);
+        }
+    }
+    (journaled, direct)
 }
 
 pub fn decode_schema(text: &str) -> Result<SchemaRecord, String> {
@@ -565,7 +583,10 @@ mod web {
                 let record = Object::new();
                 Reflect::set(&record, &"id".into(), &JsValue::from_str(&id))?;
                 Reflect::set(&record, &"jobs".into(), &JsValue::from_str(&text))?;
-                let ids = journaled.iter().map(|j| j.id.clone()).collect();
+                let mut ids = Vec::with_capacity(journaled.len());
+                for job in &journaled {
+                    ids.push(job.id.clone());
+                }
                 Some((Journaled { id, jobs: ids }, record))
             };
             let direct = if direct.is_empty() {

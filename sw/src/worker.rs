@@ -18,7 +18,7 @@ use std::pin::Pin;
 use std::rc::{Rc, Weak};
 
 use js_sys::{Function, Object, Promise, Reflect};
-use rustc_hash::FxHashSet;
+use rustc_hash::FxHashMap;
 use sluice_shared::protocol::{JobUpdate, ProtocolError, ReplyBody, Request, WorkerMessage};
 use sluice_shared::random::Rng;
 use sluice_shared::status::Status;
@@ -105,10 +105,8 @@ pub fn setup() -> Rc<Setup> {
 /// The running instance, started (or restarted after a failure) on first use. Concurrent
 /// callers share one start.
 pub async fn worker() -> Result<Rc<Worker>, SwError> {
-    if let Some(w) = CURRENT.with(|c| c.borrow().clone()) {
-        if !w.is_stopped() {
-            return Ok(w);
-        }
+    if let Some(w) = current() {
+        return Ok(w);
     }
     // A superseded worker must not start a queue of its own next to its successor's (see
     // `pump`, "Handing over to a new version").
@@ -139,10 +137,7 @@ pub async fn worker() -> Result<Rc<Worker>, SwError> {
     JsFuture::from(promise)
         .await
         .map_err(|e| SwError::Storage(describe(&e)))?;
-    CURRENT
-        .with(|c| c.borrow().clone())
-        .filter(|w| !w.is_stopped())
-        .ok_or(SwError::Stopped)
+    current().ok_or(SwError::Stopped)
 }
 
 /// The running instance if there is one, without starting it.
@@ -526,12 +521,17 @@ impl Worker {
             }
             (ids, last_of)
         };
-        let jobs: Vec<Job> = {
+        // Plain loops in this module: each mapped or filtered `collect` is several generic
+        // functions in the wasm.
+        let mut jobs: Vec<Job> = Vec::with_capacity(ids.len());
+        {
             let engine = self.engine.borrow();
-            ids.iter()
-                .filter_map(|id| engine.job(id).cloned())
-                .collect()
-        };
+            for id in &ids {
+                if let Some(job) = engine.job(id) {
+                    jobs.push(job.clone());
+                }
+            }
+        }
         let refs: Vec<&Job> = jobs.iter().collect();
         if let Err(e) = self.store.put_jobs(&refs, last_of.as_deref()).await {
             self.stop(&format!("writing a journaled batch failed: {e}"));
@@ -623,9 +623,12 @@ impl Worker {
         batcher.push_removed(&changes.removed);
         changes.jobs.truncate(changed);
         if !changes.jobs.is_empty() || !changes.started.is_empty() {
-            let told = changes.jobs.iter().chain(&changes.started);
-            let urgent = told.clone().any(|j| j.lane == Lane::Interactive);
-            let updates = told.map(JobUpdate::from).collect();
+            let mut urgent = false;
+            let mut updates = Vec::with_capacity(changes.jobs.len() + changes.started.len());
+            for job in changes.jobs.iter().chain(&changes.started) {
+                urgent |= job.lane == Lane::Interactive;
+                updates.push(JobUpdate::from(job));
+            }
             batcher.push(updates, urgent);
             // Urgent updates go out as soon as the pump runs; let it run.
             self.pump.wake();
@@ -854,8 +857,9 @@ impl Worker {
         group_id: Option<String>,
     ) -> Result<ReplyBody, ProtocolError> {
         let total = jobs.len();
-        let mut seen: FxHashSet<JobId> =
-            FxHashSet::with_capacity_and_hasher(total, Default::default());
+        // Ids with the position of their job (see `store::merge_journals` why not a set).
+        let mut seen: FxHashMap<JobId, usize> =
+            FxHashMap::with_capacity_and_hasher(total, Default::default());
         let mut known: Vec<Option<Enqueued>> = Vec::with_capacity(total);
         let mut fresh = Vec::with_capacity(total);
         for (i, job) in jobs.into_iter().enumerate() {
@@ -866,7 +870,7 @@ impl Worker {
                 None => None,
                 Some(id) => {
                     check_job_id(id).map_err(in_job)?;
-                    if !seen.insert(id.to_string()) {
+                    if seen.insert(id.to_string(), i).is_some() {
                         return Err(in_job(ProtocolError::InvalidRequest {
                             message: format!("another job of this request has the id '{id}'"),
                         }));
@@ -885,7 +889,10 @@ impl Worker {
             self.known_jobs_saved().await?;
         } else {
             self.resolve_urls(&mut fresh, total)?;
-            let asked: Vec<Option<JobId>> = fresh.iter().map(|j| j.id.clone()).collect();
+            let mut asked: Vec<Option<JobId>> = Vec::with_capacity(fresh.len());
+            for job in &fresh {
+                asked.push(job.id.clone());
+            }
             let now = now_ms();
             let (results, w) = self
                 .engine
@@ -898,11 +905,12 @@ impl Worker {
                     folds.note(asked, result);
                 }
             }
-            let new_ids: Vec<JobId> = results
-                .iter()
-                .filter(|r| !r.coalesced)
-                .map(|r| r.id.clone())
-                .collect();
+            let mut new_ids: Vec<JobId> = Vec::with_capacity(results.len());
+            for result in &results {
+                if !result.coalesced {
+                    new_ids.push(result.id.clone());
+                }
+            }
             let starts = self.poll_with_request(now);
             self.commit_with_starts(starts, &new_ids).await?;
             let mut results = results.into_iter();
@@ -910,10 +918,11 @@ impl Worker {
                 *slot = results.next();
             }
         }
-        Ok(ReplyBody::EnqueuedMany {
-            ids: known.into_iter().flatten().map(|r| r.id).collect(),
-            warning,
-        })
+        let mut ids = Vec::with_capacity(known.len());
+        for result in known.into_iter().flatten() {
+            ids.push(result.id);
+        }
+        Ok(ReplyBody::EnqueuedMany { ids, warning })
     }
 
     /// Resolves the jobs' URLs; bulk jobs usually share a few, so each distinct one once.
@@ -941,30 +950,32 @@ impl Worker {
         if !matches!(request, Request::KeepAlive) {
             self.whole_queue().await?;
         }
-        match request {
+        let (body, meta) = match request {
             Request::Enqueue { job } => {
                 let e = self.enqueue(job).await?;
-                Ok(ReplyBody::Enqueued {
+                return Ok(ReplyBody::Enqueued {
                     id: e.id,
                     coalesced: e.coalesced,
                     state: e.state,
-                })
+                });
             }
-            Request::EnqueueMany { jobs, group_id } => self.enqueue_many(jobs, group_id).await,
-            Request::Cancel { target } => {
-                let ids = self.engine.borrow_mut().cancel(&target, now_ms())?;
-                self.commit(&[]).await?;
-                Ok(ReplyBody::Cancelled { ids })
+            Request::EnqueueMany { jobs, group_id } => {
+                return self.enqueue_many(jobs, group_id).await
             }
+            // The three below and `configure` share one save (one await in this state machine).
+            Request::Cancel { target } => (
+                ReplyBody::Cancelled {
+                    ids: self.engine.borrow_mut().cancel(&target, now_ms())?,
+                },
+                None,
+            ),
             Request::Retry { id } => {
                 self.engine.borrow_mut().retry(&id, now_ms())?;
-                self.commit(&[]).await?;
-                Ok(ReplyBody::Retried { id })
+                (ReplyBody::Retried { id }, None)
             }
             Request::Dismiss { id } => {
                 self.engine.borrow_mut().dismiss(&id)?;
-                self.commit(&[]).await?;
-                Ok(ReplyBody::Dismissed { id })
+                (ReplyBody::Dismissed { id }, None)
             }
             Request::Configure { mut config } => {
                 resolve_engine_prefixes(&mut config, &self.setup.origin);
@@ -978,29 +989,35 @@ impl Worker {
                     config,
                     script_fingerprint: self.setup.fingerprint.clone(),
                 };
-                self.commit(&[MetaOp::PutConfig(saved)]).await?;
-                Ok(ReplyBody::Configured)
+                (ReplyBody::Configured, Some(MetaOp::PutConfig(saved)))
             }
-            Request::Snapshot => Ok(ReplyBody::Snapshot {
-                status: self.snapshot(now_ms()),
-            }),
-            Request::Jobs { group_id } => {
-                let engine = self.engine.borrow();
-                let mut jobs: Vec<_> = engine
-                    .jobs()
-                    .filter(|j| {
-                        group_id
-                            .as_deref()
-                            .is_none_or(|g| j.group_id.as_deref() == Some(g))
-                    })
-                    .collect();
-                sluice_shared::job::sort_by_seq(&mut jobs);
-                Ok(ReplyBody::Jobs {
-                    jobs: jobs.into_iter().map(JobUpdate::from).collect(),
+            Request::Snapshot => {
+                return Ok(ReplyBody::Snapshot {
+                    status: self.snapshot(now_ms()),
                 })
             }
-            Request::KeepAlive => Ok(ReplyBody::Alive),
-        }
+            Request::Jobs { group_id } => {
+                let engine = self.engine.borrow();
+                let mut jobs: Vec<&Job> = Vec::new();
+                for job in engine.jobs() {
+                    if group_id
+                        .as_deref()
+                        .is_none_or(|g| job.group_id.as_deref() == Some(g))
+                    {
+                        jobs.push(job);
+                    }
+                }
+                sluice_shared::job::sort_by_seq(&mut jobs);
+                let mut updates = Vec::with_capacity(jobs.len());
+                for job in jobs {
+                    updates.push(JobUpdate::from(job));
+                }
+                return Ok(ReplyBody::Jobs { jobs: updates });
+            }
+            Request::KeepAlive => return Ok(ReplyBody::Alive),
+        };
+        self.commit(meta.as_slice()).await?;
+        Ok(body)
     }
 }
 
@@ -1009,9 +1026,13 @@ fn add_jobs(changes: &mut Changes, engine: &Engine, ids: &[JobId]) {
     if ids.is_empty() {
         return;
     }
-    let present: FxHashSet<JobId> = changes.jobs.iter().map(|j| j.id.clone()).collect();
+    // Ids with their positions (see `store::merge_journals` why not a set).
+    let mut present: FxHashMap<JobId, usize> = FxHashMap::default();
+    for (i, job) in changes.jobs.iter().enumerate() {
+        present.insert(job.id.clone(), i);
+    }
     for id in ids {
-        if !present.contains(id) {
+        if !present.contains_key(id) {
             if let Some(job) = engine.job(id) {
                 changes.jobs.push(job.clone());
             }
