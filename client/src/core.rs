@@ -506,6 +506,12 @@ impl Core {
         text
     }
 
+    /// A request of the client's own (keep-alive, status refresh, job list): no caller waits
+    /// on it, and it goes as an event, which keeps or starts the worker.
+    fn start_own(&mut self, kind: &'static str, purpose: Purpose, now: f64) -> String {
+        self.start(Call::new(kind), purpose, None, now, Via::Event)
+    }
+
     /// Handles one message from the worker.
     pub fn receive(&mut self, text: &str, now: f64) -> Received {
         let message: Value = match serde_json::from_str(text) {
@@ -809,13 +815,7 @@ impl Core {
                 .values()
                 .any(|o| o.purpose == Purpose::KeepAlive);
             if !already {
-                posts.push(self.start(
-                    Call::new("keepAlive"),
-                    Purpose::KeepAlive,
-                    None,
-                    now,
-                    Via::Event,
-                ));
+                posts.push(self.start_own("keepAlive", Purpose::KeepAlive, now));
             }
             // Only the worker's word keeps us sending: if its last status is old (a broadcast
             // was missed), ask again, or a finished queue would be kept awake forever.
@@ -828,13 +828,7 @@ impl Core {
                 && now - self.last_status >= 3.0 * self.timing.keep_alive_ms
             {
                 self.last_status = now;
-                posts.push(self.start(
-                    Call::new("snapshot"),
-                    Purpose::Refresh,
-                    None,
-                    now,
-                    Via::Event,
-                ));
+                posts.push(self.start_own("snapshot", Purpose::Refresh, now));
             }
         }
         if !self.waiters.is_empty()
@@ -843,7 +837,7 @@ impl Core {
         {
             self.last_news = now;
             self.reconcile_soon = false;
-            posts.push(self.start(Call::new("jobs"), Purpose::Reconcile, None, now, Via::Event));
+            posts.push(self.start_own("jobs", Purpose::Reconcile, now));
         }
         posts
     }
