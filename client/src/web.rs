@@ -495,9 +495,9 @@ impl Inner {
         }
     }
 
-    /// Sends a request the way [`Core::request`] chose.
+    /// Sends a request the way [`Core::request`] chose (never the port once closed).
     fn send(&self, text: &str, via: Via) {
-        if via == Via::Port && !text.is_empty() && !self.closed.get() {
+        if via == Via::Port {
             let sent = self
                 .port
                 .borrow()

@@ -110,16 +110,20 @@ impl Batcher {
         self.has_jobs() || self.status_waiting()
     }
 
+    /// The spacing of job batches: shorter while an interactive job's change waits.
+    fn jobs_every(&self) -> Millis {
+        if self.urgent {
+            URGENT_EVERY_MS
+        } else {
+            JOBS_EVERY_MS
+        }
+    }
+
     /// When the next flush is due, if anything waits.
     pub fn next_due(&self) -> Option<Millis> {
-        let jobs = self.has_jobs().then(|| {
-            let every = if self.urgent {
-                URGENT_EVERY_MS
-            } else {
-                JOBS_EVERY_MS
-            };
-            self.last_jobs.map_or(0, |t| t + every)
-        });
+        let jobs = self
+            .has_jobs()
+            .then(|| self.last_jobs.map_or(0, |t| t + self.jobs_every()));
         let status = self
             .status_waiting()
             .then(|| self.last_status.map_or(0, |t| t + STATUS_EVERY_MS));
@@ -132,11 +136,7 @@ impl Batcher {
     /// Takes what is due at `now`. `idle`: the queue just went idle, send everything now.
     pub fn take_due(&mut self, now: Millis, idle: bool) -> Flush {
         let mut flush = Flush::default();
-        let every = if self.urgent {
-            URGENT_EVERY_MS
-        } else {
-            JOBS_EVERY_MS
-        };
+        let every = self.jobs_every();
         let jobs_due = idle || self.last_jobs.is_none_or(|t| now >= t + every);
         if self.has_jobs() && jobs_due {
             flush.jobs = std::mem::take(&mut self.pending);
