@@ -192,6 +192,8 @@ mod exports {
     #[wasm_bindgen]
     pub fn on_message(event: ExtendableMessageEvent) -> Promise {
         promise(async move {
+            // A page that spoke may be one the broadcasts do not know yet.
+            crate::broadcast::forget_recipients();
             // The request that brings a port is answered over it: that tells the page the
             // port works.
             let reply_via = adopt_port(&event).or_else(|| event.source());

@@ -754,7 +754,7 @@ impl Worker {
         self.broadcasting.set(true);
         let w = self.clone();
         spawn(async move {
-            if let Err(e) = post_to_all(&messages).await {
+            if let Err(e) = post_to_all(&messages, now).await {
                 warn(&format!("broadcast failed: {e}"));
             }
             w.broadcasting.set(false);
