@@ -1129,6 +1129,40 @@ fn a_request_much_slower_than_usual_counts_where_it_may_have_arrived() {
 }
 
 #[test]
+fn the_first_answer_counts_its_start_where_it_may_have_arrived() {
+    // 10 per second, paced: a start every 102.1 ms. The first request is answered after
+    // `first_took` (a connection to open), the others after 20 ms. With no usual time to
+    // compare with, the first may have reached the server at any point of its trip.
+    let eleventh_start = |first_took: u64| {
+        let mut e = engine_with(budget(10, 1_000, 10));
+        for i in 0..11 {
+            e.enqueue(post(i), 0).unwrap();
+        }
+        let mut answers: Vec<(u64, String)> = Vec::new();
+        let mut started = 0;
+        for now in 0..3_000 {
+            for (_, id) in answers.iter().filter(|(at, _)| *at == now) {
+                e.on_response(id, ok(), now);
+            }
+            for t in drain(&mut e, now) {
+                started += 1;
+                if started == 11 {
+                    return now;
+                }
+                let took = if started == 1 { first_took } else { 20 };
+                answers.push((now + took, t.job_id));
+            }
+        }
+        panic!("the 11th never started");
+    };
+    // A quick first answer: within the margin, the 11th starts on the grid, 10 intervals in.
+    assert_eq!(eleventh_start(20), 1_021);
+    // A slow one: the 11th waits until the first's latest arrival (60 ms), less the 21 ms
+    // margin, leaves the 1,021 ms window: 60 - 21 + 1,021.
+    assert_eq!(eleventh_start(60), 1_060);
+}
+
+#[test]
 fn a_count_taken_after_a_request_was_held_back_is_not_read_as_other_callers() {
     // 100 per second against a strict sliding log that reports X-RateLimit-Remaining as counted
     // when each request arrives. Requests take 10 ms each way; the `held`-th start (n-th of a
