@@ -415,7 +415,9 @@ pub struct Engine {
     /// Unfinished jobs per ordering key, in enqueue order.
     chains: FxHashMap<String, VecDeque<JobId>>,
     /// Waiting idempotent jobs by a hash of what they send, to fold identical ones.
-    identical: FxHashMap<u64, Vec<JobId>>,
+    /// Keyed by the hash's digits and with a `VecDeque`, the shape of [`Engine::chains`]: one
+    /// hash map type less in the wasm.
+    identical: FxHashMap<String, VecDeque<JobId>>,
     /// Done and cancelled jobs by finish time, to forget them after the retention time.
     /// (finish time, 0, id): shaped like the ready keys so that both share one queue type in
     /// the wasm.
@@ -563,7 +565,7 @@ impl Engine {
             self.identical
                 .entry(fingerprint(&job))
                 .or_default()
-                .push(id.clone());
+                .push_back(id.clone());
         }
         if matches!(job.state, JobState::Done | JobState::Cancelled) {
             self.expiring
@@ -1820,8 +1822,9 @@ impl Engine {
     }
 }
 
-/// What identifies "the same request" for folding identical idempotent jobs.
-fn fingerprint(job: &Job) -> u64 {
+/// What identifies "the same request" for folding identical idempotent jobs: a hash, in
+/// decimal digits (see [`Engine::identical`]).
+fn fingerprint(job: &Job) -> String {
     let mut h = FxHasher::default();
     (
         &job.budget,
@@ -1832,7 +1835,7 @@ fn fingerprint(job: &Job) -> u64 {
         &job.key,
     )
         .hash(&mut h);
-    h.finish()
+    h.finish().to_string()
 }
 
 /// Later patch fields win. Both JSON objects: merged field by field; otherwise the later body
