@@ -1644,17 +1644,20 @@ impl Engine {
         let mut pending_per_budget: Vec<(&str, u64)> = Vec::new();
         // Groups in id order, found by binary search: a map keyed by id would be a B-tree in
         // the wasm.
-        let mut group_ids = IdSet::default();
+        // Kept sorted as they are found (there are few groups, and a snapshot of a million
+        // jobs must not collect a group id per job to sort afterwards).
+        let mut group_ids: Vec<String> = Vec::new();
         let mut last: Option<&str> = None;
         for g in self.jobs.values().filter_map(|j| j.group_id.as_deref()) {
             if last != Some(g) {
-                group_ids.insert(g.to_string());
+                if let Err(at) = group_ids.binary_search_by(|known| known.as_str().cmp(g)) {
+                    group_ids.insert(at, g.to_string());
+                }
                 last = Some(g);
             }
         }
         // Plain loops in this function: each mapped `collect` is several generic functions in
         // the wasm.
-        let group_ids = group_ids.take();
         let mut groups: Vec<GroupStatus> = Vec::with_capacity(group_ids.len());
         for id in group_ids {
             groups.push(GroupStatus {

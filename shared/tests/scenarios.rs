@@ -1215,3 +1215,25 @@ fn a_count_taken_after_a_request_was_held_back_is_not_read_as_other_callers() {
     // than the window ending at the held request's start, to starts the log must still hold.
     assert_eq!(others_after(2_300), Some(0.0));
 }
+
+#[test]
+fn status_lists_each_group_once_in_id_order_with_its_counts() {
+    let mut e = engine_with(budget(10, 1_000, 2));
+    // Interleaved, so that the engine meets the groups in no particular order.
+    for i in 0..30 {
+        let group = ["g-c", "g-a", "g-b"][i % 3];
+        e.enqueue(
+            JobSpec {
+                group_id: Some(group.into()),
+                ..post(i)
+            },
+            0,
+        )
+        .unwrap();
+    }
+    e.enqueue(post(99), 0).unwrap();
+    let groups = e.snapshot(0).groups;
+    let ids: Vec<&str> = groups.iter().map(|g| g.id.as_str()).collect();
+    assert_eq!(ids, ["g-a", "g-b", "g-c"]);
+    assert!(groups.iter().all(|g| g.total == 10 && g.pending == 10));
+}
