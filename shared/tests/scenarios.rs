@@ -1094,72 +1094,50 @@ fn every_algorithm_runs_a_bulk_job_against_a_strict_sliding_server() {
     }
 }
 
+/// When the `nth` start goes, at 10 per second paced (a start every 102.1 ms), when requests
+/// come back 20 ms after they start except the `slow`-th (1-based), answered after `slow_took`.
+fn nth_start_with_one_slow_answer(nth: usize, slow: usize, slow_took: u64) -> u64 {
+    let mut e = engine_with(budget(10, 1_000, 10));
+    for i in 0..nth {
+        e.enqueue(post(i), 0).unwrap();
+    }
+    let mut answers: Vec<(u64, String)> = Vec::new();
+    let mut started = 0;
+    for now in 0..3_000 {
+        for (_, id) in answers.iter().filter(|(at, _)| *at == now) {
+            e.on_response(id, ok(), now);
+        }
+        for t in drain(&mut e, now) {
+            started += 1;
+            if started == nth {
+                return now;
+            }
+            let took = if started == slow { slow_took } else { 20 };
+            answers.push((now + took, t.job_id));
+        }
+    }
+    panic!("start {nth} never went");
+}
+
 #[test]
 fn a_request_much_slower_than_usual_counts_where_it_may_have_arrived() {
-    // 10 per second, paced: a start every 102.1 ms. Requests come back 20 ms after they start,
-    // except the second, answered after `second_took`.
-    let twelfth_start = |second_took: u64| {
-        let mut e = engine_with(budget(10, 1_000, 10));
-        for i in 0..12 {
-            e.enqueue(post(i), 0).unwrap();
-        }
-        let mut answers: Vec<(u64, String)> = Vec::new();
-        let mut started = 0;
-        for now in 0..3_000 {
-            for (_, id) in answers.iter().filter(|(at, _)| *at == now) {
-                e.on_response(id, ok(), now);
-            }
-            for t in drain(&mut e, now) {
-                started += 1;
-                if started == 12 {
-                    return now;
-                }
-                let took = if started == 2 { second_took } else { 20 };
-                answers.push((now + took, t.job_id));
-            }
-        }
-        panic!("the 12th never started");
-    };
-    // Usual jitter: the 12th starts on the grid, 11 intervals in.
-    assert_eq!(twelfth_start(30), 1_124);
+    // Usual jitter in the second answer: the 12th starts on the grid, 11 intervals in.
+    assert_eq!(nth_start_with_one_slow_answer(12, 2, 30), 1_124);
     // 100 ms slower than usual: it may have reached the server 100 ms after it went out, and the
     // 12th waits until that arrival, less the 21 ms margin, leaves the 1,021 ms window:
     // 103 + 100 - 21 + 1,021.
-    assert_eq!(twelfth_start(120), 1_203);
+    assert_eq!(nth_start_with_one_slow_answer(12, 2, 120), 1_203);
 }
 
 #[test]
 fn the_first_answer_counts_its_start_where_it_may_have_arrived() {
-    // 10 per second, paced: a start every 102.1 ms. The first request is answered after
-    // `first_took` (a connection to open), the others after 20 ms. With no usual time to
-    // compare with, the first may have reached the server at any point of its trip.
-    let eleventh_start = |first_took: u64| {
-        let mut e = engine_with(budget(10, 1_000, 10));
-        for i in 0..11 {
-            e.enqueue(post(i), 0).unwrap();
-        }
-        let mut answers: Vec<(u64, String)> = Vec::new();
-        let mut started = 0;
-        for now in 0..3_000 {
-            for (_, id) in answers.iter().filter(|(at, _)| *at == now) {
-                e.on_response(id, ok(), now);
-            }
-            for t in drain(&mut e, now) {
-                started += 1;
-                if started == 11 {
-                    return now;
-                }
-                let took = if started == 1 { first_took } else { 20 };
-                answers.push((now + took, t.job_id));
-            }
-        }
-        panic!("the 11th never started");
-    };
+    // With no usual time to compare the first answer with (its trip may have opened the
+    // connection), the first request may have reached the server at any point of its trip.
     // A quick first answer: within the margin, the 11th starts on the grid, 10 intervals in.
-    assert_eq!(eleventh_start(20), 1_021);
+    assert_eq!(nth_start_with_one_slow_answer(11, 1, 20), 1_021);
     // A slow one: the 11th waits until the first's latest arrival (60 ms), less the 21 ms
     // margin, leaves the 1,021 ms window: 60 - 21 + 1,021.
-    assert_eq!(eleventh_start(60), 1_060);
+    assert_eq!(nth_start_with_one_slow_answer(11, 1, 60), 1_060);
 }
 
 #[test]
