@@ -1622,6 +1622,25 @@ impl Engine {
         }
     }
 
+    /// This instance starts nothing more: a successor takes the queue over from storage. A
+    /// budget with nothing in flight and every start taken by a save drops its mark that
+    /// starts may be out unsaved, so that the successor's restore does not count
+    /// `concurrency` starts that never happened. Those phantom starts held the successor's
+    /// window, and its pacing then made up for them at twice the rate, second after second.
+    /// Returns whether a mark changed (a save must take it; the caller saves next).
+    pub fn hand_over(&mut self) -> bool {
+        let mut changed = false;
+        for (name, b) in self.budgets.0.iter_mut() {
+            if b.state.sends_before_saving && b.in_flight.is_empty() && b.untaken_starts == 0 {
+                b.state.sends_before_saving = false;
+                b.mark = Mark::NotSaved;
+                self.changed_budgets.insert(name.clone());
+                changed = true;
+            }
+        }
+        changed
+    }
+
     pub fn job(&self, id: &str) -> Option<&Job> {
         self.jobs.get(id)
     }

@@ -393,6 +393,11 @@ async fn hand_over(w: &Rc<Worker>) {
             return;
         }
         if w.pump.in_flight.get() == 0 {
+            // Every start this instance made is saved: the successor owes none that may be out
+            // unsaved. The next round's commit saves that.
+            if w.engine_mut().hand_over() {
+                continue;
+            }
             // Everything saved goes out now (not throttled), and once more if a request handled
             // meanwhile changed more.
             if w.broadcast_next_due().is_some() {
