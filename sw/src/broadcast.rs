@@ -11,7 +11,6 @@
 //!   encoding, posting), and every page had to read each one.
 //! - A status snapshot follows changes at most every [`STATUS_EVERY_MS`], and one more is
 //!   always sent when the queue goes idle, so every tab ends on the final numbers.
-//!
 //! - The list of tabs is asked of the browser (`clients.matchAll`) at most every
 //!   [`RECIPIENTS_FRESH_MS`], and again after any message event from a page. Asking for every
 //!   batch cost a round trip through the browser process each time (up to 60 a second while
@@ -265,6 +264,7 @@ mod web {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use sluice_shared::{JobState, Lane};
 
     #[test]
     fn the_tabs_are_reused_while_fresh_and_asked_again_after_a_page_spoke() {
@@ -283,7 +283,6 @@ mod tests {
         r.forget();
         assert_eq!(r.fresh(5_001), None);
     }
-    use sluice_shared::{JobState, Lane};
 
     fn update(id: &str, state: JobState) -> JobUpdate {
         JobUpdate {
