@@ -1661,10 +1661,9 @@ impl Engine {
     pub fn snapshot(&self, now: Millis) -> Status {
         let mut counts = StateCounts::default();
         let mut pending_per_budget: Vec<(&str, u64)> = Vec::new();
-        // Groups in id order, found by binary search: a map keyed by id would be a B-tree in
-        // the wasm.
-        // Kept sorted as they are found (there are few groups, and a snapshot of a million
-        // jobs must not collect a group id per job to sort afterwards).
+        // Groups in id order, kept sorted as they are found and found by binary search: a map
+        // keyed by id would be a B-tree in the wasm, and collecting a group id per job to sort
+        // afterwards is too much for a snapshot of a million jobs (there are few groups).
         let mut group_ids: Vec<String> = Vec::new();
         let mut last: Option<&str> = None;
         for g in self.jobs.values().filter_map(|j| j.group_id.as_deref()) {
