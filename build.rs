@@ -101,7 +101,75 @@ fn wasm_target_dir(root: &Path, out_dir: &Path) -> PathBuf {
     }
 }
 
+/// Makes sure the toolchain building us has the wasm32 standard library, adding it through rustup
+/// when it is missing.
+///
+/// `rust-toolchain.toml` names the target, but rustup adds a toolchain file's `targets` only when
+/// it installs that toolchain: on a machine that already had 1.95.0, `cargo run --release` would
+/// otherwise fail with "can't find crate for `core`". The build asks the compiler where the
+/// target's libraries live and looks for `libcore` there, so a machine without rustup (a distro
+/// toolchain with the target packaged) is served too.
+fn ensure_wasm_target() -> Result<(), BoxError> {
+    let rustc = env::var("RUSTC").unwrap_or_else(|_| "rustc".to_string());
+    if wasm_std_present(&rustc)? {
+        return Ok(());
+    }
+    // Under rustup, `RUSTUP_TOOLCHAIN` names the toolchain this build runs on (the one the
+    // toolchain file chose); adding the target to any other would not help.
+    let toolchain = env::var("RUSTUP_TOOLCHAIN").ok();
+    println!(
+        "cargo:warning=the {WASM_TARGET} target is missing from toolchain {}: adding it with rustup",
+        toolchain.as_deref().unwrap_or("(default)")
+    );
+    let mut cmd = Command::new("rustup");
+    cmd.args(["target", "add", WASM_TARGET]);
+    if let Some(t) = &toolchain {
+        cmd.args(["--toolchain", t]);
+    }
+    let added = match cmd.status() {
+        Ok(status) => status.success(),
+        Err(e) => {
+            return Err(format!(
+                "the {WASM_TARGET} target is not installed for {rustc} and rustup could not be \
+                 run ({e}). Install the target's standard library for this compiler, or build \
+                 the host binary alone with SLUICE_SKIP_WASM=1"
+            )
+            .into())
+        }
+    };
+    if !added || !wasm_std_present(&rustc)? {
+        return Err(format!(
+            "`rustup target add {WASM_TARGET}` did not install the target's standard library \
+             (its output is above); run it by hand, or build the host binary alone with \
+             SLUICE_SKIP_WASM=1"
+        )
+        .into());
+    }
+    Ok(())
+}
+
+/// Whether `rustc`'s sysroot holds the wasm32 `core` library.
+fn wasm_std_present(rustc: &str) -> Result<bool, BoxError> {
+    let out = Command::new(rustc)
+        .args(["--print", "target-libdir", "--target", WASM_TARGET])
+        .output()
+        .map_err(|e| format!("could not run {rustc} to find the {WASM_TARGET} libraries: {e}"))?;
+    if !out.status.success() {
+        return Ok(false);
+    }
+    let dir = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+    let Ok(entries) = fs::read_dir(&dir) else {
+        return Ok(false);
+    };
+    Ok(entries.filter_map(Result::ok).any(|e| {
+        let name = e.file_name();
+        let name = name.to_string_lossy();
+        name.starts_with("libcore-") && name.ends_with(".rlib")
+    }))
+}
+
 fn build_wasm(root: &Path, out_dir: &Path) -> Result<PathBuf, BoxError> {
+    ensure_wasm_target()?;
     let cargo = env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
     let target_dir = wasm_target_dir(root, out_dir);
 
