@@ -141,7 +141,11 @@ export interface Status {
 export interface BudgetConfig {
   name: string; windows: RateWindow[]; concurrency?: number;
   algorithm?: "sliding-log" | "token-bucket" | "gcra" | "fixed-window";
-  matchPrefixes?: string[]; targetUtilization?: number;
+  matchPrefixes?: string[]; targetUtilization?: number; pacing?: boolean;
+  /** The API counts CORS preflights (OPTIONS) against the limit: count them as starts. */
+  countPreflights?: boolean;
+  /** The API's Access-Control-Max-Age in ms (default 5000, the browser's without it). */
+  preflightMaxAgeMs?: number;
 }
 export interface EngineConfig {
   budgets?: BudgetConfig[];

@@ -207,6 +207,18 @@ impl BudgetState {
         }
     }
 
+    /// Counts a CORS preflight the browser sends ahead of a request started `now`, for an API
+    /// that counts them ([`BudgetConfig::count_preflights`]): one more start against every
+    /// window and against the server's remaining quota, but not a request of ours.
+    pub fn count_preflight(&mut self, now: Millis) {
+        self.limiter.record_start(now);
+        if let Some(server) = &mut self.server {
+            if server.reset_at > now {
+                server.remaining = server.remaining.saturating_sub(1);
+            }
+        }
+    }
+
     /// A restored budget whose last run sent before saving: up to `n` starts (one round, at
     /// most the concurrency cap) went out whose record was lost with the worker. They happened
     /// before `now`, so counting them at `now` is the careful side: any window that holds one

@@ -51,6 +51,14 @@ pub struct BudgetConfig {
     /// Spread starts evenly over the shortest window instead of allowing its whole limit as a
     /// burst (see `Limiter::set_pacing`): interactive jobs then start within one token interval.
     pub pacing: bool,
+    /// The API counts CORS preflights (`OPTIONS`) against this budget's limit: each preflight
+    /// the browser will send is counted as one more start (see `preflight`). Only a
+    /// cross-origin API sees preflights; leave it off for one on the site's own origin.
+    pub count_preflights: bool,
+    /// How long the browser keeps a preflight's answer for one URL: the API's
+    /// `Access-Control-Max-Age` (capped by the browser: Chromium 2 h), or 5 s when it sends
+    /// none. Read only with `count_preflights`.
+    pub preflight_max_age_ms: DurationMs,
 }
 
 impl Default for BudgetConfig {
@@ -63,6 +71,8 @@ impl Default for BudgetConfig {
             match_prefixes: vec![],
             target_utilization: 0.98,
             pacing: true,
+            count_preflights: false,
+            preflight_max_age_ms: crate::preflight::DEFAULT_PREFLIGHT_MAX_AGE_MS,
         }
     }
 }
@@ -178,6 +188,8 @@ crate::json_struct!(BudgetConfig [default] {
     match_prefixes: "matchPrefixes",
     target_utilization: "targetUtilization",
     pacing: "pacing",
+    count_preflights: "countPreflights",
+    preflight_max_age_ms: "preflightMaxAgeMs",
 });
 
 crate::json_struct!(RetryConfig [default] {

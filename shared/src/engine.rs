@@ -30,6 +30,7 @@ use crate::budget::{BudgetState, Trip};
 use crate::config::{BudgetConfig, ConfigError, EngineConfig};
 use crate::headers::read_signal;
 use crate::job::{Job, JobError, JobId, JobKind, JobOutcome, JobSpec, JobState, Lane};
+use crate::preflight::{needs_preflight, Preflights};
 use crate::protocol::ProtocolError;
 use crate::random::Rng;
 use crate::retry::{backoff, classify, default_pause, Verdict};
@@ -185,6 +186,9 @@ struct Budget {
     /// Where the saved `sends_before_saving` mark stands: a start may go out unsaved only once
     /// storage holds the mark, or a restore would not count it.
     mark: Mark,
+    /// The preflights the browser sends ahead of this budget's requests, counted when the API
+    /// counts them ([`BudgetConfig::count_preflights`]).
+    preflights: Preflights,
 }
 
 /// Whether storage holds a budget's `sends_before_saving` mark (see [`Budget::mark`]).
@@ -485,6 +489,7 @@ impl Engine {
             unsaved_starts: 0,
             untaken_starts: 0,
             mark: Mark::NotSaved,
+            preflights: Preflights::default(),
         })
     }
 
@@ -1123,6 +1128,13 @@ impl Engine {
             b.untaken_starts += 1;
         }
         b.state.record_start(now, is_retry, &retry_config);
+        if b.config.count_preflights
+            && needs_preflight(&transmit.method, &transmit.headers)
+            && b.preflights
+                .on_start(&transmit.url, now, b.config.preflight_max_age_ms)
+        {
+            b.state.count_preflight(now);
+        }
         b.in_flight.push((id.clone(), now));
         self.started_jobs.insert(id);
         self.changed_budgets.insert(budget_name);

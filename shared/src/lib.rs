@@ -11,6 +11,7 @@ pub mod headers;
 pub mod job;
 pub mod json;
 pub mod limiter;
+pub mod preflight;
 pub mod random;
 pub mod time;
 

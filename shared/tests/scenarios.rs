@@ -1273,3 +1273,58 @@ fn a_hand_over_leaves_the_successor_no_phantom_starts_to_make_up_for() {
     assert!(gaps(&after).iter().all(|&g| g >= 95), "{after:?}");
     assert!(after[0] - 2_451 <= 110, "{handed:?}");
 }
+
+/// An API that counts CORS preflights: the browser sends one per URL per preflight max age
+/// ahead of a non-simple request, and the engine leaves room for each in the limit.
+#[test]
+fn counted_preflights_take_one_start_per_url_per_max_age() {
+    let mut counted = burst(budget(10, 1_000, 10));
+    counted.count_preflights = true;
+    counted.preflight_max_age_ms = 5_000;
+    // Creates carry an Idempotency-Key, so every one of them is preflighted.
+    let mut e = engine_with(counted.clone());
+    for n in 0..20 {
+        e.enqueue(post(n), 0).unwrap();
+    }
+    // One preflight for the one URL, and nine requests: ten starts in the window.
+    assert_eq!(drain(&mut e, 0).len(), 9);
+
+    // The same, not counting preflights: all ten go.
+    let mut plain = engine_with(burst(budget(10, 1_000, 10)));
+    for n in 0..20 {
+        plain.enqueue(post(n), 0).unwrap();
+    }
+    assert_eq!(drain(&mut plain, 0).len(), 10);
+
+    // Within the max age the browser reuses the preflight: a full window of requests.
+    let mut e = engine_with(counted.clone());
+    for n in 0..30 {
+        e.enqueue(post(n), 0).unwrap();
+    }
+    for t in drain(&mut e, 0) {
+        e.on_response(&t.job_id, ok(), 50);
+    }
+    let later = drain(&mut e, 2_100);
+    assert_eq!(later.len(), 10, "no preflight counted within the max age");
+    for t in later {
+        e.on_response(&t.job_id, ok(), 2_150);
+    }
+    // After it, one preflight again.
+    assert_eq!(drain(&mut e, 6_000).len(), 9);
+
+    // A PATCH per record: one preflight per URL, so half the starts are preflights.
+    let mut e = engine_with(counted);
+    for n in 0..10 {
+        e.enqueue(
+            spec(
+                JobKind::Patch,
+                "PATCH",
+                &format!("https://api.example/contacts/{n}"),
+                Lane::Bulk,
+            ),
+            0,
+        )
+        .unwrap();
+    }
+    assert_eq!(drain(&mut e, 0).len(), 5);
+}

@@ -85,9 +85,12 @@ mod web {
         if let Some(body) = &t.body {
             init.set_body(&JsValue::from_str(body));
         }
-        // The engine counts every start against the budget: a cached answer would be
-        // counted without reaching the server, and a stale one would be wrong.
-        init.set_cache(RequestCache::NoStore);
+        // The engine counts every start against the budget, so the HTTP cache must not answer
+        // one; but any mode but the default also skips the CORS preflight cache, a preflight
+        // before every request. `preflight::bypasses_http_cache` says which need it.
+        if sluice_shared::preflight::bypasses_http_cache(&t.method) {
+            init.set_cache(RequestCache::NoStore);
+        }
         let ms = t.timeout_ms.clamp(1, u32::MAX as u64) as u32;
         init.set_signal(Some(&AbortSignal::timeout_with_u32(ms)));
         Request::new_with_str_and_init(&t.url, &init)
