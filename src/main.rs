@@ -89,7 +89,8 @@ struct SimulateArgs {
     /// Requests in flight at once.
     #[arg(long, default_value_t = 4)]
     concurrency: u32,
-    /// Round-trip latency; each way is half of it plus up to --jitter-ms.
+    /// Mean round trip; each way varies uniformly over --jitter-ms around half of it (one-way
+    /// delays spread over the jitter, round trips over twice that).
     #[arg(long, default_value_t = 30)]
     latency_ms: u64,
     #[arg(long, default_value_t = 5)]
@@ -113,8 +114,8 @@ struct SimulateArgs {
     /// How long one save to storage takes (IndexedDB in a busy browser: a few ms).
     #[arg(long, default_value_t = 3)]
     save_ms: u64,
-    /// Share of the limit to aim for.
-    #[arg(long, default_value_t = 0.98)]
+    /// Share of the limit to aim for, on top of the margin measured from round trips (1: none).
+    #[arg(long, default_value_t = 1.0)]
     target_utilization: f64,
     #[arg(long, default_value_t = 1)]
     seed: u64,
@@ -145,7 +146,7 @@ fn simulate(args: SimulateArgs) -> Result<(), MainError> {
         limit: args.limit,
         window_ms: args.window_ms,
         concurrency: args.concurrency,
-        one_way_ms: args.latency_ms / 2,
+        one_way_ms: args.latency_ms.saturating_sub(args.jitter_ms) / 2,
         jitter_ms: args.jitter_ms,
         retry_after: match args.retry_after {
             SimRetryAfter::Delta => SimForm::Delta,

@@ -16,6 +16,10 @@ use crate::time::{DurationMs, Millis};
 /// restart of many clients (and of our own in-flight retries) instead of bursting at once.
 pub const RESUME_JITTER_MS: DurationMs = 1_000;
 
+/// Windows within which a second 429 at our own full share is taken as others' traffic
+/// rather than our own timing (see [`BudgetState::observe_rate_limited`]).
+pub const OWN_TIMING_WINDOWS: u64 = 20;
+
 /// What the server last said about the quota, in our terms.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -72,6 +76,10 @@ pub struct BudgetState {
     /// have gone out unsaved (see [`crate::engine::Engine::restore`]).
     #[serde(default)]
     pub sends_before_saving: bool,
+    /// When a 429 was last put down to our own timing (see [`Self::observe_rate_limited`]):
+    /// a second one soon after is taken as evidence of others after all.
+    #[serde(default)]
+    pub own_timing_429_at: Option<Millis>,
 }
 
 crate::json_struct!(ServerView {
@@ -100,6 +108,7 @@ crate::json_struct!(BudgetState {
     learned: "learned" = default,
     others: "others" = default,
     sends_before_saving: "sendsBeforeSaving" = default,
+    own_timing_429_at: "ownTiming429At" = default,
 });
 
 /// One request's way to the server, as far as we can tell: when it started, and the latest it
@@ -126,6 +135,7 @@ impl BudgetState {
             learned: Vec::new(),
             others: 0.0,
             sends_before_saving: false,
+            own_timing_429_at: None,
         })
     }
 
@@ -135,6 +145,11 @@ impl BudgetState {
     /// burst on top of requests already made.
     pub fn reconfigure(&mut self, config: &BudgetConfig, now: Millis) -> Result<(), ConfigError> {
         let mut fresh = limiter_for(config)?;
+        // The margin measured so far (a saved limiter from before margins were kept has none:
+        // it takes the initial one).
+        if self.limiter.margin() > 0 {
+            fresh.set_margin(self.limiter.margin());
+        }
         for w in &self.learned {
             fresh.retune(*w);
         }
@@ -249,10 +264,38 @@ impl BudgetState {
     /// Takes in a quota the server reported in the response to the request that made `trip`;
     /// `later_in_flight` of our requests started after it (answered or not) and are not in the
     /// server's count yet. The more careful of the server's and our own view wins.
-    pub fn apply_quota(&mut self, quota: &Quota, trip: Trip, later_in_flight: u64, now: Millis) {
+    ///
+    /// A stated limit is adopted from the first response that states it when it is stricter
+    /// than what the budget enforces for that window; `configured` stays the ceiling, so a
+    /// server that says it allows more never raises a configured window. A limit stated
+    /// without its window's length (`X-RateLimit-Limit` alone) is taken for the shortest one.
+    pub fn apply_quota(
+        &mut self,
+        quota: &Quota,
+        trip: Trip,
+        later_in_flight: u64,
+        configured: &[Window],
+        now: Millis,
+    ) {
         let request_started = trip.started;
-        if let (Some(limit), Some(window_ms)) = (quota.limit, quota.window_ms) {
-            if limit > 0 && window_ms > 0 {
+        let stated_window = quota
+            .window_ms
+            .or_else(|| self.shortest_window().map(|w| w.length_ms));
+        if let (Some(limit), Some(window_ms)) = (quota.limit, stated_window) {
+            let ceiling = configured
+                .iter()
+                .filter(|w| w.length_ms.abs_diff(window_ms) * 10 <= window_ms)
+                .map(|w| u64::from(w.limit))
+                .min()
+                .unwrap_or(u64::MAX);
+            let limit = limit.min(ceiling);
+            // Without a stated length, only a stricter limit is news: an equal or looser one
+            // read against a guessed window would be no evidence of anything.
+            let news = quota.window_ms.is_some()
+                || self
+                    .shortest_window()
+                    .is_some_and(|w| limit < u64::from(w.limit));
+            if limit > 0 && window_ms > 0 && news {
                 let window = Window {
                     limit: limit.min(u32::MAX as u64) as u32,
                     length_ms: window_ms,
@@ -411,14 +454,21 @@ impl BudgetState {
     ///
     /// A 429 that asks for a wait longer than the window is about a longer quota (or an outage),
     /// not about others sharing this window: the pause covers it and it teaches nothing here.
+    ///
+    /// A 429 while our own starts filled the whole limit, with no others known, is most likely
+    /// our own bad luck: one arrival that trailed by more than the margin into the next window. It
+    /// cuts nothing (on a limit of 10 the least cut is a tenth of the rate, for the rest of the
+    /// run); the caller widens the arrival margin instead, and only a second such 429 within
+    /// [`OWN_TIMING_WINDOWS`] windows counts as others'. Returns whether it was put down to
+    /// our timing.
     pub fn observe_rate_limited(
         &mut self,
         request_started: Millis,
         retry_after: Option<DurationMs>,
         now: Millis,
-    ) {
+    ) -> bool {
         if self.paused_until.is_some_and(|p| p > now) {
-            return;
+            return false;
         }
         let shortest = self.shortest_window().map(|w| w.length_ms);
         // Retry-After comes in whole seconds: "1" is the least a server can say.
@@ -426,14 +476,24 @@ impl BudgetState {
             .zip(shortest)
             .is_some_and(|(wait, len)| wait > len.max(1_000))
         {
-            return;
+            return false;
         }
         let Some((w, ours)) = self.shortest_window_use(request_started) else {
-            return;
+            return false;
         };
+        let own_share = u64::from(w.limit.saturating_sub(self.limiter.headroom()).max(1));
+        let recently = self.own_timing_429_at.is_some_and(|t| {
+            now.saturating_sub(t) < w.length_ms.saturating_mul(OWN_TIMING_WINDOWS)
+        });
+        // With room already left to others, a 429 at our share says their share grew.
+        if ours + 1 >= own_share && self.limiter.headroom() == 0 && !recently {
+            self.own_timing_429_at = Some(now);
+            return true;
+        }
         let implied = u64::from(w.limit).saturating_sub(ours) as f64 + 1.0;
         self.others = implied.max(self.others * 1.25 + 1.0);
         self.apply_headroom();
+        false
     }
 
     /// Each start is a probe: the estimate halves over about twenty windows' worth of our starts,
@@ -484,8 +544,22 @@ impl BudgetState {
 
 fn limiter_for(config: &BudgetConfig) -> Result<Limiter, ConfigError> {
     let mut limiter = Limiter::new(config.algorithm, &config.windows, config.target_utilization)?;
+    limiter.set_margin(initial_margin(config));
     limiter.set_pacing(config.pacing);
     Ok(limiter)
+}
+
+/// The arrival margin before any round trip was measured: 2% of the shortest window (20 ms on
+/// a second), within 2-50 ms. Measured trips replace it within a few answers (see
+/// `round_trips`).
+fn initial_margin(config: &BudgetConfig) -> DurationMs {
+    let shortest = config
+        .windows
+        .iter()
+        .map(|w| w.length_ms)
+        .min()
+        .unwrap_or(1_000);
+    (shortest / 50).clamp(2, 50)
 }
 
 /// `0.5^(1/n)`: the factor that, applied `n` times, halves a value. For `n >= 1` it is

@@ -44,9 +44,10 @@ pub struct BudgetConfig {
     pub algorithm: Algorithm,
     /// URL prefixes this budget covers, for jobs that do not name a budget.
     pub match_prefixes: Vec<String>,
-    /// Share of the limit to aim for, in (0, 1]. Below 1 the limiter stretches each window a
-    /// little, which absorbs the jitter between when we start a request and when the server
-    /// counts its arrival (see `limiter`).
+    /// Share of the limit to aim for, in (0, 1]: an extra stretch of every window, on top of the
+    /// margin the budget measures from its round trips for the jitter between our start and
+    /// the server's count (see `round_trips`). 1 (the default) leaves the timing to that
+    /// measurement; lower it only to leave room for callers Sluice cannot see.
     pub target_utilization: f64,
     /// Spread starts evenly over the shortest window instead of allowing its whole limit as a
     /// burst (see `Limiter::set_pacing`): interactive jobs then start within one token interval.
@@ -69,7 +70,7 @@ impl Default for BudgetConfig {
             concurrency: 4,
             algorithm: Algorithm::SlidingLog,
             match_prefixes: vec![],
-            target_utilization: 0.98,
+            target_utilization: 1.0,
             pacing: true,
             count_preflights: false,
             preflight_max_age_ms: crate::preflight::DEFAULT_PREFLIGHT_MAX_AGE_MS,

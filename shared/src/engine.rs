@@ -34,6 +34,7 @@ use crate::preflight::{needs_preflight, Preflights};
 use crate::protocol::ProtocolError;
 use crate::random::Rng;
 use crate::retry::{backoff, classify, default_pause, Verdict};
+use crate::round_trips::RoundTrips;
 use crate::status::{
     capacity_warning, percentile, BudgetStatus, GroupStatus, LaneStatus, StateCounts, Status,
 };
@@ -189,6 +190,9 @@ struct Budget {
     /// The preflights the browser sends ahead of this budget's requests, counted when the API
     /// counts them ([`BudgetConfig::count_preflights`]).
     preflights: Preflights,
+    /// Recent round trips: where an answered request may have arrived, and the windows'
+    /// margin for those still under way.
+    round_trips: RoundTrips,
 }
 
 /// Whether storage holds a budget's `sends_before_saving` mark (see [`Budget::mark`]).
@@ -490,6 +494,7 @@ impl Engine {
             untaken_starts: 0,
             mark: Mark::NotSaved,
             preflights: Preflights::default(),
+            round_trips: RoundTrips::default(),
         })
     }
 
@@ -1190,7 +1195,7 @@ impl Engine {
 
     /// The response to a job's request arrived.
     pub fn on_response(&mut self, id: &str, response: Response, now: Millis) {
-        let Some((budget_name, trip)) = self.take_in_flight(id, now) else {
+        let Some((budget_name, trip)) = self.take_in_flight(id, now, true) else {
             return;
         };
         let started = trip.started;
@@ -1205,7 +1210,8 @@ impl Engine {
                         .limiter
                         .starts_within(now, now.saturating_sub(started)),
                 );
-                b.state.apply_quota(quota, trip, later, now);
+                b.state
+                    .apply_quota(quota, trip, later, &b.config.windows, now);
             }
         }
         self.changed_budgets.insert(budget_name.clone());
@@ -1228,8 +1234,15 @@ impl Engine {
                 let retry = self.config.retry.clone();
                 if let Some(b) = self.budgets.get_mut(&budget_name) {
                     b.state.counters.rate_limited += 1;
-                    b.state
-                        .observe_rate_limited(started, signal.retry_after_ms, now);
+                    let own_timing =
+                        b.state
+                            .observe_rate_limited(started, signal.retry_after_ms, now);
+                    if own_timing {
+                        b.round_trips.widen();
+                        if let Some(m) = b.round_trips.margin_update(b.state.limiter.margin()) {
+                            b.state.limiter.set_margin(m);
+                        }
+                    }
                     let wait = signal
                         .retry_after_ms
                         .unwrap_or_else(|| default_pause(b.state.consecutive_rate_limits, &retry));
@@ -1270,7 +1283,7 @@ impl Engine {
 
     /// The job's request got no response.
     pub fn on_transport_error(&mut self, id: &str, error: TransportError, now: Millis) {
-        let Some((budget_name, _)) = self.take_in_flight(id, now) else {
+        let Some((budget_name, _)) = self.take_in_flight(id, now, false) else {
             return;
         };
         let id: JobId = id.to_string();
@@ -1315,7 +1328,9 @@ impl Engine {
         self.offline_until.is_some_and(|t| t > now)
     }
 
-    fn take_in_flight(&mut self, id: &str, now: Millis) -> Option<(String, Trip)> {
+    /// Ends a request's time in flight: `answered` when a response came (its trip is measured),
+    /// not when it failed without one (it may have reached the server at any time until now).
+    fn take_in_flight(&mut self, id: &str, now: Millis, answered: bool) -> Option<(String, Trip)> {
         let job = self.jobs.get(id)?;
         if job.state != JobState::Sending {
             return None;
@@ -1324,20 +1339,28 @@ impl Engine {
         let b = self.budgets.get_mut(&budget_name)?;
         let at = b.in_flight.iter().position(|(j, _)| j == id)?;
         let (_, started) = b.in_flight.swap_remove(at);
-        // A request that took longer than usual may have spent the extra time on its way to
-        // the server (a busy network process, a connection to open): counted where it may have
-        // arrived, as if the rest of its trip took the usual time. Usual jitter stays within
-        // the windows' margin and moves nothing. With no usual time yet (the first answer
-        // since this instance started, whose trip often opened the connection), the whole
-        // trip may have been on the way there: in the browser, such a first request arrived
-        // 25 ms after its start while the next ones took 3, and with nothing moved the first
-        // second held 11 arrivals on a limit of 10.
-        let usual = b.latency_ms.unwrap_or(0.0);
-        let latest = now.saturating_sub(usual as Millis);
+        // A request that took longer than the fastest may have spent the extra time on its way
+        // to the server (a busy network process, a connection to open): it is counted where it
+        // may have arrived, its answer time less the fastest trip (see `round_trips` for why
+        // that is safe). With no trip measured yet (the first answer since this instance
+        // started, whose trip often opened the connection), the whole trip may have been on
+        // the way there: in the browser, such a first request arrived 25 ms after its start
+        // while the next ones took 3, and with nothing moved the first second held 11 arrivals
+        // on a limit of 10.
+        let latest = if answered {
+            b.round_trips.record(now.saturating_sub(started));
+            if let Some(margin) = b.round_trips.margin_update(b.state.limiter.margin()) {
+                b.state.limiter.set_margin(margin);
+                self.changed_budgets.insert(budget_name.clone());
+            }
+            b.round_trips.arrived_by(started, now)
+        } else {
+            now
+        };
         if b.state.limiter.reached_server_by(started, latest) {
             self.changed_budgets.insert(budget_name.clone());
         }
-        let arrived_by = latest.max(started);
+        let arrived_by = latest;
         let sample = now.saturating_sub(started) as f64;
         b.latency_ms = Some(match b.latency_ms {
             Some(avg) => avg * 0.8 + sample * 0.2,

@@ -22,6 +22,7 @@ pub mod budget;
 pub mod engine;
 pub mod protocol;
 pub mod retry;
+pub mod round_trips;
 pub mod status;
 
 pub use engine::{Changes, Engine, Enqueued, Response, SaveId, Transmit, TransportError};

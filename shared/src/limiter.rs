@@ -34,16 +34,25 @@
 //!   another just after it put `2 * limit` starts in one sliding window; that is fine for a
 //!   server that counts the same fixed windows, and the reason it is not the default.
 //!
-//! # Utilization: why windows are stretched
+//! # Margins: why windows are stretched
 //!
 //! The server does not count our start times: it counts arrivals, which are start times plus a
 //! network delay, and the delay varies. Two starts exactly one window apart arrive less than a
 //! window apart when the first is slow and the second fast, and the server then counts both in
-//! one window, one too many. So with a target utilization `u` in (0, 1] each window of length
-//! `L` is enforced as `ceil(L / u)` (the limit unchanged): starts a stretched window apart still
-//! arrive at least `L` apart as long as the delay varies by at most `(1/u - 1) * L`. With
-//! `u = 0.98` that absorbs 21 ms of jitter on a one-second window and 73 s on an hour, at the
-//! price of running at about `u` of the limit.
+//! one window, one too many. Two things keep that from happening:
+//!
+//! * An answered start is logged where it may have reached the server at the latest
+//!   ([`Limiter::reached_server_by`]), which its budget derives from its own round trip (see
+//!   `round_trips` for the model and why it is safe).
+//! * Every window is stretched by a margin of milliseconds ([`Limiter::set_margin`]) for the
+//!   starts still under way, which no answer has placed yet. The budget measures it from the
+//!   spread of its recent round trips: a millisecond or two on a calm network, tens on a
+//!   jittery one, and the same milliseconds on an hourly window as on a one-second one (the
+//!   jitter does not grow with the window). A window of `W` ms then loses about `j / W` of its
+//!   starts when one-way delays spread over `j` ms.
+//!
+//! A target utilization `u` below 1 stretches each window further, to `ceil(L / u)` before the
+//! margin, for room the budget cannot measure (callers it does not see); it is 1 by default.
 //!
 //! A fixed window cannot be stretched: its boundaries must stay on the server's grid, and a
 //! stretched grid drifts off it by `(1/u - 1) * L` every window (after which one server window
@@ -110,6 +119,10 @@ pub struct Limiter {
     /// [`Limiter::set_headroom`].
     #[serde(default)]
     headroom: u32,
+    /// Milliseconds every window is stretched by for the arrival spread of requests still
+    /// under way (see [`Limiter::set_margin`] and `round_trips`).
+    #[serde(default)]
+    margin: DurationMs,
 }
 
 crate::json_struct!(Limiter {
@@ -120,6 +133,7 @@ crate::json_struct!(Limiter {
     starts: "starts",
     pace: "pace" = default,
     headroom: "headroom" = default,
+    margin: "margin" = default,
 });
 
 crate::json_struct!(Meter {
@@ -212,6 +226,7 @@ impl crate::json::Placeholder for Limiter {
             starts: VecDeque::new(),
             pace: None,
             headroom: 0,
+            margin: 0,
         }
     }
 }
@@ -249,7 +264,7 @@ impl Limiter {
         // the wasm.
         let mut meters = Vec::with_capacity(windows.len());
         for &w in windows {
-            meters.push(Meter::fresh(algorithm, w, target_utilization));
+            meters.push(Meter::fresh(algorithm, w, target_utilization, 0));
         }
         Ok(Self {
             algorithm,
@@ -259,6 +274,7 @@ impl Limiter {
             starts: VecDeque::new(),
             pace: None,
             headroom: 0,
+            margin: 0,
         })
     }
 
@@ -319,6 +335,44 @@ impl Limiter {
 
     pub fn headroom(&self) -> u32 {
         self.headroom
+    }
+
+    /// Stretches every window by `ms` on top of the target utilization: the margin for the
+    /// arrival spread of requests still under way, from what the budget measured of its round
+    /// trips (see `round_trips` for the model and why it is safe). A fixed window takes it from
+    /// its count instead (its boundaries must stay on the server's grid): `ms / length` of its
+    /// limit, rounded up.
+    ///
+    /// Recorded starts are kept, as by a retune, so a narrower margin never opens a burst. A
+    /// start that [`Limiter::reached_server_by`] moved sits at its latest arrival less the
+    /// margin of that moment; narrowing by `d` would count it `d` too early, so every logged
+    /// start moves `d` later (moving a start later only makes every window stricter, and the
+    /// ones not moved pay that for at most one window). Each change rebuilds the meters and
+    /// respaces the pacing grid: callers change it only when it moved by enough to matter (see
+    /// `round_trips::RoundTrips::margin_update`).
+    pub fn set_margin(&mut self, ms: DurationMs) {
+        let ms = ms.min(MAX_LENGTH_MS / 2);
+        if ms == self.margin {
+            return;
+        }
+        if ms < self.margin {
+            let d = self.margin - ms;
+            for s in self.starts.iter_mut() {
+                *s = s.saturating_add(d);
+            }
+        }
+        self.margin = ms;
+        for i in 0..self.meters.len() {
+            let fresh = Meter::fresh(self.algorithm, self.windows[i], self.target_utilization, ms);
+            self.meters[i] = self.meters[i].retuned(fresh, &self.starts);
+        }
+        if self.pace.is_some() {
+            self.set_pacing(true);
+        }
+    }
+
+    pub fn margin(&self) -> DurationMs {
+        self.margin
     }
 
     fn shortest(&self) -> Option<&Meter> {
@@ -418,10 +472,10 @@ impl Limiter {
     }
 
     /// A start recorded at `recorded` may have reached the server as late as `latest`. The
-    /// windows' margin (each is enforced stretched by the target utilization) absorbs arrivals
-    /// that trail their start by up to that much more than others do; a start that may have
-    /// trailed by more moves later in the log, to `latest` less the margin, so that every
-    /// window counts it where the server may have. Returns whether it moved. The pacing grid is
+    /// windows' stretch (the margin, and the target utilization's) absorbs arrivals that trail
+    /// their start by up to that much; a start that may have trailed by more moves later in
+    /// the log, to `latest` less the stretch, so that every window counts it where the server
+    /// may have. Returns whether it moved. The pacing grid is
     /// left alone: nothing is sent later for it.
     pub fn reached_server_by(&mut self, recorded: Millis, latest: Millis) -> bool {
         let margin = self
@@ -497,7 +551,7 @@ impl Limiter {
             .filter(|&(_, diff)| u128::from(diff) * 10 <= u128::from(window.length_ms))
             .min_by_key(|&(_, diff)| diff)
             .map(|(i, _)| i);
-        let fresh = Meter::fresh(self.algorithm, window, self.target_utilization);
+        let fresh = Meter::fresh(self.algorithm, window, self.target_utilization, self.margin);
         match closest {
             Some(i) => {
                 self.meters[i] = self.meters[i].retuned(fresh, &self.starts);
@@ -618,8 +672,14 @@ impl crate::json::Placeholder for State {
 }
 
 impl Meter {
-    fn fresh(algorithm: Algorithm, window: Window, utilization: f64) -> Self {
-        let stretched = stretch(window.length_ms, utilization);
+    fn fresh(algorithm: Algorithm, window: Window, utilization: f64, margin: DurationMs) -> Self {
+        let stretched = stretch(window.length_ms, utilization)
+            .saturating_add(margin)
+            .min(MAX_LENGTH_MS);
+        // A fixed window leaves the margin's share of its count: starts made that long before
+        // its reset may be counted after it.
+        let margin_share = margin.min(window.length_ms) as f64 / window.length_ms as f64;
+        let fixed_utilization = utilization.min(1.0 - margin_share).max(f64::MIN_POSITIVE);
         let (limit, length, state) = match algorithm {
             Algorithm::SlidingLog => (window.limit, stretched, State::Log(LogState::default())),
             Algorithm::TokenBucket => (
@@ -629,7 +689,7 @@ impl Meter {
             ),
             Algorithm::Gcra => (window.limit, stretched, State::Gcra(GcraState::default())),
             Algorithm::FixedWindow => (
-                shrink(window.limit, utilization),
+                shrink(window.limit, fixed_utilization),
                 window.length_ms.min(MAX_LENGTH_MS),
                 State::Fixed(FixedState::default()),
             ),

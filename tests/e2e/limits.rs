@@ -294,7 +294,7 @@ e2e!(
 );
 
 e2e!(
-    /// The limit at low rates, where the 2% margin is only 20 ms of a 1 s window: a server as
+    /// The limit at low rates, where the arrival margin is a few ms of a 1 s window: a server as
     /// strict as the budget (5 per second) sees no more than 5 in any second, through worker
     /// restarts, and answers no 429.
     a_slow_budget_is_never_exceeded_at_the_server,

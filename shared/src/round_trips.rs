@@ -1,0 +1,209 @@
+//! Round trips: what a budget has measured of its way to the server, and the timing margins
+//! that follow from it.
+//!
+//! # What is known about when a request reached the server
+//!
+//! A request started at `s` and answered at `r` took `r - s = f + p + b`: a forward delay `f`
+//! to the server (where it is counted on arrival, at `s + f`), the server's time `p`, and the
+//! way back `b`. None of the three is seen on its own. What the measurements give is the
+//! fastest recent round trip `m`, which bounds the fixed part of every trip: `f0 + b0 <= m`,
+//! where `f0` and `b0` are the shortest forward and return delays the path has.
+//!
+//! Two requests counted in the same window is what a limit breach is. A new start at `t`
+//! arrives no earlier than `t + f0`; an answered earlier request arrived no later than
+//! `r - b0`. So the new one arrives at least `W` after it when `t + f0 >= r - b0 + W`, that is
+//! when `t >= (r - (f0 + b0)) + W`: the limiter may count the answered request as if it had
+//! *started* at `r - m` (its answer time less the fastest round trip), and enforce the window
+//! itself, unstretched, against that. [`RoundTrips::arrived_by`] gives that instant, with
+//! [`RoundTrips::estimate_slack`] added for how far the measured minimum may still sit above
+//! `f0 + b0`.
+//!
+//! Its cost is the physical one: a request whose forward trip was `j` ms slower than the
+//! fastest is counted `j` ms later (plus the slack), so a window of `W` ms loses about `j / W`
+//! of its starts when the one-way delay spreads over `j`, whatever the window's length.
+//!
+//! A request still under way has no answer to bound its arrival: it may yet arrive as late as
+//! the forward spread allows. [`RoundTrips::margin`] is what each window is stretched by to
+//! cover that: half the spread of recent round trips (the forward half of it when the two ways
+//! vary alike) plus the slack. It matters only while the start a window counts back to is
+//! still in flight (round trips near the window's length); every answered start is placed by
+//! its own answer.
+//!
+//! All of it widens at once when the network turns jittery (the spread is over the last
+//! [`SAMPLES`] trips) and shrinks back as the slow trips leave that window.
+
+use std::collections::VecDeque;
+
+use crate::time::{DurationMs, Millis};
+
+/// Round trips kept: enough for a stable minimum and 90th percentile, few enough that a
+/// change of network shows within a second or two of traffic.
+pub const SAMPLES: usize = 64;
+
+/// Below this many samples the minimum is no bound to trust: see [`RoundTrips::arrived_by`].
+const TRUSTED_AFTER: usize = 8;
+
+/// The recent round trips of one budget's requests. In memory only: a restarted worker starts
+/// from the limiter's saved margin and measures afresh.
+#[derive(Clone, Debug, Default)]
+pub struct RoundTrips {
+    samples: VecDeque<DurationMs>,
+    /// Added to the margin after a 429 that our own timing explains (an arrival that trailed
+    /// by more than the trips showed); halved every [`SAMPLES`] trips after.
+    widened: DurationMs,
+    /// Trips recorded since `widened` last halved.
+    since_halved: usize,
+}
+
+impl RoundTrips {
+    pub fn record(&mut self, round_trip: DurationMs) {
+        self.since_halved += 1;
+        if self.since_halved >= SAMPLES {
+            self.since_halved = 0;
+            self.widened /= 2;
+        }
+        if self.samples.len() == SAMPLES {
+            self.samples.pop_front();
+        }
+        self.samples.push_back(round_trip);
+    }
+
+    pub fn len(&self) -> usize {
+        self.samples.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.samples.is_empty()
+    }
+
+    fn fastest(&self) -> Option<DurationMs> {
+        self.samples.iter().copied().min()
+    }
+
+    /// The 90th percentile less the fastest: how much trips vary, both ways together. A
+    /// percentile, not the slowest, so that one stalled request does not widen every window.
+    pub fn spread(&self) -> Option<DurationMs> {
+        if self.samples.len() < TRUSTED_AFTER {
+            return None;
+        }
+        let mut sorted: Vec<DurationMs> = self.samples.iter().copied().collect();
+        sorted.sort_unstable();
+        let p90 = sorted[(sorted.len() * 9 / 10).min(sorted.len() - 1)];
+        Some(p90 - sorted[0])
+    }
+
+    /// How far the fastest measured trip may still lie above the path's true fixed part: the
+    /// minimum of a few dozen samples sits a fraction of the spread above it.
+    pub fn estimate_slack(&self) -> DurationMs {
+        1 + self.spread().unwrap_or(0) / 8
+    }
+
+    /// The latest instant a request started at `started` and answered at `answered` (this
+    /// trip already recorded) can have reached the server, in the frame where a new start is
+    /// compared without its own forward delay (see the module docs).
+    ///
+    /// Before [`TRUSTED_AFTER`] trips the fastest one says little about the fixed part of the
+    /// path (the first request of a connection spends its handshake on the way there): only
+    /// half of the fastest trip is taken to have been the way back.
+    pub fn arrived_by(&self, started: Millis, answered: Millis) -> Millis {
+        let Some(fastest) = self.fastest() else {
+            return answered;
+        };
+        let back = if self.samples.len() < TRUSTED_AFTER {
+            fastest / 2
+        } else {
+            fastest.saturating_sub(self.estimate_slack())
+        };
+        answered.saturating_sub(back).max(started)
+    }
+
+    /// What each window should be stretched by for the requests still under way (see the
+    /// module docs), once enough trips were measured.
+    pub fn margin(&self) -> Option<DurationMs> {
+        self.spread()
+            .map(|spread| spread.div_ceil(2) + self.estimate_slack() + self.widened)
+    }
+
+    /// A 429 that our own timing explains: some arrival trailed its start by more than the
+    /// margin allowed for. Widen it by half (at least 2 ms) for the next few hundred trips.
+    pub fn widen(&mut self) {
+        let current = self.margin().unwrap_or(0);
+        self.widened = self.widened.saturating_add((current / 2).max(2));
+        self.since_halved = 0;
+    }
+
+    /// The margin to adopt in place of `current`, if it should change: at once when it widens,
+    /// and only when it would shrink by a quarter when it narrows, so that a limiter is not
+    /// rebuilt on every answer for a millisecond.
+    pub fn margin_update(&self, current: DurationMs) -> Option<DurationMs> {
+        let m = self.margin()?;
+        (m > current || current - m >= (current / 4).max(1)).then_some(m)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with(samples: &[DurationMs]) -> RoundTrips {
+        let mut r = RoundTrips::default();
+        for &s in samples {
+            r.record(s);
+        }
+        r
+    }
+
+    #[test]
+    fn no_margin_before_enough_trips() {
+        let r = with(&[30, 31, 32]);
+        assert_eq!(r.margin(), None);
+        // Half the fastest trip is taken as the way back.
+        assert_eq!(r.arrived_by(1_000, 1_032), 1_017);
+        assert_eq!(RoundTrips::default().arrived_by(1_000, 1_040), 1_040);
+    }
+
+    #[test]
+    fn a_calm_network_needs_a_millisecond_or_two() {
+        let r = with(&[30; 20]);
+        assert_eq!(r.spread(), Some(0));
+        assert_eq!(r.margin(), Some(1));
+        // A trip as fast as the fastest arrived by its start (plus the slack).
+        assert_eq!(r.arrived_by(1_000, 1_030), 1_001);
+    }
+
+    #[test]
+    fn the_margin_follows_the_spread_and_shrinks_back() {
+        let jittery: Vec<DurationMs> = (0..64).map(|i| 30 + (i * 37 % 41)).collect();
+        let mut r = with(&jittery);
+        let wide = r.margin().unwrap();
+        assert!((18..=30).contains(&wide), "{wide}");
+        for _ in 0..SAMPLES {
+            r.record(31);
+        }
+        assert_eq!(r.margin(), Some(1));
+    }
+
+    #[test]
+    fn the_margin_widens_at_once_and_narrows_by_quarters() {
+        let r = with(&[30; 20]);
+        assert_eq!(r.margin_update(0), Some(1));
+        assert_eq!(r.margin_update(1), None);
+        // From 20 ms: 1 ms is more than a quarter less.
+        assert_eq!(r.margin_update(20), Some(1));
+        let mut r = with(&[30; 20]);
+        for i in 0..20 {
+            r.record(30 + i);
+        }
+        let m = r.margin().unwrap();
+        assert_eq!(r.margin_update(m - 1), Some(m));
+        assert_eq!(r.margin_update(m + 1), None);
+    }
+
+    #[test]
+    fn a_slow_answer_counts_its_request_late() {
+        let mut r = with(&[30; 20]);
+        r.record(90);
+        // 60 ms slower than the fastest: it may have spent them on the way there.
+        assert_eq!(r.arrived_by(1_000, 1_090), 1_061);
+    }
+}
