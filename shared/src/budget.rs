@@ -145,10 +145,12 @@ impl BudgetState {
     /// burst on top of requests already made.
     pub fn reconfigure(&mut self, config: &BudgetConfig, now: Millis) -> Result<(), ConfigError> {
         let mut fresh = limiter_for(config)?;
-        // The margin measured so far (a saved limiter from before margins were kept has none:
-        // it takes the initial one).
-        if self.limiter.margin() > 0 {
-            fresh.set_margin(self.limiter.margin());
+        // The wider of the margin measured so far and the initial one: a restored worker has
+        // no trips measured (its network may have changed while it was stopped), and a new
+        // configuration has none of its own. The engine narrows it again as trips come back.
+        // No starts yet: the old ones are replayed below, where the old margin put them.
+        if self.limiter.margin() > fresh.margin() {
+            let _ = fresh.set_margin(self.limiter.margin());
         }
         for w in &self.learned {
             fresh.retune(*w);
@@ -544,7 +546,8 @@ impl BudgetState {
 
 fn limiter_for(config: &BudgetConfig) -> Result<Limiter, ConfigError> {
     let mut limiter = Limiter::new(config.algorithm, &config.windows, config.target_utilization)?;
-    limiter.set_margin(initial_margin(config));
+    // A fresh limiter has no starts to move.
+    let _ = limiter.set_margin(initial_margin(config));
     limiter.set_pacing(config.pacing);
     Ok(limiter)
 }

@@ -172,8 +172,8 @@ struct Budget {
     config: BudgetConfig,
     state: BudgetState,
     ready: [SortedQueue<ReadyKey>; 3],
-    /// Job id and start time of each attempt in flight (at most `concurrency`: a list).
-    in_flight: Vec<(JobId, Millis)>,
+    /// Each attempt in flight (at most `concurrency`: a list).
+    in_flight: Vec<InFlight>,
     /// Smoothed response time, for the ETA when concurrency rather than the limit binds.
     latency_ms: Option<f64>,
     /// Starts in a row that went to a fresh job of a higher lane while an aged job of a lower
@@ -206,9 +206,62 @@ enum Mark {
     Saved,
 }
 
+/// An attempt in flight, as the limiter logged it and as it really went.
+struct InFlight {
+    job: JobId,
+    /// Where the limiter's log holds its start: `sent`, moved later by every narrowing of the
+    /// margin since (see [`Budget::follow_round_trips`]) and while it is overdue (see
+    /// [`Budget::count_overdue_as_arriving`]).
+    logged: Millis,
+    /// When it was handed to the network: what its round trip is measured from.
+    sent: Millis,
+    /// How far narrowings moved the whole log since it was sent: real instants about this
+    /// attempt are that much later in the log's frame.
+    shifted: DurationMs,
+}
+
 impl Budget {
     fn has_ready(&self) -> bool {
         self.ready.iter().any(|r| !r.is_empty())
+    }
+
+    /// Adopts the margin the measured round trips ask for, if it changed by enough to matter.
+    /// A narrower margin moves the logged starts later: the starts in flight, which the limiter
+    /// knows by their logged instant, move with them.
+    /// A request in flight for longer than any usual trip may still be on its way, or have
+    /// arrived at any moment since it left (a lost answer, a stalled connection): it is counted
+    /// as if it arrived now, for as long as it stays unanswered. While it is one of the recent
+    /// starts that costs nothing; once it is as old as a window, it is what keeps the window's
+    /// count true. Returns whether anything moved.
+    fn count_overdue_as_arriving(&mut self, now: Millis) -> bool {
+        let overdue_after = self
+            .round_trips
+            .overdue_after()
+            .unwrap_or_else(|| self.state.limiter.margin());
+        let mut moved = false;
+        for attempt in &mut self.in_flight {
+            if now.saturating_sub(attempt.sent) <= overdue_after {
+                continue;
+            }
+            let latest = now.saturating_add(attempt.shifted);
+            if let Some(to) = self.state.limiter.reached_server_by(attempt.logged, latest) {
+                attempt.logged = to;
+                moved = true;
+            }
+        }
+        moved
+    }
+
+    fn follow_round_trips(&mut self) -> bool {
+        let Some(margin) = self.round_trips.margin_update(self.state.limiter.margin()) else {
+            return false;
+        };
+        let moved = self.state.limiter.set_margin(margin);
+        for attempt in &mut self.in_flight {
+            attempt.logged = attempt.logged.saturating_add(moved);
+            attempt.shifted = attempt.shifted.saturating_add(moved);
+        }
+        true
     }
 }
 
@@ -1056,6 +1109,11 @@ impl Engine {
         }
         self.offline_until = None;
         self.promote_due(now);
+        for b in self.budgets.values_mut() {
+            if !b.in_flight.is_empty() && b.count_overdue_as_arriving(now) {
+                self.changed_budgets.insert(b.config.name.clone());
+            }
+        }
         // Per budget: the head of its top lane, and the head that ranks first once aged.
         let mut best: Option<(Rank, String, JobId, Turn)> = None;
         for (name, b) in self.budgets.iter() {
@@ -1140,7 +1198,12 @@ impl Engine {
         {
             b.state.count_preflight(now);
         }
-        b.in_flight.push((id.clone(), now));
+        b.in_flight.push(InFlight {
+            job: id.clone(),
+            logged: now,
+            sent: now,
+            shifted: 0,
+        });
         self.started_jobs.insert(id);
         self.changed_budgets.insert(budget_name);
         Some(Transmit {
@@ -1183,12 +1246,14 @@ impl Engine {
         let Some(b) = self.budgets.get_mut(&budget_name) else {
             return;
         };
-        let Some(entry) = b.in_flight.iter_mut().find(|(j, _)| j == id) else {
+        let Some(entry) = b.in_flight.iter_mut().find(|a| a.job == id) else {
             return;
         };
-        if now > entry.1 {
-            b.state.limiter.restamp(entry.1, now);
-            entry.1 = now;
+        if now > entry.sent {
+            let logged = entry.logged.max(now.saturating_add(entry.shifted));
+            b.state.limiter.restamp(entry.logged, logged);
+            entry.logged = logged;
+            entry.sent = now;
             self.changed_budgets.insert(budget_name);
         }
     }
@@ -1239,9 +1304,7 @@ impl Engine {
                             .observe_rate_limited(started, signal.retry_after_ms, now);
                     if own_timing {
                         b.round_trips.widen();
-                        if let Some(m) = b.round_trips.margin_update(b.state.limiter.margin()) {
-                            b.state.limiter.set_margin(m);
-                        }
+                        b.follow_round_trips();
                     }
                     let wait = signal
                         .retry_after_ms
@@ -1337,8 +1400,9 @@ impl Engine {
         }
         let budget_name = job.budget.clone();
         let b = self.budgets.get_mut(&budget_name)?;
-        let at = b.in_flight.iter().position(|(j, _)| j == id)?;
-        let (_, started) = b.in_flight.swap_remove(at);
+        let at = b.in_flight.iter().position(|a| a.job == id)?;
+        let attempt = b.in_flight.swap_remove(at);
+        let sent = attempt.sent;
         // A request that took longer than the fastest may have spent the extra time on its way
         // to the server (a busy network process, a connection to open): it is counted where it
         // may have arrived, its answer time less the fastest trip (see `round_trips` for why
@@ -1347,21 +1411,29 @@ impl Engine {
         // the way there: in the browser, such a first request arrived 25 ms after its start
         // while the next ones took 3, and with nothing moved the first second held 11 arrivals
         // on a limit of 10.
+        let (mut logged, mut shifted) = (attempt.logged, attempt.shifted);
         let latest = if answered {
-            b.round_trips.record(now.saturating_sub(started));
-            if let Some(margin) = b.round_trips.margin_update(b.state.limiter.margin()) {
-                b.state.limiter.set_margin(margin);
+            b.round_trips.record(now.saturating_sub(sent));
+            let before = b.state.limiter.margin();
+            if b.follow_round_trips() {
+                // This attempt is out of the list the narrowing moved: it moves by as much.
+                let moved = before.saturating_sub(b.state.limiter.margin());
+                logged = logged.saturating_add(moved);
+                shifted = shifted.saturating_add(moved);
                 self.changed_budgets.insert(budget_name.clone());
             }
-            b.round_trips.arrived_by(started, now)
+            b.round_trips.arrived_by(sent, now)
         } else {
             now
         };
-        if b.state.limiter.reached_server_by(started, latest) {
+        // In the log's frame.
+        let latest = latest.saturating_add(shifted);
+        if b.state.limiter.reached_server_by(logged, latest).is_some() {
             self.changed_budgets.insert(budget_name.clone());
         }
+        let started = logged;
         let arrived_by = latest;
-        let sample = now.saturating_sub(started) as f64;
+        let sample = now.saturating_sub(sent) as f64;
         b.latency_ms = Some(match b.latency_ms {
             Some(avg) => avg * 0.8 + sample * 0.2,
             None => sample,

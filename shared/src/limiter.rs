@@ -350,15 +350,20 @@ impl Limiter {
     /// ones not moved pay that for at most one window). Each change rebuilds the meters and
     /// respaces the pacing grid: callers change it only when it moved by enough to matter (see
     /// `round_trips::RoundTrips::margin_update`).
-    pub fn set_margin(&mut self, ms: DurationMs) {
+    ///
+    /// Returns how far the logged starts moved: a caller that names starts by their logged
+    /// instant ([`Limiter::restamp`], [`Limiter::reached_server_by`]) moves its own records
+    /// of the starts in flight by as much.
+    #[must_use]
+    pub fn set_margin(&mut self, ms: DurationMs) -> DurationMs {
         let ms = ms.min(MAX_LENGTH_MS / 2);
         if ms == self.margin {
-            return;
+            return 0;
         }
-        if ms < self.margin {
-            let d = self.margin - ms;
+        let moved = self.margin.saturating_sub(ms);
+        if moved > 0 {
             for s in self.starts.iter_mut() {
-                *s = s.saturating_add(d);
+                *s = s.saturating_add(moved);
             }
         }
         self.margin = ms;
@@ -369,6 +374,7 @@ impl Limiter {
         if self.pace.is_some() {
             self.set_pacing(true);
         }
+        moved
     }
 
     pub fn margin(&self) -> DurationMs {
@@ -475,9 +481,9 @@ impl Limiter {
     /// windows' stretch (the margin, and the target utilization's) absorbs arrivals that trail
     /// their start by up to that much; a start that may have trailed by more moves later in
     /// the log, to `latest` less the stretch, so that every window counts it where the server
-    /// may have. Returns whether it moved. The pacing grid is
-    /// left alone: nothing is sent later for it.
-    pub fn reached_server_by(&mut self, recorded: Millis, latest: Millis) -> bool {
+    /// may have. Returns where it now sits, if it moved. The pacing grid is left alone:
+    /// nothing is sent later for it.
+    pub fn reached_server_by(&mut self, recorded: Millis, latest: Millis) -> Option<Millis> {
         let margin = self
             .meters
             .iter()
@@ -486,7 +492,7 @@ impl Limiter {
             .min()
             .unwrap_or(0);
         let to = latest.saturating_sub(margin);
-        to > recorded && self.move_start(recorded, to)
+        (to > recorded && self.move_start(recorded, to)).then_some(to)
     }
 
     /// Moves one logged start from `from` to the later `to`, keeping the log in order.

@@ -22,12 +22,18 @@
 //! fastest is counted `j` ms later (plus the slack), so a window of `W` ms loses about `j / W`
 //! of its starts when the one-way delay spreads over `j`, whatever the window's length.
 //!
+//! Until [`TRUSTED_AFTER`] trips are measured the fastest says too little about `f0 + b0`: an
+//! answered request then counts where it was answered, as if its whole trip was the way there.
+//!
 //! A request still under way has no answer to bound its arrival: it may yet arrive as late as
 //! the forward spread allows. [`RoundTrips::margin`] is what each window is stretched by to
 //! cover that: half the spread of recent round trips (the forward half of it when the two ways
 //! vary alike) plus the slack. It matters only while the start a window counts back to is
 //! still in flight (round trips near the window's length); every answered start is placed by
-//! its own answer.
+//! its own answer. A request in flight for twice the slowest recent trip
+//! ([`RoundTrips::overdue_after`]: a lost answer, a stalled connection) is counted as arriving
+//! at every moment until it is answered, which is what keeps a window that reaches back to it
+//! true.
 //!
 //! All of it widens at once when the network turns jittery (the spread is over the last
 //! [`SAMPLES`] trips) and shrinks back as the slow trips leave that window.
@@ -41,7 +47,10 @@ use crate::time::{DurationMs, Millis};
 pub const SAMPLES: usize = 64;
 
 /// Below this many samples the minimum is no bound to trust: see [`RoundTrips::arrived_by`].
-const TRUSTED_AFTER: usize = 8;
+/// With delays spread evenly over `j` each way, the fastest of `n` trips lies more than
+/// `0.9 j` (the slack below until [`SAMPLES`] trips) above the path's fixed part with
+/// probability `0.6^n`: less than 1 in 10^7 after 32 trips.
+const TRUSTED_AFTER: usize = SAMPLES / 2;
 
 /// The recent round trips of one budget's requests. In memory only: a restarted worker starts
 /// from the limiter's saved margin and measures afresh.
@@ -53,10 +62,32 @@ pub struct RoundTrips {
     widened: DurationMs,
     /// Trips recorded since `widened` last halved.
     since_halved: usize,
+    /// The fastest trip over a longer memory than `samples`: see [`FLOOR_MEMORY`].
+    floor: Option<DurationMs>,
+    /// Trips recorded since `floor` was last renewed.
+    since_floor: usize,
 }
+
+/// Trips after which the floor is close enough to the path's fixed part for the narrower
+/// slack (see [`RoundTrips::estimate_slack`]).
+const SETTLED_AFTER: usize = 256;
+
+/// Trips the fastest one is remembered for. The fixed part of a path seldom changes, and the
+/// fastest of a few dozen jittery trips can sit well above it (with one-way delays spread
+/// evenly over `j`, the fastest of 64 trips lies more than `j / 5` above the floor about one
+/// time in four), which would place answered requests too early. A path that became slower
+/// only makes the old floor careful until it is renewed.
+pub const FLOOR_MEMORY: usize = 1_024;
 
 impl RoundTrips {
     pub fn record(&mut self, round_trip: DurationMs) {
+        self.since_floor += 1;
+        if self.since_floor >= FLOOR_MEMORY {
+            // Renewed from the recent trips alone, so a path that got slower is followed.
+            self.since_floor = 0;
+            self.floor = self.samples.iter().copied().min();
+        }
+        self.floor = Some(self.floor.map_or(round_trip, |f| f.min(round_trip)));
         self.since_halved += 1;
         if self.since_halved >= SAMPLES {
             self.since_halved = 0;
@@ -77,7 +108,7 @@ impl RoundTrips {
     }
 
     fn fastest(&self) -> Option<DurationMs> {
-        self.samples.iter().copied().min()
+        self.floor
     }
 
     /// The 90th percentile less the fastest: how much trips vary, both ways together. A
@@ -89,13 +120,29 @@ impl RoundTrips {
         let mut sorted: Vec<DurationMs> = self.samples.iter().copied().collect();
         sorted.sort_unstable();
         let p90 = sorted[(sorted.len() * 9 / 10).min(sorted.len() - 1)];
-        Some(p90 - sorted[0])
+        Some(p90.saturating_sub(self.floor.unwrap_or(sorted[0])))
     }
 
-    /// How far the fastest measured trip may still lie above the path's true fixed part: the
-    /// minimum of a few dozen samples sits a fraction of the spread above it.
+    /// How far the fastest measured trip may still lie above the path's true fixed part. With
+    /// delays spread evenly over `j` each way (round trips over `2j`, a spread of about
+    /// `1.8 j`), the fastest of `n` trips lies about `j * sqrt(2 / n)` above it: `0.2 j` after
+    /// 50 trips, `0.09 j` after 256. So half the spread until [`SAMPLES`] trips were measured
+    /// since the floor was renewed, a quarter until [`SETTLED_AFTER`], an eighth after.
     pub fn estimate_slack(&self) -> DurationMs {
-        1 + self.spread().unwrap_or(0) / 8
+        let spread = self.spread().unwrap_or(0);
+        let trips = self.since_floor_renewed();
+        1 + if trips < SAMPLES {
+            spread / 2
+        } else if trips < SETTLED_AFTER {
+            spread / 4
+        } else {
+            spread / 8
+        }
+    }
+
+    /// Trips the floor was taken over.
+    fn since_floor_renewed(&self) -> usize {
+        self.since_floor.max(self.samples.len())
     }
 
     /// The latest instant a request started at `started` and answered at `answered` (this
@@ -103,18 +150,29 @@ impl RoundTrips {
     /// compared without its own forward delay (see the module docs).
     ///
     /// Before [`TRUSTED_AFTER`] trips the fastest one says little about the fixed part of the
-    /// path (the first request of a connection spends its handshake on the way there): only
-    /// half of the fastest trip is taken to have been the way back.
+    /// path (on a jittery one it can lie tens of milliseconds above it, and the first request
+    /// of a connection spends its handshake on the way there): until then the whole trip may
+    /// have been the way there, and a request counts where it was answered.
     pub fn arrived_by(&self, started: Millis, answered: Millis) -> Millis {
-        let Some(fastest) = self.fastest() else {
-            return answered;
+        let Some(fastest) = self
+            .fastest()
+            .filter(|_| self.samples.len() >= TRUSTED_AFTER)
+        else {
+            return answered.max(started);
         };
-        let back = if self.samples.len() < TRUSTED_AFTER {
-            fastest / 2
-        } else {
-            fastest.saturating_sub(self.estimate_slack())
-        };
+        let back = fastest.saturating_sub(self.estimate_slack());
         answered.saturating_sub(back).max(started)
+    }
+
+    /// How long a request may be in flight before it is overdue: hung rather than slow, twice
+    /// the slowest recent trip (a lost answer, a stalled connection). Until then the margin
+    /// covers it (see the module docs).
+    pub fn overdue_after(&self) -> Option<DurationMs> {
+        self.samples
+            .iter()
+            .copied()
+            .max()
+            .map(|m| m.saturating_mul(2))
     }
 
     /// What each window should be stretched by for the requests still under way (see the
@@ -155,16 +213,16 @@ mod tests {
 
     #[test]
     fn no_margin_before_enough_trips() {
-        let r = with(&[30, 31, 32]);
+        let r = with(&[30; TRUSTED_AFTER - 1]);
         assert_eq!(r.margin(), None);
-        // Half the fastest trip is taken as the way back.
-        assert_eq!(r.arrived_by(1_000, 1_032), 1_017);
+        // The whole trip may have been the way there.
+        assert_eq!(r.arrived_by(1_000, 1_032), 1_032);
         assert_eq!(RoundTrips::default().arrived_by(1_000, 1_040), 1_040);
     }
 
     #[test]
     fn a_calm_network_needs_a_millisecond_or_two() {
-        let r = with(&[30; 20]);
+        let r = with(&[30; SAMPLES]);
         assert_eq!(r.spread(), Some(0));
         assert_eq!(r.margin(), Some(1));
         // A trip as fast as the fastest arrived by its start (plus the slack).
@@ -176,21 +234,23 @@ mod tests {
         let jittery: Vec<DurationMs> = (0..64).map(|i| 30 + (i * 37 % 41)).collect();
         let mut r = with(&jittery);
         let wide = r.margin().unwrap();
-        assert!((18..=30).contains(&wide), "{wide}");
+        // Half the 36 ms spread, plus a quarter of it while the floor is young.
+        assert!((25..=35).contains(&wide), "{wide}");
         for _ in 0..SAMPLES {
             r.record(31);
         }
-        assert_eq!(r.margin(), Some(1));
+        // The floor of 30 is remembered longer than the spread: 1 ms of spread is left.
+        assert_eq!(r.margin(), Some(2));
     }
 
     #[test]
     fn the_margin_widens_at_once_and_narrows_by_quarters() {
-        let r = with(&[30; 20]);
+        let r = with(&[30; SAMPLES]);
         assert_eq!(r.margin_update(0), Some(1));
         assert_eq!(r.margin_update(1), None);
         // From 20 ms: 1 ms is more than a quarter less.
         assert_eq!(r.margin_update(20), Some(1));
-        let mut r = with(&[30; 20]);
+        let mut r = with(&[30; SAMPLES]);
         for i in 0..20 {
             r.record(30 + i);
         }
@@ -200,10 +260,42 @@ mod tests {
     }
 
     #[test]
+    fn the_floor_outlives_the_samples_and_is_renewed() {
+        let mut r = with(&[20]);
+        for _ in 0..SAMPLES * 2 {
+            r.record(40);
+        }
+        // Still the 20 ms trip: the path's fixed part seldom changes. The spread is 20 ms, the
+        // slack a quarter of it while the floor is young.
+        assert_eq!(r.arrived_by(1_000, 1_040), 1_026);
+        for _ in 0..SETTLED_AFTER {
+            r.record(40);
+        }
+        // Settled: an eighth.
+        assert_eq!(r.arrived_by(1_000, 1_040), 1_023);
+        for _ in 0..FLOOR_MEMORY {
+            r.record(40);
+        }
+        // Renewed from the recent trips: the path got slower.
+        assert_eq!(r.arrived_by(1_000, 1_040), 1_001);
+    }
+
+    #[test]
     fn a_slow_answer_counts_its_request_late() {
-        let mut r = with(&[30; 20]);
+        let mut r = with(&[30; SAMPLES]);
         r.record(90);
         // 60 ms slower than the fastest: it may have spent them on the way there.
         assert_eq!(r.arrived_by(1_000, 1_090), 1_061);
+    }
+
+    #[test]
+    fn a_429_of_our_own_widens_the_margin_for_a_while() {
+        let mut r = with(&[30; SAMPLES]);
+        r.widen();
+        assert_eq!(r.margin(), Some(3));
+        for _ in 0..SAMPLES {
+            r.record(30);
+        }
+        assert_eq!(r.margin(), Some(2));
     }
 }
