@@ -50,7 +50,7 @@ pub const SAMPLES: usize = 64;
 /// With delays spread evenly over `j` each way, the fastest of `n` trips lies more than
 /// `0.9 j` (the slack below until [`SAMPLES`] trips) above the path's fixed part with
 /// probability `0.6^n`: less than 1 in 10^7 after 32 trips.
-const TRUSTED_AFTER: usize = SAMPLES / 2;
+pub const TRUSTED_AFTER: usize = SAMPLES / 2;
 
 /// The recent round trips of one budget's requests. In memory only: a restarted worker starts
 /// from the limiter's saved margin and measures afresh.
