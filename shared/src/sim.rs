@@ -360,8 +360,10 @@ pub fn run(scenario: &Scenario) -> Report {
             }
             Event::OtherCaller => {
                 server_log.push_back(now);
-                let gap = (1000.0 / server.other_callers_per_s).max(1.0) as u64;
-                let jitter = rng.below_or_equal(gap / 2);
+                // Uniform over [gap/2, 3 gap/2]: `other_callers_per_s` on average (a spread
+                // of [gap/2, gap] would run a third faster than asked).
+                let gap = (1000.0 / server.other_callers_per_s).max(2.0) as u64;
+                let jitter = rng.below_or_equal(gap);
                 push(
                     &mut events,
                     &mut payloads,
