@@ -157,6 +157,7 @@ pub fn protocol_code(e: &ProtocolError) -> &'static str {
         ProtocolError::InvalidRequest { .. } => "invalid-request",
         ProtocolError::UnknownBudget { .. } => "unknown-budget",
         ProtocolError::NoBudgetForUrl { .. } => "no-budget-for-url",
+        ProtocolError::UrlNotAllowed { .. } => "url-not-allowed",
         ProtocolError::InvalidConfig { .. } => "invalid-config",
         ProtocolError::NotFound { .. } => "not-found",
         ProtocolError::IllegalTransition { .. } => "illegal-transition",

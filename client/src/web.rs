@@ -154,6 +154,8 @@ export interface EngineConfig {
   aging?: { bulkMs?: number; backgroundMs?: number };
   retentionMs?: number;
   maxBodyBytes?: number;
+  /** Where jobs may go; read from the worker script only (a page's is ignored). */
+  allow?: string[];
 }
 /** What subscribers receive: every job-state and status broadcast of the worker. */
 export type WorkerBroadcast =

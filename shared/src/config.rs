@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 use std::fmt;
 
 use crate::job::Lane;
+use crate::scope::{Scope, Target};
 use crate::time::DurationMs;
 
 /// "At most `limit` starts in any `length_ms` window."
@@ -155,6 +156,10 @@ pub struct EngineConfig {
     pub retention_ms: DurationMs,
     /// Largest request body accepted, in bytes.
     pub max_body_bytes: usize,
+    /// Where jobs may ever be sent: origins, or origins with a path prefix (see `scope`).
+    /// Only the worker script's configuration sets it (the worker pins a page's to the
+    /// script's); empty means the script's budgets' `matchPrefixes`.
+    pub allow: Vec<String>,
 }
 
 impl Default for EngineConfig {
@@ -165,6 +170,7 @@ impl Default for EngineConfig {
             aging: AgingConfig::default(),
             retention_ms: 3_600_000,
             max_body_bytes: 1 << 20,
+            allow: vec![],
         }
     }
 }
@@ -214,6 +220,7 @@ crate::json_struct!(EngineConfig [default] {
     aging: "aging",
     retention_ms: "retentionMs",
     max_body_bytes: "maxBodyBytes",
+    allow: "allow",
 });
 
 /// A configuration that cannot work, with what to change.
@@ -279,23 +286,73 @@ impl EngineConfig {
         if self.retry.max_attempts == 0 {
             return Err(ConfigError("retry.maxAttempts must be at least 1".into()));
         }
+        let allowed = self.allowed_scopes()?;
+        for b in &self.budgets {
+            for prefix in &b.match_prefixes {
+                let scope = Scope::parse(prefix)
+                    .map_err(|e| ConfigError(format!("budget '{}': matchPrefixes: {e}", b.name)))?;
+                if !allowed.iter().any(|a| a.contains(&scope)) {
+                    return Err(ConfigError(format!(
+                        "budget '{}': '{prefix}' is outside what the worker script allows \
+                         ({}); a page can add budgets only inside it",
+                        b.name,
+                        self.allowed_list()
+                    )));
+                }
+            }
+        }
         Ok(())
     }
 
-    /// The budget a URL falls under: the longest matching prefix wins.
-    pub fn budget_for_url(&self, url: &str) -> Option<&BudgetConfig> {
-        self.budgets
-            .iter()
-            .filter_map(|b| {
-                b.match_prefixes
-                    .iter()
-                    .filter(|p| url.starts_with(p.as_str()))
-                    .map(|p| p.len())
-                    .max()
-                    .map(|len| (len, b))
-            })
-            .max_by_key(|(len, _)| *len)
-            .map(|(_, b)| b)
+    /// What `allow` stands for: itself, or the budgets' prefixes when it is empty.
+    pub fn effective_allow(&self) -> Vec<String> {
+        if !self.allow.is_empty() {
+            return self.allow.clone();
+        }
+        let mut all = Vec::new();
+        for b in &self.budgets {
+            for p in &b.match_prefixes {
+                if !all.contains(p) {
+                    all.push(p.clone());
+                }
+            }
+        }
+        all
+    }
+
+    /// The allowed scopes, each parsed; an entry that is no scope is a configuration error.
+    pub fn allowed_scopes(&self) -> Result<Vec<Scope>, ConfigError> {
+        let mut scopes = Vec::new();
+        for entry in self.effective_allow() {
+            scopes.push(Scope::parse(&entry).map_err(|e| ConfigError(format!("allow: {e}")))?);
+        }
+        Ok(scopes)
+    }
+
+    /// The allowed scopes as one line, for error messages.
+    pub fn allowed_list(&self) -> String {
+        let list = self.effective_allow();
+        if list.is_empty() {
+            "nothing is allowed: the worker script names no budget prefixes and no allow list"
+                .into()
+        } else {
+            list.join(", ")
+        }
+    }
+
+    /// The budget a URL falls under: the most specific matching prefix wins (prefixes are
+    /// matched by origin and path segments, see `scope`).
+    pub fn budget_for_url(&self, url: &Target) -> Option<&BudgetConfig> {
+        let mut best: Option<(usize, &BudgetConfig)> = None;
+        for b in &self.budgets {
+            for p in &b.match_prefixes {
+                let Ok(scope) = Scope::parse(p) else { continue };
+                if scope.covers(url) && best.is_none_or(|(s, _)| scope.specificity() > s) {
+                    best = Some((scope.specificity(), b));
+                }
+            }
+        }
+        best.map(|(_, b)| b)
     }
 }
 

@@ -35,6 +35,7 @@ use crate::protocol::ProtocolError;
 use crate::random::Rng;
 use crate::retry::{backoff, classify, default_pause, Verdict};
 use crate::round_trips::RoundTrips;
+use crate::scope::Target;
 use crate::status::{
     capacity_warning, percentile, BudgetStatus, GroupStatus, LaneStatus, StateCounts, Status,
 };
@@ -770,9 +771,27 @@ impl Engine {
                 });
             }
         }
+        // Where the job may go is checked first, and for every job: naming a budget never
+        // takes a job past what the worker script allows.
+        let target = Target::parse(&spec.url).map_err(|e| ProtocolError::InvalidUrl {
+            url: spec.url.chars().take(200).collect(),
+            message: e.0,
+        })?;
+        let allowed = self
+            .config
+            .allowed_scopes()
+            .map_err(|e| ProtocolError::InvalidConfig {
+                message: e.to_string(),
+            })?;
+        if !allowed.is_empty() && !allowed.iter().any(|s| s.covers(&target)) {
+            return Err(ProtocolError::UrlNotAllowed {
+                url: spec.url.chars().take(200).collect(),
+                allowed: self.config.allowed_list(),
+            });
+        }
         let budget = if spec.budget.is_empty() {
             self.config
-                .budget_for_url(&spec.url)
+                .budget_for_url(&target)
                 .map(|b| b.name.clone())
                 .ok_or_else(|| ProtocolError::NoBudgetForUrl {
                     url: spec.url.clone(),

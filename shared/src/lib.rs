@@ -13,6 +13,7 @@ pub mod json;
 pub mod limiter;
 pub mod preflight;
 pub mod random;
+pub mod scope;
 pub mod time;
 
 pub use config::{Algorithm, BudgetConfig, EngineConfig, Window};

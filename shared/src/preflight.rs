@@ -21,8 +21,6 @@
 //!   `countPreflights`), the engine counts each preflight the browser will send as one more
 //!   start, at the instant of the request that causes it (it arrives just before it).
 
-use rustc_hash::FxHashMap;
-
 use crate::time::{DurationMs, Millis};
 
 /// How long the browser keeps a preflight's answer when the API sends no
@@ -110,15 +108,19 @@ fn is_safelisted_header(name: &str, value: &str) -> bool {
 /// The preflights this budget's requests caused and when, as the browser's preflight cache
 /// holds them. Kept in memory only: after a restart the browser may still hold entries this
 /// has forgotten, so the engine counts a preflight the browser does not send, the careful side.
+///
+/// A list, not a hash map: it holds the URLs of one preflight max age (a few hundred at most
+/// for a bulk job of one URL per record at 100 per second and 5 s), and a map of its own key
+/// and value types is several kilobytes of the worker's wasm.
 #[derive(Clone, Debug, Default)]
 pub struct Preflights {
-    /// URL (without its fragment) to the instant its last preflight went out.
-    sent_at: FxHashMap<String, Millis>,
+    /// URL (without its fragment) and the instant its last preflight went out.
+    sent_at: Vec<(String, Millis)>,
 }
 
 /// Entries kept before the expired ones are swept: a bulk job over thousands of record URLs
 /// would otherwise keep one per record for the worker's life.
-const SWEEP_ABOVE: usize = 4_096;
+const SWEEP_ABOVE: usize = 1_024;
 
 impl Preflights {
     /// Called for each start of a request that [`needs_preflight`]: whether the browser sends
@@ -126,18 +128,18 @@ impl Preflights {
     /// stepped back counts as expired, the careful side.
     pub fn on_start(&mut self, url: &str, now: Millis, max_age_ms: DurationMs) -> bool {
         let url = url.split('#').next().unwrap_or(url);
-        let cached = self
-            .sent_at
-            .get(url)
-            .is_some_and(|&at| now >= at && now - at < max_age_ms);
-        if cached {
-            return false;
+        let fresh = |at: Millis| now >= at && now - at < max_age_ms;
+        if let Some(entry) = self.sent_at.iter_mut().find(|(u, _)| u == url) {
+            if fresh(entry.1) {
+                return false;
+            }
+            entry.1 = now;
+            return true;
         }
         if self.sent_at.len() >= SWEEP_ABOVE {
-            self.sent_at
-                .retain(|_, at| now >= *at && now - *at < max_age_ms);
+            self.sent_at.retain(|(_, at)| fresh(*at));
         }
-        self.sent_at.insert(url.to_owned(), now);
+        self.sent_at.push((url.to_owned(), now));
         true
     }
 }

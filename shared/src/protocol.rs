@@ -223,6 +223,11 @@ pub enum ProtocolError {
     NoBudgetForUrl {
         url: String,
     },
+    /// The URL lies outside what the worker script allows jobs to be sent to.
+    UrlNotAllowed {
+        url: String,
+        allowed: String,
+    },
     InvalidConfig {
         message: String,
     },
@@ -290,6 +295,12 @@ impl fmt::Display for ProtocolError {
             ProtocolError::NoBudgetForUrl { url } => write!(
                 f,
                 "no budget covers '{url}': name a budget or add a matching prefix to one"
+            ),
+            ProtocolError::UrlNotAllowed { url, allowed } => write!(
+                f,
+                "'{url}' is outside what the worker script allows jobs to go to ({allowed}); \
+                 add its origin to the script's configuration (allow, or a budget's \
+                 matchPrefixes)"
             ),
             ProtocolError::InvalidConfig { message } => write!(f, "{message}"),
             ProtocolError::NotFound { id } => write!(f, "no job or group '{id}'"),
@@ -533,6 +544,11 @@ impl crate::json::ToJson for ProtocolError {
                 tag(out, "no-budget-for-url");
                 write_field(out, "url", url);
             }
+            ProtocolError::UrlNotAllowed { url, allowed } => {
+                tag(out, "url-not-allowed");
+                write_field(out, "url", url);
+                write_field(out, "allowed", allowed);
+            }
             ProtocolError::InvalidConfig { message } => {
                 tag(out, "invalid-config");
                 write_field(out, "message", message);
@@ -681,6 +697,10 @@ mod tests {
                 known: vec!["x".into()],
             },
             ProtocolError::NoBudgetForUrl { url: "u".into() },
+            ProtocolError::UrlNotAllowed {
+                url: "u".into(),
+                allowed: "a".into(),
+            },
             ProtocolError::InvalidConfig {
                 message: "m".into(),
             },

@@ -117,10 +117,12 @@ impl RoundTrips {
         if self.samples.len() < TRUSTED_AFTER {
             return None;
         }
-        let mut sorted: Vec<DurationMs> = self.samples.iter().copied().collect();
-        sorted.sort_unstable();
-        let p90 = sorted[(sorted.len() * 9 / 10).min(sorted.len() - 1)];
-        Some(p90.saturating_sub(self.floor.unwrap_or(sorted[0])))
+        // The worker's one sort (see `job::sorted_order`): each sort call site is kilobytes of
+        // wasm.
+        let order = crate::job::sorted_order(self.samples.iter().copied());
+        let at = |rank: usize| order.get(rank).map_or(0, |&i| self.samples[i]);
+        let p90 = at((order.len() * 9 / 10).min(order.len() - 1));
+        Some(p90.saturating_sub(self.floor.unwrap_or(at(0))))
     }
 
     /// How far the fastest measured trip may still lie above the path's true fixed part. With

@@ -191,3 +191,33 @@ proptest! {
         }
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+
+    /// Job URLs and scopes come from pages and configurations: no text makes the parser
+    /// panic, and a scope never covers a URL on another origin or outside its path segments.
+    #[test]
+    fn url_scopes_parse_any_text_and_match_only_within_their_origin_and_path(
+        text in ".{0,80}",
+        scope in "https?://[a-c.]{1,6}(:[0-9]{1,5})?(/[a-c.]{0,3}){0,3}/?",
+        url in "https?://[a-c.]{1,6}(:[0-9]{1,5})?(/[a-c.]{0,3}){0,3}/?([?#][a-c]{0,3})?",
+    ) {
+        use sluice_shared::scope::{Scope, Target};
+        let _ = Target::parse(&text);
+        let _ = Scope::parse(&text);
+        if let (Ok(s), Ok(t)) = (Scope::parse(&scope), Target::parse(&url)) {
+            let scope_target = Target::parse(&scope).unwrap();
+            if s.covers(&t) {
+                prop_assert_eq!(scope_target.origin(), t.origin());
+                let p = scope_target.path.trim_end_matches('/');
+                prop_assert!(
+                    t.path == scope_target.path
+                        || t.path.starts_with(&format!("{p}/"))
+                        || p.is_empty(),
+                    "{} covers {}", scope, url
+                );
+            }
+        }
+    }
+}

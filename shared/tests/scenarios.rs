@@ -930,11 +930,11 @@ fn cancel_by_group_and_bad_input_errors() {
     assert!(err.contains("unknown budget 'nope'"), "{err}");
     let mut nobody = post(0);
     nobody.url = "https://elsewhere.example/".into();
-    assert!(e
-        .enqueue(nobody, 0)
-        .unwrap_err()
-        .to_string()
-        .contains("no budget covers"));
+    let err = e.enqueue(nobody, 0).unwrap_err().to_string();
+    assert!(
+        err.contains("outside what the worker script allows"),
+        "{err}"
+    );
     let mut many: Vec<_> = (0..3).map(post).collect();
     many[2].method = "BAD METHOD".into();
     let before = e.jobs().count();
@@ -1335,4 +1335,68 @@ fn counted_preflights_take_one_start_per_url_per_max_age() {
         .unwrap();
     }
     assert_eq!(drain(&mut e, 0).len(), 5);
+}
+
+/// The worker sends only where its script allows: naming a budget does not take a job
+/// elsewhere, a prefix is matched by host and path segment (never as raw text), and a
+/// configuration cannot put a budget outside the allowed origins.
+#[test]
+fn jobs_and_budgets_stay_inside_the_allowed_scopes() {
+    let mut e = engine_with(budget(10, 1_000, 4));
+    let code = |e: &mut Engine, budget: &str, url: &str| {
+        let spec = JobSpec {
+            budget: budget.into(),
+            ..spec(JobKind::Custom, "POST", url, Lane::Interactive)
+        };
+        e.enqueue(spec, 0).map(|_| ()).map_err(|err| {
+            let mut out = String::new();
+            sluice_shared::json::ToJson::write_json(&err, &mut out);
+            out
+        })
+    };
+    assert!(code(&mut e, "", "https://api.example/contacts").is_ok());
+    assert!(code(&mut e, "api", "https://api.example/contacts").is_ok());
+    for url in [
+        "https://elsewhere.example/",
+        "https://api.example.evil.example/",
+        "http://api.example/contacts",
+        "https://api.example:8443/contacts",
+    ] {
+        for budget in ["", "api"] {
+            let err = code(&mut e, budget, url).unwrap_err();
+            assert!(err.contains("url-not-allowed"), "{budget} {url}: {err}");
+        }
+    }
+    let err = code(&mut e, "api", "https://user@api.example/").unwrap_err();
+    assert!(err.contains("invalid-url"), "{err}");
+
+    // An allow list wider than the budgets: inside it but under no budget.
+    let mut wide = EngineConfig {
+        budgets: vec![budget(10, 1_000, 4)],
+        allow: vec![
+            "https://api.example".into(),
+            "https://other.example/v1".into(),
+        ],
+        ..EngineConfig::default()
+    };
+    let mut e = Engine::new(wide.clone(), Rng::seeded(1)).unwrap();
+    let err = code(&mut e, "", "https://other.example/v1/x").unwrap_err();
+    assert!(err.contains("no-budget-for-url"), "{err}");
+    assert!(code(&mut e, "api", "https://other.example/v1/x").is_ok());
+    let err = code(&mut e, "api", "https://other.example/v10").unwrap_err();
+    assert!(err.contains("url-not-allowed"), "{err}");
+
+    // A budget outside the allowed scopes is a configuration error, however it is spelled.
+    for prefix in [
+        "https://evil.example/",
+        "https://api.example.evil.example/",
+        "https://other.example/v10/",
+    ] {
+        wide.budgets[0].match_prefixes = vec![prefix.into()];
+        let err = e.configure(wide.clone(), 0).unwrap_err().to_string();
+        assert!(
+            err.contains("outside what the worker script allows"),
+            "{prefix}: {err}"
+        );
+    }
 }

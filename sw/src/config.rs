@@ -63,9 +63,21 @@ pub fn demo_budget() -> BudgetConfig {
 }
 
 impl ScriptConfig {
-    /// Reads the script's configuration from its JSON text (`JSON.stringify(SLUICE_CONFIG)`).
-    /// Absent (`undefined`/`null`/empty) means the demo default.
-    pub fn from_json(text: &str) -> Result<Self, String> {
+    /// Reads the script's configuration from its JSON text (`JSON.stringify(SLUICE_CONFIG)`),
+    /// with relative prefixes resolved against `origin` and the allow list written out (see
+    /// [`script_allow`]). Absent (`undefined`/`null`/empty) means the demo default.
+    pub fn from_json(text: &str, origin: &str) -> Result<Self, String> {
+        let mut config = Self::read(text)?;
+        resolve_engine_prefixes(&mut config.engine, origin);
+        config.engine.allow = script_allow(&config.engine, origin);
+        config
+            .engine
+            .validate()
+            .map_err(|e| format!("self.SLUICE_CONFIG: {e}"))?;
+        Ok(config)
+    }
+
+    fn read(text: &str) -> Result<Self, String> {
         let text = text.trim();
         if text.is_empty() || text == "null" || text == "undefined" {
             return Ok(Self::default());
@@ -85,12 +97,7 @@ impl ScriptConfig {
         };
         let engine = engine_config_from_value(&value)
             .map_err(|e| format!("self.SLUICE_CONFIG is not a valid configuration: {e}"))?;
-        let config = Self { engine, intercept };
-        config
-            .engine
-            .validate()
-            .map_err(|e| format!("self.SLUICE_CONFIG: {e}"))?;
-        Ok(config)
+        Ok(Self { engine, intercept })
     }
 }
 
@@ -116,7 +123,7 @@ impl Setup {
     pub fn new(script_json: Option<&str>, origin: &str) -> Self {
         let origin = origin.trim_end_matches('/').to_string();
         let mut warnings = Vec::new();
-        let script = match ScriptConfig::from_json(script_json.unwrap_or("")) {
+        let script = match ScriptConfig::from_json(script_json.unwrap_or(""), &origin) {
             Ok(c) => c,
             Err(e) => {
                 warnings.push(format!("{e}; no budget is configured until it is fixed"));
@@ -126,8 +133,7 @@ impl Setup {
                 }
             }
         };
-        let mut engine = script.engine;
-        resolve_engine_prefixes(&mut engine, &origin);
+        let engine = script.engine;
         let (routes, route_warnings) = Routes::new(&script.intercept, &origin);
         warnings.extend(route_warnings);
         Self {
@@ -155,13 +161,38 @@ pub fn engine_config_from_value(config: &Json) -> Result<EngineConfig, String> {
         .map_err(|e| sluice_shared::protocol::ProtocolError::Malformed { message: e.0 }.to_string())
 }
 
-/// Makes every `matchPrefixes` entry absolute against `origin` (`http://host:port`).
+/// Makes every `matchPrefixes` and `allow` entry absolute against `origin` (`http://host:port`).
 pub fn resolve_engine_prefixes(config: &mut EngineConfig, origin: &str) {
     for budget in &mut config.budgets {
         for prefix in &mut budget.match_prefixes {
             *prefix = resolve_prefix(prefix, origin);
         }
     }
+    // An entry naming another scheme stays as written, for validation to refuse.
+    for entry in &mut config.allow {
+        if !entry.contains("://") {
+            *entry = resolve_prefix(entry, origin);
+        }
+    }
+}
+
+/// Where the worker may ever send, from the script's (resolved) configuration: its `allow`,
+/// else its budgets' prefixes, else its own origin alone. Written out in full so that a
+/// page's configuration can be pinned to it ([`pin_allow`]).
+pub fn script_allow(script: &EngineConfig, origin: &str) -> Vec<String> {
+    let allow = script.effective_allow();
+    if allow.is_empty() {
+        vec![format!("{}/", origin.trim_end_matches('/'))]
+    } else {
+        allow
+    }
+}
+
+/// A page's configuration may tune limits and add budgets, never widen where the worker
+/// sends: whatever `allow` it carries is replaced by the script's. Its budgets must then lie
+/// inside (the engine's validation says which does not).
+pub fn pin_allow(config: &mut EngineConfig, script: &EngineConfig) {
+    config.allow = script.allow.clone();
 }
 
 /// `/api/` -> `http://host:port/api/`; absolute http(s) prefixes are kept as they are.
@@ -203,7 +234,15 @@ pub enum Source {
 /// saved one is stale (the script changed since) and should be deleted.
 pub fn choose(script: &EngineConfig, saved: Option<SavedConfig>) -> (EngineConfig, Source, bool) {
     match saved {
-        Some(s) if s.script_fingerprint == fingerprint(script) => (s.config, Source::Saved, false),
+        Some(s) if s.script_fingerprint == fingerprint(script) => {
+            let mut config = s.config;
+            pin_allow(&mut config, script);
+            if config.validate().is_err() {
+                // Saved before the allow list held it (or tampered with): the script's wins.
+                return (script.clone(), Source::Script, true);
+            }
+            (config, Source::Saved, false)
+        }
         Some(_) => (script.clone(), Source::Script, true),
         None => (script.clone(), Source::Script, false),
     }
@@ -237,9 +276,11 @@ mod tests {
                 "retentionMs": 60000,
                 "intercept": [{"method": "POST", "prefix": "/api/"}]
             }"#,
+            ORIGIN,
         )
         .unwrap();
         assert_eq!(c.engine.budgets.len(), 1);
+        assert_eq!(c.engine.allow, [format!("{ORIGIN}/api/")]);
         assert_eq!(c.engine.budgets[0].concurrency, 4);
         assert_eq!(c.engine.retention_ms, 60_000);
         assert_eq!(
@@ -252,7 +293,7 @@ mod tests {
     #[test]
     fn absent_script_config_is_the_demo() {
         for text in ["", "null", "undefined"] {
-            let c = ScriptConfig::from_json(text).unwrap();
+            let c = ScriptConfig::from_json(text, ORIGIN).unwrap();
             assert_eq!(c.engine.budgets[0].name, "demo");
             assert_eq!(c.engine.budgets[0].windows[0].limit, 10);
         }
@@ -260,10 +301,12 @@ mod tests {
 
     #[test]
     fn invalid_script_config_is_refused_with_a_reason() {
-        let e =
-            ScriptConfig::from_json(r#"{"budgets": [{"name": "x", "windows": []}]}"#).unwrap_err();
+        let e = ScriptConfig::from_json(r#"{"budgets": [{"name": "x", "windows": []}]}"#, ORIGIN)
+            .unwrap_err();
         assert!(e.contains("at least one window"), "{e}");
-        assert!(ScriptConfig::from_json("{").is_err());
+        assert!(ScriptConfig::from_json("{", ORIGIN).is_err());
+        let e = ScriptConfig::from_json(r#"{"allow": ["ftp://x/"]}"#, ORIGIN).unwrap_err();
+        assert!(e.contains("allow"), "{e}");
     }
 
     #[test]
@@ -339,7 +382,7 @@ mod tests {
 
     #[test]
     fn saved_config_wins_until_the_script_changes() {
-        let script = ScriptConfig::default().engine;
+        let script = ScriptConfig::from_json("", ORIGIN).unwrap().engine;
         let mut page = script.clone();
         page.retention_ms = 5;
         let saved = SavedConfig {
@@ -357,6 +400,29 @@ mod tests {
             (deployed.clone(), Source::Script, true)
         );
         assert_eq!(choose(&deployed, None), (deployed, Source::Script, false));
+    }
+
+    #[test]
+    fn a_page_never_widens_where_the_worker_sends() {
+        let script = ScriptConfig::from_json("", ORIGIN).unwrap().engine;
+        // A saved page configuration that allowed itself another origin, and a budget there.
+        let mut page = script.clone();
+        page.allow = vec!["https://evil.example/".into()];
+        let saved = SavedConfig {
+            config: page.clone(),
+            script_fingerprint: fingerprint(&script),
+        };
+        let (chosen, source, _) = choose(&script, Some(saved));
+        assert_eq!(
+            (chosen.allow.clone(), source),
+            (script.allow.clone(), Source::Saved)
+        );
+        page.budgets[0].match_prefixes = vec!["https://evil.example/".into()];
+        let saved = SavedConfig {
+            config: page,
+            script_fingerprint: fingerprint(&script),
+        };
+        assert_eq!(choose(&script, Some(saved)), (script, Source::Script, true));
     }
 
     #[test]

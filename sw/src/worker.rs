@@ -796,9 +796,8 @@ impl Worker {
         if url.trim().is_empty() {
             return Err(invalid("the URL is empty".into()));
         }
-        if is_absolute_http(url) {
-            return Ok(url.to_string());
-        }
+        // Absolute URLs too go through the browser's parser: the engine matches the allowed
+        // scopes against the normalised form (lower-case host, dot segments resolved).
         Url::new_with_base(url, &format!("{}/", self.setup.origin))
             .map(|u| u.href())
             .map_err(|e| invalid(describe(&e)))
@@ -979,6 +978,7 @@ impl Worker {
             }
             Request::Configure { mut config } => {
                 resolve_engine_prefixes(&mut config, &self.setup.origin);
+                config::pin_allow(&mut config, &self.setup.script);
                 self.engine
                     .borrow_mut()
                     .configure(config.clone(), now_ms())

@@ -49,6 +49,16 @@ e2e!(
                     body: 'y'.repeat(2 << 20) })),
                   badUrl: await grab(sluice.enqueue({ url: 'http://[::1' })),
                   noBudget: await grab(sluice.enqueue({ url: 'http://127.0.0.2:9/elsewhere', method: 'POST', body: 'x' })),
+                  // Naming a budget does not take a job outside what the script allows.
+                  namedElsewhere: await grab(sluice.enqueue({ budget: 'api',
+                    url: 'http://127.0.0.2:9/elsewhere', method: 'POST', body: 'x' })),
+                  // A page cannot add a budget for another origin, nor one whose prefix is
+                  // this host without its port (a raw string prefix of this origin).
+                  pageElsewhere: await grab(sluice.configure({ budgets: [{ name: 'evil',
+                    windows: [{ limit: 10, lengthMs: 1000 }],
+                    matchPrefixes: ['http://127.0.0.2:9/'] }] })),
+                  rawPrefix: await grab(sluice.configure({ budgets: [{ name: 'raw',
+                    windows: [{ limit: 10, lengthMs: 1000 }], matchPrefixes: ['http://127.0.0.1'] }] })),
                   unknownBudget: await grab(sluice.enqueue({ url: '/api/contacts', budget: 'nope', body: {} })),
                   oneBadOfMany: await grab(sluice.enqueueMany([
                     { url: '/api/contacts', kind: 'create', body: { name: 'fine' } },
@@ -90,8 +100,20 @@ e2e!(
         );
         assert_eq!(code("badUrl").as_deref(), Some("invalid-job"), "{r}");
         assert!(message("badUrl").contains("bad url"), "{r}");
-        assert_eq!(code("noBudget").as_deref(), Some("no-budget-for-url"), "{r}");
-        assert!(message("noBudget").contains("name a budget"), "{r}");
+        for k in ["noBudget", "namedElsewhere"] {
+            assert_eq!(code(k).as_deref(), Some("url-not-allowed"), "{k}: {r}");
+            assert!(
+                message(k).contains("outside what the worker script allows"),
+                "{k}: {r}"
+            );
+        }
+        for k in ["pageElsewhere", "rawPrefix"] {
+            assert_eq!(code(k).as_deref(), Some("invalid-config"), "{k}: {r}");
+            assert!(
+                message(k).contains("outside what the worker script allows"),
+                "{k}: {r}"
+            );
+        }
         assert_eq!(code("unknownBudget").as_deref(), Some("unknown-budget"), "{r}");
         assert!(message("unknownBudget").contains("api"), "{r}");
         assert!(message("oneBadOfMany").contains("job 2 of 2"), "{r}");

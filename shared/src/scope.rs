@@ -1,0 +1,258 @@
+//! Where the worker may send: URL scopes, matched by their parts, never as raw text.
+//!
+//! A service worker outlives the page that gave it a job, so the worker script (not a page)
+//! names the origins, and where wanted the path prefixes, that jobs may ever go to (the
+//! configuration's `allow`; without it, the script's own budgets' `matchPrefixes`). A budget's
+//! `matchPrefixes` are scopes too.
+//!
+//! Matching compares the scheme, the host and the port (a default port written out or left
+//! out is the same port), and then the path at a segment boundary: the scope
+//! `https://api.x.com/v1` covers `https://api.x.com/v1` and `https://api.x.com/v1/contacts`,
+//! but not `https://api.x.com/v10`, and `https://api.x.com` never covers
+//! `https://api.x.com.evil.example/` (a raw string prefix would). The worker hands the engine
+//! URLs as the browser normalised them (`new URL(..).href`: lower-case host, dot segments
+//! resolved); anything this parser is unsure of (user info, a backslash, a dot segment, a
+//! percent sign in the host) is refused rather than guessed at.
+
+use std::fmt;
+
+/// The parts of an absolute `http:` or `https:` URL that decide where it goes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Target {
+    /// `http` or `https`, lower case.
+    pub scheme: String,
+    /// Lower case; an IPv6 address keeps its brackets.
+    pub host: String,
+    /// Always explicit: 80 or 443 when the URL names none.
+    pub port: u16,
+    /// Starts with `/`; without the query and the fragment.
+    pub path: String,
+}
+
+/// Why a text is no URL the worker can send to.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ScopeError(pub String);
+
+impl fmt::Display for ScopeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl Target {
+    /// Parses an absolute http(s) URL. Never panics, whatever the text.
+    pub fn parse(url: &str) -> Result<Self, ScopeError> {
+        let bad = |why: &str| Err(ScopeError(format!("'{}' {why}", shorten(url))));
+        // Byte searches, not `str` patterns: each pattern type is its own searcher in the wasm.
+        let Some(sep) = url.as_bytes().windows(3).position(|w| w == b"://") else {
+            return bad("is not an absolute http:// or https:// URL");
+        };
+        let (scheme, rest) = (&url[..sep], &url[sep + 3..]);
+        let scheme = scheme.to_ascii_lowercase();
+        let default_port = match scheme.as_str() {
+            "http" => 80,
+            "https" => 443,
+            _ => return bad("is not an http:// or https:// URL"),
+        };
+        if url.contains('\\') || url.bytes().any(|b| b.is_ascii_control() || b == b' ') {
+            return bad("contains a backslash, a space or a control character");
+        }
+        let end = rest
+            .bytes()
+            .position(|b| matches!(b, b'/' | b'?' | b'#'))
+            .unwrap_or(rest.len());
+        let (authority, after) = rest.split_at(end);
+        if authority.contains('@') {
+            return bad("carries user info (name@host), which fetch refuses");
+        }
+        let (host, port) = match authority.rfind(':') {
+            // A colon inside brackets belongs to an IPv6 address.
+            Some(i) if !authority[i..].contains(']') => {
+                let digits = &authority[i + 1..];
+                let port = if digits.is_empty() {
+                    default_port
+                } else if digits.len() <= 5 && digits.bytes().all(|b| b.is_ascii_digit()) {
+                    let port = digits
+                        .bytes()
+                        .fold(0u32, |n, b| n * 10 + u32::from(b - b'0'));
+                    match u16::try_from(port) {
+                        Ok(p) => p,
+                        Err(_) => return bad("has a port above 65535"),
+                    }
+                } else {
+                    return bad("has a port that is not a number");
+                };
+                (&authority[..i], port)
+            }
+            _ => (authority, default_port),
+        };
+        if host.is_empty() {
+            return bad("names no host");
+        }
+        let host_ok = if let Some(inner) = host.strip_prefix('[') {
+            inner.strip_suffix(']').is_some_and(|a| {
+                !a.is_empty()
+                    && a.bytes()
+                        .all(|b| b.is_ascii_hexdigit() || b == b':' || b == b'.')
+            })
+        } else {
+            host.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.' || b == b'_')
+        };
+        if !host_ok {
+            return bad("has a host that is not a plain name or address");
+        }
+        let path_end = after
+            .bytes()
+            .position(|b| b == b'?' || b == b'#')
+            .unwrap_or(after.len());
+        let path = if after[..path_end].is_empty() {
+            "/"
+        } else {
+            &after[..path_end]
+        };
+        let dot_segment = path.split('/').any(|s| {
+            s == "."
+                || s == ".."
+                || s.eq_ignore_ascii_case("%2e")
+                || s.eq_ignore_ascii_case("%2e%2e")
+        });
+        if dot_segment {
+            return bad("has a '.' or '..' path segment");
+        }
+        Ok(Target {
+            scheme,
+            host: host.to_ascii_lowercase(),
+            port,
+            path: path.to_string(),
+        })
+    }
+
+    /// `scheme://host:port`, the port always written.
+    pub fn origin(&self) -> String {
+        format!("{}://{}:{}", self.scheme, self.host, self.port)
+    }
+}
+
+/// One scope: an origin, and a path prefix within it that ends at a segment boundary.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Scope(Target);
+
+impl Scope {
+    /// Parses a scope: an absolute http(s) URL with no query or fragment.
+    pub fn parse(text: &str) -> Result<Self, ScopeError> {
+        if text.bytes().any(|b| b == b'?' || b == b'#') {
+            return Err(ScopeError(format!(
+                "'{}' has a query or fragment; a scope is an origin and a path",
+                shorten(text)
+            )));
+        }
+        Target::parse(text).map(Scope)
+    }
+
+    /// Whether `target` lies inside this scope.
+    pub fn covers(&self, target: &Target) -> bool {
+        let s = &self.0;
+        s.scheme == target.scheme
+            && s.host == target.host
+            && s.port == target.port
+            && path_within(&s.path, &target.path)
+    }
+
+    /// Whether every URL `inner` covers, this one covers too.
+    pub fn contains(&self, inner: &Scope) -> bool {
+        self.covers(&inner.0)
+    }
+
+    /// How specific the scope is, for "the longest matching prefix wins".
+    pub fn specificity(&self) -> usize {
+        self.0.path.len()
+    }
+}
+
+/// `/v1` and `/v1/` both cover `/v1/x`; `/v1` covers `/v1` itself but not `/v10`.
+fn path_within(prefix: &str, path: &str) -> bool {
+    if prefix == "/" || prefix == path {
+        return true;
+    }
+    match path.strip_prefix(prefix) {
+        Some(rest) => prefix.ends_with('/') || rest.starts_with('/'),
+        None => false,
+    }
+}
+
+fn shorten(text: &str) -> String {
+    let mut s: String = text.chars().take(200).collect();
+    if s.len() < text.len() {
+        s.push('…');
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn covers(scope: &str, url: &str) -> bool {
+        Scope::parse(scope)
+            .unwrap()
+            .covers(&Target::parse(url).unwrap())
+    }
+
+    #[test]
+    fn a_host_is_matched_whole_not_as_a_prefix() {
+        assert!(covers("https://api.x.com", "https://api.x.com/contacts"));
+        assert!(!covers(
+            "https://api.x.com",
+            "https://api.x.com.evil.example/"
+        ));
+        assert!(!covers("http://127.0.0.1", "http://127.0.0.10/"));
+        assert!(!covers("http://127.0.0.1", "http://127.0.0.1:9/"));
+        assert!(covers("http://127.0.0.1:80/", "http://127.0.0.1/a"));
+        assert!(covers(
+            "HTTPS://API.X.com:443/v1",
+            "https://api.x.com/v1/a?q=1#f"
+        ));
+        assert!(!covers("https://api.x.com", "http://api.x.com/"));
+    }
+
+    #[test]
+    fn paths_match_at_a_segment_boundary() {
+        assert!(covers("https://a.b/v1", "https://a.b/v1"));
+        assert!(covers("https://a.b/v1", "https://a.b/v1/x"));
+        assert!(covers("https://a.b/v1/", "https://a.b/v1/x"));
+        assert!(!covers("https://a.b/v1", "https://a.b/v10"));
+        assert!(!covers("https://a.b/v1/", "https://a.b/v1"));
+        assert!(covers("https://a.b/", "https://a.b"));
+    }
+
+    #[test]
+    fn doubtful_urls_are_refused() {
+        for url in [
+            "ftp://a.b/",
+            "https://user@a.b/",
+            "https://a.b\\@evil/",
+            "https://a.b/x/../admin",
+            "https://a.b/%2e%2e/admin",
+            "https://a%2eb/",
+            "https://a.b:99999/",
+            "https://a.b:8x/",
+            "https:///x",
+            "https://[::1/",
+            "a.b/x",
+            "",
+        ] {
+            assert!(Target::parse(url).is_err(), "{url}");
+        }
+        assert!(Target::parse("http://[::1]:8080/x").is_ok());
+        assert!(Scope::parse("https://a.b/x?y").is_err());
+    }
+
+    #[test]
+    fn containment_follows_coverage() {
+        let outer = Scope::parse("https://a.b/api").unwrap();
+        assert!(outer.contains(&Scope::parse("https://a.b/api/v2/").unwrap()));
+        assert!(!outer.contains(&Scope::parse("https://a.b/apix").unwrap()));
+        assert!(!outer.contains(&Scope::parse("https://a.b.c/api").unwrap()));
+    }
+}
