@@ -8,7 +8,15 @@
 //!
 //! # Semantics
 //! - **Limit**: at most `limit` admitted arrivals in any half-open window `(t - window, t]`.
-//!   An arrival is stamped when the handler starts, before the simulated latency.
+//!   An arrival is stamped when it arrives: after the arrival hold below, before the answer's
+//!   latency. The limit check, the 429 decision, the rate-limit headers and the recorded
+//!   `atMs`/`atNs` (and so "most arrivals in any window") all use that instant.
+//! - **Arrival jitter** (`arrivalJitterMs`): each `/api/` request is held a uniform 0..=J ms
+//!   (from the seeded generator) after the server receives it and before it arrives, as if the
+//!   network had delayed the way there. Requests sent in order can therefore arrive reordered,
+//!   and are counted and applied in arrival order. A held request arrives, is counted and is
+//!   applied even if the client gives up meanwhile: the server saw it. With 0 (the default)
+//!   requests arrive the instant they are received, as before, and no random number is drawn.
 //! - **Rejected arrivals do not count** against the limit (unless `countRejected`), so a client
 //!   that retries too early is refused but not punished further. Real servers differ; this
 //!   choice makes "arrivals admitted per window" the one number a client can be judged on.
@@ -16,7 +24,7 @@
 //!   for it, decides; otherwise the limiter (429, not applied), then the fault roll (500/503,
 //!   counted, not applied), then the hang roll (applied, response held back for `hangMs`).
 //! - **Latency** (`latencyMs ± jitterMs`, uniform) delays every `/api/` response, 429s included,
-//!   as a network round trip would.
+//!   as a network round trip would. It starts at the arrival, so it comes on top of any hold.
 //! - **Headers** on every `/api/` response: `Date`, and per `headers` mode `X-RateLimit-Limit`,
 //!   `X-RateLimit-Remaining`, `X-RateLimit-Reset` and/or IETF `RateLimit-Policy` / `RateLimit`.
 //!   Reset is the delta in seconds (rounded up) until Remaining is back to Limit. A 429 carries
@@ -25,7 +33,7 @@
 //!   repeat with the same method and path is not applied again and gets the stored response
 //!   (a create's 201 becomes 200) with `Idempotent-Replayed: true`; the same key on a different
 //!   method or path gets 422. 429s, faults and 4xx answers are not stored, so they may be retried.
-//! - **CORS**: any origin; preflights are answered at once and never counted.
+//! - **CORS**: any origin; preflights are answered at once (never held) and never counted.
 //!
 //! # Resources
 //! `POST /api/contacts` creates (201 + `Location`), `GET /api/contacts` lists,
@@ -90,6 +98,9 @@ pub struct ApiConfig {
     pub latency_ms: u64,
     /// Latency varies uniformly within `latency_ms ± jitter_ms` (never below zero).
     pub jitter_ms: u64,
+    /// Each `/api/` request is held a uniform 0..=`arrival_jitter_ms` ms before it arrives (is
+    /// counted against the limit and applied), as a network delays the way there; 0 is off.
+    pub arrival_jitter_ms: u64,
     /// Share (0..=1) of admitted requests answered 500 or 503 without being applied.
     pub fault_rate: f64,
     /// Share (0..=1) of admitted requests that are applied but answered only after `hang_ms`.
@@ -99,7 +110,7 @@ pub struct ApiConfig {
     pub headers: HeaderMode,
     /// Whether rejected arrivals also enter the sliding window (a punitive server).
     pub count_rejected: bool,
-    /// Seed for latency jitter and fault rolls; `None` seeds from the clock.
+    /// Seed for arrival and latency jitter and fault rolls; `None` seeds from the clock.
     pub seed: Option<u64>,
 }
 
@@ -110,6 +121,7 @@ impl Default for ApiConfig {
             window_ms: 1000,
             latency_ms: 300,
             jitter_ms: 0,
+            arrival_jitter_ms: 0,
             fault_rate: 0.0,
             hang_rate: 0.0,
             hang_ms: 120_000,
@@ -151,6 +163,7 @@ pub struct ConfigPatch {
     pub window_ms: Option<u64>,
     pub latency_ms: Option<u64>,
     pub jitter_ms: Option<u64>,
+    pub arrival_jitter_ms: Option<u64>,
     pub fault_rate: Option<f64>,
     pub hang_rate: Option<f64>,
     pub hang_ms: Option<u64>,
@@ -170,6 +183,7 @@ impl ConfigPatch {
             window_ms,
             latency_ms,
             jitter_ms,
+            arrival_jitter_ms,
             fault_rate,
             hang_rate,
             hang_ms,
@@ -645,6 +659,13 @@ impl ApiHandle {
         }
     }
 
+    /// How long a request just received is held before it arrives (see the module docs).
+    fn arrival_hold(&self) -> Duration {
+        let mut inner = self.lock();
+        let jitter_ms = inner.config.arrival_jitter_ms;
+        inner.rng.arrival_hold(jitter_ms)
+    }
+
     /// Decides the answer to one arrival, records it, and carries it out, all under one lock so
     /// the arrival order, the limiter's log and the record agree.
     fn arrive(&self, req: ApiRequest) -> Reply {
@@ -1055,7 +1076,8 @@ fn retry_after(wait: Duration, form: RetryAfterForm) -> HeaderValue {
     }
 }
 
-/// Small seeded generator for jitter and fault rolls: reproducible with a seed, no dependency.
+/// Small seeded generator for arrival holds, jitter and fault rolls: reproducible with a seed,
+/// no dependency.
 struct SplitMix64(u64);
 
 impl SplitMix64 {
@@ -1084,6 +1106,14 @@ impl SplitMix64 {
     /// that leave them off.
     fn chance(&mut self, p: f64) -> bool {
         p > 0.0 && self.unit() < p
+    }
+
+    /// A uniform 0..=`jitter_ms` ms; draws only when `jitter_ms > 0`, like [`Self::chance`].
+    fn arrival_hold(&mut self, jitter_ms: u64) -> Duration {
+        if jitter_ms == 0 {
+            return Duration::ZERO;
+        }
+        Duration::from_millis(self.next_u64() % (jitter_ms + 1))
     }
 
     fn latency(&mut self, cfg: &ApiConfig) -> Duration {
@@ -1157,13 +1187,31 @@ async fn api_request(
         .get("idempotency-key")
         .and_then(|v| v.to_str().ok())
         .map(str::to_owned);
-    let reply = api.arrive(ApiRequest {
+    let req = ApiRequest {
         method,
         path: uri.path().to_owned(),
         query: uri.query().map(str::to_owned),
         idempotency_key,
         body,
-    });
+    };
+    let hold = api.arrival_hold();
+    let reply = if hold.is_zero() {
+        api.arrive(req)
+    } else {
+        // The held request travels in a task of its own: a client that gives up drops this
+        // handler, but a request already on its way still arrives, is counted and applied.
+        let held = api.clone();
+        let arrival = tokio::spawn(async move {
+            tokio::time::sleep(hold).await;
+            held.arrive(req)
+        });
+        match arrival.await {
+            Ok(reply) => reply,
+            Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+            // Only when the runtime shuts down: nobody is left to read this.
+            Err(_) => return StatusCode::SERVICE_UNAVAILABLE.into_response(),
+        }
+    };
     if !reply.delay.is_zero() {
         tokio::time::sleep(reply.delay).await;
     }

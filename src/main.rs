@@ -210,6 +210,11 @@ struct ApiArgs {
     /// Latency varies uniformly within latency ± jitter.
     #[arg(long, default_value_t = 0)]
     jitter_ms: u64,
+    /// Hold each API request a random 0..=N ms before it arrives (is counted against the limit
+    /// and applied), as a network delays the way there: requests sent in order may arrive
+    /// reordered. 0 is off.
+    #[arg(long, default_value_t = 0)]
+    arrival_jitter_ms: u64,
     /// Share (0..1) of admitted requests answered 500/503 without being applied.
     #[arg(long, default_value_t = 0.0)]
     fault_rate: f64,
@@ -225,7 +230,7 @@ struct ApiArgs {
     /// Count rejected arrivals against the limit too (a punitive server).
     #[arg(long)]
     count_rejected: bool,
-    /// Seed for jitter and fault rolls (random if absent).
+    /// Seed for arrival and answer jitter and fault rolls (random if absent).
     #[arg(long)]
     seed: Option<u64>,
 }
@@ -237,6 +242,7 @@ impl From<&ApiArgs> for ApiConfig {
             window_ms: a.window_ms,
             latency_ms: a.latency_ms,
             jitter_ms: a.jitter_ms,
+            arrival_jitter_ms: a.arrival_jitter_ms,
             fault_rate: a.fault_rate,
             hang_rate: a.hang_rate,
             hang_ms: a.hang_ms,
@@ -355,5 +361,29 @@ mod tests {
         };
         assert_eq!(args.api.retry_after_form, RetryAfterForm::Date);
         assert!(Cli::try_parse_from(["sluice", "--port", "1", "serve"]).is_err());
+    }
+
+    #[test]
+    fn arrival_jitter_flag_reaches_the_api_config() {
+        for argv in [
+            &["sluice", "--arrival-jitter-ms", "25"][..],
+            &["sluice", "serve", "--arrival-jitter-ms", "25"][..],
+        ] {
+            let cli = Cli::try_parse_from(argv).expect("parse");
+            let args = match cli.command {
+                Some(Command::Serve(args)) => args,
+                _ => cli.serve,
+            };
+            let config = ApiConfig::from(&args.api);
+            assert_eq!((config.arrival_jitter_ms, config.jitter_ms), (25, 0));
+        }
+        let bare = Cli::try_parse_from(["sluice"]).expect("parse");
+        assert_eq!(ApiConfig::from(&bare.serve.api).arrival_jitter_ms, 0);
+        let help = Cli::command()
+            .find_subcommand_mut("serve")
+            .expect("serve")
+            .render_long_help()
+            .to_string();
+        assert!(help.contains("--arrival-jitter-ms"), "{help}");
     }
 }

@@ -399,6 +399,265 @@ async fn latency_jitter_and_random_hangs() {
     assert_eq!(api.stats().hangs, 1);
 }
 
+/// The holds a fresh API seeded with `seed` gives its first `n` requests, when nothing else
+/// draws from its generator meanwhile (no answer jitter, faults or hangs).
+fn holds(seed: u64, jitter_ms: u64, n: usize) -> Vec<Duration> {
+    let mut rng = SplitMix64::new(Some(seed));
+    (0..n).map(|_| rng.arrival_hold(jitter_ms)).collect()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_request_is_counted_only_after_its_hold() {
+    let config = ApiConfig {
+        arrival_jitter_ms: 100,
+        seed: Some(3),
+        ..limited(1, 1000)
+    };
+    let hold = holds(3, 100, 1)[0];
+    assert!(
+        hold > Duration::from_millis(1),
+        "{hold:?}: the seed gives no hold to observe"
+    );
+    let (app, api) = app(config);
+    let start = Instant::now();
+    let sent = tokio::spawn({
+        let app = app.clone();
+        async move { send(&app, "POST", "/api/contacts", &[], "{}").await }
+    });
+
+    tokio::time::sleep(hold - Duration::from_millis(1)).await;
+    assert_eq!(api.total(), 0, "still on its way");
+    assert!(api.contacts().is_empty(), "not applied before it arrives");
+    let t = Instant::now();
+    assert_eq!(get(&app, "/__sluice/stats").await.body["total"], 0);
+    assert_eq!(t.elapsed(), Duration::ZERO, "the control API is never held");
+
+    let r = sent.await.expect("request task");
+    assert_eq!(r.status, StatusCode::CREATED);
+    assert_eq!(
+        start.elapsed(),
+        hold,
+        "answered at arrival (no latency configured)"
+    );
+    let a = api.arrivals();
+    assert_eq!(a.len(), 1);
+    assert_eq!(
+        a[0].at_ns,
+        hold.as_nanos() as u64,
+        "stamped at arrival, not receipt"
+    );
+    assert!(a[0].admitted);
+
+    // Preflights are still answered at once and never counted.
+    let t = Instant::now();
+    let r = send(
+        &app,
+        "OPTIONS",
+        "/api/contacts",
+        &[("access-control-request-method", "POST")],
+        "",
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::NO_CONTENT);
+    assert_eq!(t.elapsed(), Duration::ZERO);
+    assert_eq!((api.total(), api.preflights()), (1, 1));
+
+    // The window is judged from the arrival: a window after receipt the slot is still taken,
+    // and frees a window after the arrival.
+    api.update_config(&ConfigPatch {
+        arrival_jitter_ms: Some(0),
+        ..Default::default()
+    })
+    .expect("valid");
+    tokio::time::sleep_until(start + Duration::from_millis(1000)).await;
+    let r = get(&app, "/api/x").await;
+    assert_eq!(r.status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(r.body["retryAfterMs"], hold.as_millis() as u64);
+    tokio::time::sleep_until(start + hold + Duration::from_millis(1000)).await;
+    assert_eq!(get(&app, "/api/x").await.status, StatusCode::OK);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_held_request_arrives_even_if_the_client_gave_up() {
+    let (app, api) = app(ApiConfig {
+        arrival_jitter_ms: 100,
+        seed: Some(3),
+        ..limited(1, 1000)
+    });
+    let hold = holds(3, 100, 1)[0];
+    let gave_up = tokio::time::timeout(
+        hold / 2,
+        send(&app, "POST", "/api/contacts", &[], r#"{"name":"Ada"}"#),
+    )
+    .await;
+    assert!(
+        gave_up.is_err(),
+        "the client stopped waiting during the hold"
+    );
+    assert_eq!(api.total(), 0);
+
+    tokio::time::sleep(hold).await;
+    let a = api.arrivals();
+    assert_eq!(a.len(), 1, "the server saw it");
+    assert!(a[0].admitted && a[0].applied);
+    assert_eq!(a[0].at_ns, hold.as_nanos() as u64);
+    assert_eq!(api.contacts().len(), 1);
+    assert_eq!(
+        get(&app, "/api/x").await.status,
+        StatusCode::TOO_MANY_REQUESTS,
+        "and it took the one slot"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn arrival_jitter_reorders_requests_and_the_limit_judges_arrivals() {
+    const N: usize = 8;
+    const SEED: u64 = 6;
+    let (app, api) = app(ApiConfig {
+        arrival_jitter_ms: 20,
+        seed: Some(SEED),
+        ..limited(3, 1000)
+    });
+    // Sent in order, 1 ms apart; request i arrives at i ms + its hold.
+    let expected: Vec<u64> = holds(SEED, 20, N)
+        .iter()
+        .enumerate()
+        .map(|(i, h)| i as u64 * 1_000_000 + h.as_nanos() as u64)
+        .collect();
+    let mut by_arrival: Vec<usize> = (0..N).collect();
+    by_arrival.sort_by_key(|&i| expected[i]);
+    assert!(
+        expected.windows(2).any(|w| w[1] < w[0]),
+        "the seed must reorder: {expected:?}"
+    );
+    let mut distinct = expected.clone();
+    distinct.sort_unstable();
+    distinct.dedup();
+    assert_eq!(distinct.len(), N, "no two arrive at once: {expected:?}");
+
+    let run = |app: Router| async move {
+        let mut sent = Vec::new();
+        for i in 0..N {
+            let app = app.clone();
+            sent.push(tokio::spawn(async move {
+                send(&app, "GET", &format!("/api/r{i}"), &[], "")
+                    .await
+                    .status
+            }));
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        let mut statuses = Vec::new();
+        for s in sent {
+            statuses.push(s.await.expect("request task"));
+        }
+        statuses
+    };
+    let statuses = run(app.clone()).await;
+
+    let a = api.arrivals();
+    let paths: Vec<String> = a.iter().map(|x| x.path.clone()).collect();
+    let expected_paths: Vec<String> = by_arrival.iter().map(|i| format!("/api/r{i}")).collect();
+    assert_eq!(paths, expected_paths, "recorded in arrival order");
+    let at: Vec<u64> = a.iter().map(|x| x.at_ns).collect();
+    let mut sorted = expected.clone();
+    sorted.sort_unstable();
+    assert_eq!(at, sorted, "stamped at arrival");
+    assert!(a.windows(2).all(|w| w[0].seq < w[1].seq));
+
+    // The first three to arrive are admitted, whatever order they were sent in.
+    for (rank, &i) in by_arrival.iter().enumerate() {
+        let want = if rank < 3 {
+            StatusCode::OK
+        } else {
+            StatusCode::TOO_MANY_REQUESTS
+        };
+        assert_eq!(statuses[i], want, "request {i}, arrival {rank}");
+        assert_eq!(a[rank].admitted, rank < 3);
+    }
+    assert_eq!(
+        statuses[0],
+        StatusCode::TOO_MANY_REQUESTS,
+        "the first sent came too late: {by_arrival:?}"
+    );
+    assert!(
+        by_arrival[..3].iter().any(|&i| i >= 3),
+        "a later-sent request took its slot: {by_arrival:?}"
+    );
+    assert_eq!(api.max_in_window(1000), 3);
+    assert_eq!(api.stats().max_in_window, 3);
+
+    // Reproducible: the same seed after a reset gives the same arrival order.
+    advance(Duration::from_secs(2)).await;
+    api.reset();
+    assert_eq!(run(app).await, statuses);
+    let again: Vec<String> = api.arrivals().iter().map(|x| x.path.clone()).collect();
+    assert_eq!(again, expected_paths);
+}
+
+#[tokio::test(start_paused = true)]
+async fn without_arrival_jitter_requests_arrive_when_received() {
+    let cfg = ApiConfig {
+        latency_ms: 300,
+        jitter_ms: 50,
+        seed: Some(1),
+        ..limited(2, 1000)
+    };
+    assert_eq!(cfg.arrival_jitter_ms, 0, "off by default");
+    // The answer jitter draws exactly what it drew before the knob existed.
+    let mut rng = SplitMix64::new(Some(1));
+    let latencies: Vec<Duration> = (0..3).map(|_| rng.latency(&cfg)).collect();
+    let (app, api) = app(cfg);
+    let start = Instant::now();
+    let mut sent_at = Vec::new();
+    let mut statuses = Vec::new();
+    for latency in &latencies {
+        let t = Instant::now();
+        sent_at.push(t.duration_since(start).as_nanos() as u64);
+        statuses.push(get(&app, "/api/x").await.status);
+        assert_eq!(t.elapsed(), *latency);
+    }
+    let at: Vec<u64> = api.arrivals().iter().map(|a| a.at_ns).collect();
+    assert_eq!(at, sent_at, "counted the instant they were received");
+    assert_eq!(
+        statuses,
+        [
+            StatusCode::OK,
+            StatusCode::OK,
+            StatusCode::TOO_MANY_REQUESTS
+        ]
+    );
+
+    // The knob through the control API, and back off.
+    let r = send(
+        &app,
+        "POST",
+        "/__sluice/config",
+        &[],
+        r#"{"arrivalJitterMs":40}"#,
+    )
+    .await;
+    assert_eq!(r.body["arrivalJitterMs"], 40);
+    assert_eq!(api.config().arrival_jitter_ms, 40);
+    assert_eq!(
+        get(&app, "/__sluice/config").await.body["arrivalJitterMs"],
+        40
+    );
+    let r = send(
+        &app,
+        "POST",
+        "/__sluice/config",
+        &[],
+        r#"{"arrivalJitterMs":0}"#,
+    )
+    .await;
+    assert_eq!(r.body["arrivalJitterMs"], 0);
+    api.reset();
+    let t = Instant::now();
+    get(&app, "/api/x").await;
+    assert_eq!(api.arrivals()[0].at_ns, 0, "arrives at receipt again");
+    assert!(t.elapsed() >= Duration::from_millis(250));
+}
+
 #[tokio::test(start_paused = true)]
 async fn ietf_and_no_headers_modes() {
     let (app, api) = app(ApiConfig {

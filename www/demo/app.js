@@ -1235,8 +1235,8 @@ function wire() {
     try {
       $('tell-sluice').checked = true;
       const { config, told } = await api.apply({
-        limit: 10, windowMs: 1000, latencyMs: 300, jitterMs: 0, faultRate: 0, hangRate: 0,
-        retryAfterForm: 'delta', headers: 'xrate',
+        limit: 10, windowMs: 1000, latencyMs: 300, jitterMs: 0, arrivalJitterMs: 0,
+        faultRate: 0, hangRate: 0, retryAfterForm: 'delta', headers: 'xrate',
       }, { tell: true });
       api.fill(config);
       out.textContent = `Defaults restored. ${describeApi(config, told)}`;
