@@ -319,6 +319,7 @@ async fn serve(args: ServeArgs) -> Result<(), MainError> {
     let local = listener.local_addr().map_err(MainError::Serve)?;
     println!("sluice demo: http://{local}/");
 
+    let mut other_origins = Vec::new();
     if let Some(port) = args.api_port {
         let api_addr = SocketAddr::new(args.host, port);
         let bound = server::serve_in_background(api_addr, api::router(api.clone()))
@@ -328,9 +329,11 @@ async fn serve(args: ServeArgs) -> Result<(), MainError> {
                 source,
             })?;
         println!("sluice API (cross-origin): http://{bound}/api/");
+        // The demo's worker script allows it, or the worker would refuse jobs for it.
+        other_origins.push(format!("http://{bound}"));
     }
 
-    let app = server::router(api, www);
+    let app = server::router_allowing(api, www, other_origins);
     // No graceful shutdown: held-back ("hanging") responses would delay Ctrl-C by minutes.
     tokio::select! {
         r = axum::serve(listener, app) => r.map_err(MainError::Serve),

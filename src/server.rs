@@ -24,7 +24,40 @@ pub enum WwwSource {
 
 /// The demo site and API on one origin.
 pub fn router(api: ApiHandle, www: WwwSource) -> Router {
-    api::router(api).fallback(move |method: Method, uri: Uri| static_file(www.clone(), method, uri))
+    router_allowing(api, www, Vec::new())
+}
+
+/// [`router`], with the worker script served allowing jobs to `other_origins` as well as to
+/// its own (the same API served on another port, as a real deployment calls an API on another
+/// origin): the worker sends only where its script allows.
+pub fn router_allowing(api: ApiHandle, www: WwwSource, other_origins: Vec<String>) -> Router {
+    api::router(api).fallback(move |method: Method, uri: Uri| {
+        static_file(www.clone(), other_origins.clone(), method, uri)
+    })
+}
+
+/// The line the demo's `sw.js` loads the worker with: the allow list goes just before it.
+const IMPORT_LINE: &str = "importScripts('/pkg/sluice_sw.js');";
+
+/// `sw.js` with `self.SLUICE_CONFIG.allow` set to its own origin and `other_origins`.
+fn allowing(script: Vec<u8>, other_origins: &[String]) -> Vec<u8> {
+    let Ok(text) = String::from_utf8(script.clone()) else {
+        return script;
+    };
+    let Some(at) = text.find(IMPORT_LINE) else {
+        return script;
+    };
+    let mut list = String::from("self.location.origin + '/'");
+    for o in other_origins {
+        list.push_str(&format!(", '{}/'", o.trim_end_matches('/')));
+    }
+    let line = format!(
+        "// Added by the demo server: the API it also serves on another origin.\n\
+         self.SLUICE_CONFIG.allow = [{list}];\n"
+    );
+    let mut out = text;
+    out.insert_str(at, &line);
+    out.into_bytes()
 }
 
 /// Serves the whole site on `127.0.0.1` at a free port in the background of the current tokio
@@ -55,7 +88,12 @@ pub async fn serve_in_background(addr: SocketAddr, router: Router) -> std::io::R
     Ok(local)
 }
 
-async fn static_file(www: WwwSource, method: Method, uri: Uri) -> Response {
+async fn static_file(
+    www: WwwSource,
+    other_origins: Vec<String>,
+    method: Method,
+    uri: Uri,
+) -> Response {
     if method != Method::GET && method != Method::HEAD {
         return StatusCode::METHOD_NOT_ALLOWED.into_response();
     }
@@ -74,9 +112,12 @@ async fn static_file(www: WwwSource, method: Method, uri: Uri) -> Response {
         WwwSource::Embedded => assets::www(&rel).map(<[u8]>::to_vec),
         WwwSource::Dir(dir) => read_under(dir, &rel).await,
     };
-    let Some(bytes) = bytes else {
+    let Some(mut bytes) = bytes else {
         return not_found();
     };
+    if rel == "sw.js" && !other_origins.is_empty() {
+        bytes = allowing(bytes, &other_origins);
+    }
     let mut res = file_response(&rel, bytes);
     if rel == "sw.js" {
         // Lets the worker control the whole origin even if the shim moves into a subfolder.

@@ -343,6 +343,9 @@ pub struct RigOptions {
     pub chromium: Option<PathBuf>,
     /// Chromium's stderr goes here.
     pub browser_log: Option<PathBuf>,
+    /// Also serve the API on a port of its own, as an API on another origin (CORS and its
+    /// preflights included), and let the worker script send there: see [`Rig::api_origin`].
+    pub cross_origin: bool,
 }
 
 /// The demo server in-process and a browser pointed at it.
@@ -350,6 +353,9 @@ pub struct Rig {
     pub addr: SocketAddr,
     /// `http://127.0.0.1:PORT`
     pub origin: String,
+    /// Where the API is called: [`Rig::origin`], or its own origin with
+    /// [`RigOptions::cross_origin`].
+    pub api_origin: String,
     /// The demo API: records every arrival, configurable at run time.
     pub api: ApiHandle,
     pub browser: Browser,
@@ -381,13 +387,25 @@ impl Rig {
         let api = ApiHandle::new(options.api.clone());
         // Taken right after the API's own `Instant` zero: microseconds apart.
         let api_epoch_unix_ms = unix_ms(SystemTime::now());
-        let app = driver_router(api.clone(), options.www.clone());
+        let mut other_origins = Vec::new();
+        if options.cross_origin {
+            let api_addr = server::serve_in_background(
+                SocketAddr::from(([127, 0, 0, 1], 0)),
+                crate::api::router(api.clone()),
+            )
+            .await
+            .map_err(|e| Error::Server(e.to_string()))?;
+            other_origins.push(format!("http://{api_addr}"));
+        }
+        let app = driver_router(api.clone(), options.www.clone(), other_origins.clone());
         let addr = server::serve_in_background(SocketAddr::from(([127, 0, 0, 1], 0)), app)
             .await
             .map_err(|e| Error::Server(e.to_string()))?;
+        let origin = format!("http://{addr}");
         let browser = Browser::launch(&chromium, options.browser_log.as_deref()).await?;
         Ok(Rig {
-            origin: format!("http://{addr}"),
+            api_origin: other_origins.pop().unwrap_or_else(|| origin.clone()),
+            origin,
             addr,
             api,
             browser,
@@ -451,8 +469,8 @@ impl Rig {
 }
 
 /// The demo site and API plus the driver page.
-pub fn driver_router(api: ApiHandle, www: WwwSource) -> Router {
-    server::router(api, www).route(
+pub fn driver_router(api: ApiHandle, www: WwwSource, other_origins: Vec<String>) -> Router {
+    server::router_allowing(api, www, other_origins).route(
         DRIVER_PATH,
         axum::routing::get(|| async {
             (

@@ -115,6 +115,54 @@ e2e!(
     }
 );
 
+e2e!(
+    /// Where users are: the API on another origin (CORS, preflights), each request held
+    /// 0-10 ms on its way and answered ±10 ms around 30 ms. 2,000 creates at 100/s draw no 429,
+    /// never more than 100 arrivals in any second, each applied once, and the browser's
+    /// preflight cache is used (at most one preflight per 5 s of sending, the browser's cache
+    /// time without `Access-Control-Max-Age`), not one per request.
+    cross_origin_bulk_with_jitter_both_ways_stays_under_the_limit,
+    150,
+    Options::api(bulk_api()).cross_origin(10).exclusive(),
+    |h| {
+        const N: usize = 2000;
+        let tab = h.open_e2e().await;
+        assert_ne!(h.rig.api_origin, h.rig.origin);
+        tab.eval(&js::configure(100, 4, "")).await;
+        let ids: Vec<String> = tab.eval_as(&js::enqueue_group(N, "bulk")).await;
+        assert_eq!(ids.len(), N);
+        let results: Vec<String> = tab.eval_as(&js::settle_group("bulk")).await;
+        assert!(js::all_done(&results), "not all done: {results:?}");
+        let stats = h.api.stats();
+        let arrivals = h.api.arrivals();
+        let _ = std::fs::write(
+            h.artifacts.join("arrivals.json"),
+            serde_json::to_vec(&arrivals).unwrap_or_default(),
+        );
+        let first = arrivals.first().expect("arrivals").at_ms;
+        let last = arrivals.last().expect("arrivals").at_ms;
+        let seconds = (last + 30.0 - first) / 1000.0;
+        report(&format!(
+            "cross-origin bulk 2000 @100/s, 30 ms ± 10, arrival jitter 0-10 ms: {seconds:.2} s, \
+             share of limit {:.3}, 429s {}, most in a window {}, preflights {}",
+            N as f64 / seconds / 100.0,
+            stats.rate_limited,
+            stats.max_in_window,
+            h.api.preflights()
+        ));
+        assert_eq!(stats.rate_limited, 0, "{stats:?}");
+        assert!(stats.max_in_window <= 100, "{stats:?}");
+        assert_eq!(stats.contacts, N, "{stats:?}");
+        assert_eq!(stats.duplicate_creates, 0, "{stats:?}");
+        let allowed = (seconds / 5.0).ceil() as u64 + 1;
+        assert!(
+            h.api.preflights() <= allowed,
+            "{} preflights in {seconds:.1} s: the preflight cache is not used",
+            h.api.preflights()
+        );
+    }
+);
+
 /// Scenario 2: the first of four in-flight requests is answered 429 with `retry_after`. Checks
 /// that the rate-limited job is the first to start after the pause and every job ends done;
 /// returns when the 429 was answered (API time) and that first arrival after it.

@@ -88,6 +88,9 @@ pub struct Options {
     /// Run alone: the test measures time, and another browser sharing the two cores would
     /// measure the machine instead of the worker.
     pub exclusive: bool,
+    /// Call the API on an origin of its own (CORS and preflights), as real apps do: the
+    /// `js` helpers send to `window.API`, which [`Harness::open_e2e`] sets.
+    pub cross_origin: bool,
 }
 
 impl Default for Options {
@@ -96,6 +99,7 @@ impl Default for Options {
             api: test_api_config(),
             www_copy: false,
             exclusive: false,
+            cross_origin: false,
         }
     }
 }
@@ -115,6 +119,15 @@ impl Options {
 
     pub fn exclusive(mut self) -> Self {
         self.exclusive = true;
+        self
+    }
+
+    /// The API on another origin, with arrival jitter 0..`jitter_ms` and answer jitter
+    /// ±`jitter_ms`: where users are.
+    pub fn cross_origin(mut self, jitter_ms: u64) -> Self {
+        self.cross_origin = true;
+        self.api.jitter_ms = jitter_ms;
+        self.api.arrival_jitter_ms = jitter_ms;
         self
     }
 }
@@ -241,6 +254,7 @@ impl Harness {
                 .map_or(WwwSource::Embedded, |d| WwwSource::Dir(d.path().into())),
             chromium,
             browser_log: Some(artifacts.join("chromium.log")),
+            cross_origin: options.cross_origin,
         })
         .await
         .unwrap_or_else(|e| panic!("starting the server and browser: {e}"));
@@ -295,6 +309,8 @@ impl Harness {
         };
         let tab = self.open(&path).await;
         tab.wait_ready().await;
+        tab.eval(&format!("window.API = '{}';", self.rig.api_origin))
+            .await;
         tab
     }
 
