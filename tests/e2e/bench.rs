@@ -31,8 +31,13 @@ async fn bench_quick_runs_every_measurement() {
     let r = result.unwrap_or_else(|e| panic!("bench failed: {e}"));
     report(&table(&r));
     assert!(r.quick);
-    assert_eq!(r.bulk.len(), 2);
+    assert_eq!(r.bulk.len(), 3);
+    assert!(
+        r.bulk[0].cross_origin,
+        "the first bulk run calls another origin"
+    );
     for b in &r.bulk {
+        assert_eq!(b.rate_limited, 0, "told the limit, so no 429s: {b:?}");
         assert!(b.finish_s > 0.0 && b.finish_s.is_finite(), "{b:?}");
         assert_eq!(b.duplicate_creates, 0, "{b:?}");
         assert!(b.max_in_window <= 100, "{b:?}");
