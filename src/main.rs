@@ -7,6 +7,7 @@ use std::process::ExitCode;
 use clap::{Args, Parser, Subcommand};
 use sluice::api::{self, ApiConfig, ApiHandle, HeaderMode, RetryAfterForm};
 use sluice::server::{self, WwwSource};
+use sluice::simulate::WindowList;
 
 #[derive(Parser)]
 #[command(
@@ -86,6 +87,30 @@ struct SimulateArgs {
     /// The limit the engine is told (defaults to the real one).
     #[arg(long)]
     configured_limit: Option<u32>,
+    /// Several windows the server enforces together, as limit/length with ms, s, m or h:
+    /// `10/1s,3000/1h`. Instead of --limit/--window-ms; also what the engine is told unless
+    /// --configured-windows says otherwise.
+    #[arg(long, value_name = "LIMIT/LENGTH,...", conflicts_with_all = ["limit", "window_ms", "configured_limit"])]
+    windows: Option<WindowList>,
+    /// The windows the engine is told, in the form of --windows (defaults to the real ones).
+    #[arg(
+        long,
+        value_name = "LIMIT/LENGTH,...",
+        conflicts_with = "configured_limit"
+    )]
+    configured_windows: Option<WindowList>,
+    /// How the engine's limiter counts.
+    #[arg(long, value_enum, default_value_t = SimAlgorithm::SlidingLog)]
+    algorithm: SimAlgorithm,
+    /// Share (0..1) of the jobs that are interactive-lane creates arriving one by one, spread
+    /// over the run; the report gives each lane's p50/p95 wait for its first start.
+    #[arg(long, default_value_t = 0.0)]
+    interactive_share: f64,
+    /// Run the fixed grid of conditions (5 seeds each) and print one table with each cell's
+    /// target and verdict; writes JSON to --out (default target/simulate-matrix.json). Only
+    /// --algorithm, --interactive-share, --target-utilization and --save-ms apply to it.
+    #[arg(long)]
+    matrix: bool,
     /// Requests in flight at once.
     #[arg(long, default_value_t = 4)]
     concurrency: u32,
@@ -132,19 +157,50 @@ enum SimRetryAfter {
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]
+enum SimAlgorithm {
+    SlidingLog,
+    TokenBucket,
+    Gcra,
+    FixedWindow,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
 enum SimHeaders {
     None,
     Xrate,
     Ietf,
 }
 
+fn write_json(path: &std::path::Path, json: &str) -> Result<(), MainError> {
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).map_err(|source| MainError::Write {
+            path: dir.to_path_buf(),
+            source,
+        })?;
+    }
+    std::fs::write(path, json).map_err(|source| MainError::Write {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
 fn simulate(args: SimulateArgs) -> Result<(), MainError> {
-    use sluice::simulate::{run, SimulateOptions};
+    use sluice::simulate::{matrix_table, run, run_matrix, SimulateOptions};
+    use sluice_shared::config::Algorithm;
     use sluice_shared::sim::{HeaderStyle, RetryAfterForm as SimForm};
     let options = SimulateOptions {
         jobs: args.jobs,
         limit: args.limit,
         window_ms: args.window_ms,
+        windows: args.windows.map(|w| w.0),
+        configured_windows: args.configured_windows.map(|w| w.0),
+        algorithm: match args.algorithm {
+            SimAlgorithm::SlidingLog => Algorithm::SlidingLog,
+            SimAlgorithm::TokenBucket => Algorithm::TokenBucket,
+            SimAlgorithm::Gcra => Algorithm::Gcra,
+            SimAlgorithm::FixedWindow => Algorithm::FixedWindow,
+        },
+        interactive_share: args.interactive_share,
         concurrency: args.concurrency,
         one_way_ms: args.latency_ms.saturating_sub(args.jitter_ms) / 2,
         jitter_ms: args.jitter_ms,
@@ -167,14 +223,30 @@ fn simulate(args: SimulateArgs) -> Result<(), MainError> {
         save_ms: args.save_ms,
         seed: args.seed,
     };
+    if args.matrix {
+        // A measurement: missed targets are in the table and the JSON, not the exit code.
+        let report = run_matrix(&options).map_err(MainError::Simulate)?;
+        let json = serde_json::to_string_pretty(&report)
+            .map_err(|e| MainError::Simulate(e.to_string()))?;
+        let path = args
+            .out
+            .unwrap_or_else(|| PathBuf::from("target/simulate-matrix.json"));
+        write_json(&path, &json)?;
+        eprintln!(
+            "sluice simulate: {} runs in {:.1} s; JSON: {}",
+            report.cells.iter().map(|c| c.runs.len()).sum::<usize>(),
+            report.elapsed_ms as f64 / 1000.0,
+            path.display()
+        );
+        // The verdict line comes last.
+        print!("{}", matrix_table(&report));
+        return Ok(());
+    }
     let report = run(&options).map_err(MainError::Simulate)?;
     let json =
         serde_json::to_string_pretty(&report).map_err(|e| MainError::Simulate(e.to_string()))?;
     if let Some(path) = &args.out {
-        std::fs::write(path, &json).map_err(|source| MainError::Write {
-            path: path.clone(),
-            source,
-        })?;
+        write_json(path, &json)?;
     }
     println!("{json}");
     Ok(())

@@ -59,6 +59,22 @@ pub struct ServerModel {
     pub other_callers_per_s: f64,
     /// How far the client's clock runs ahead of the server's.
     pub client_clock_ahead_ms: i64,
+    /// Further windows the server enforces together with `limit` per `window_ms` (10 per second
+    /// AND 3,000 per hour): an arrival is refused when any of them is full.
+    #[serde(default)]
+    pub extra_windows: Vec<Window>,
+}
+
+impl ServerModel {
+    /// Every window the server enforces, `limit` per `window_ms` first.
+    pub fn windows(&self) -> Vec<Window> {
+        std::iter::once(Window {
+            limit: self.limit,
+            length_ms: self.window_ms,
+        })
+        .chain(self.extra_windows.iter().copied())
+        .collect()
+    }
 }
 
 impl Default for ServerModel {
@@ -75,6 +91,7 @@ impl Default for ServerModel {
             lost_response_rate: 0.0,
             other_callers_per_s: 0.0,
             client_clock_ahead_ms: 0,
+            extra_windows: vec![],
         }
     }
 }
@@ -116,23 +133,41 @@ pub struct Report {
     pub cancelled: u64,
     /// Jobs not in a terminal state when the run ended.
     pub unfinished: u64,
-    /// Jobs that were enqueued but are nowhere any more (must be 0).
+    /// Jobs that were enqueued but are nowhere any more (must be 0). A finished job the
+    /// engine forgot after its retention time is not lost (see `forgotten`).
     pub lost: u64,
+    /// Finished jobs the engine forgot after its retention time (`EngineConfig::retention_ms`);
+    /// they are counted in `done`, `failed` and `cancelled` by their last saved state.
+    #[serde(default)]
+    pub forgotten: u64,
     pub requests: u64,
     pub rate_limited: u64,
     pub rate_limited_per_1000: f64,
-    /// The most of our arrivals the server counted in any window of its length.
+    /// The most of our arrivals the server counted in any window of its length (the first
+    /// window's; see `per_window` for all of them).
     pub max_arrivals_in_window: u32,
     /// The most of our starts in any window of the limit's length.
     pub max_starts_in_window: u32,
+    /// The same two figures for every window the server enforces, in `ServerModel::windows`
+    /// order.
+    #[serde(default)]
+    pub per_window: Vec<WindowPeak>,
+    /// Requests of other callers the server counted against the quota.
+    #[serde(default)]
+    pub other_arrivals: u64,
     /// Extra records: creates the server applied more than once (must be 0).
     pub duplicate_creates: u64,
     /// Repeated creates the server's idempotency store recognised and did not apply again.
     pub deduplicated_retries: u64,
     pub finished_at_ms: Millis,
-    /// Time the jobs would take at exactly the limit.
+    /// Time the jobs would take at exactly the limit (all windows together, see
+    /// [`ideal_time_windows`]).
     pub ideal_ms: DurationMs,
-    /// Achieved rate over the limit while work was waiting.
+    /// From our first start to the last job's finish.
+    #[serde(default)]
+    pub busy_ms: DurationMs,
+    /// Achieved rate over the limit while work was waiting. With several windows, where no one
+    /// rate is "the limit": the ideal time over the time taken.
     pub share_of_limit: f64,
     pub rebuilds: u64,
     /// Start times of every request we sent, for property checks.
@@ -147,6 +182,20 @@ pub struct Report {
     /// (enqueued, first start, lane) for each job that started.
     #[serde(skip)]
     pub waits: Vec<(Millis, Millis, Lane)>,
+}
+
+/// The most of our arrivals (and starts) in any placement of one of the server's windows.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WindowPeak {
+    pub limit: u32,
+    pub length_ms: DurationMs,
+    /// Arrivals the server counted: never above `limit`, since it refuses the rest.
+    pub max_arrivals: u32,
+    /// Arrivals including the ones it refused with a 429: what a lenient server would have
+    /// counted, so this is the figure that shows whether we stayed under the window.
+    pub max_attempts: u32,
+    pub max_starts: u32,
 }
 
 enum Event {
@@ -208,8 +257,14 @@ pub fn run(scenario: &Scenario) -> Report {
     }
     let mut report = Report::default();
     let mut requests: Vec<InFlight> = Vec::new();
-    let mut server_log: VecDeque<Millis> = VecDeque::new();
-    let mut our_log: VecDeque<Millis> = VecDeque::new();
+    let windows = server.windows();
+    // Per window: the arrivals (ours and others') the server counts in it now.
+    let mut server_logs: Vec<VecDeque<Millis>> = vec![VecDeque::new(); windows.len()];
+    // Every arrival of ours the server counted, and every one including those it refused.
+    let mut our_arrivals: Vec<Millis> = Vec::new();
+    let mut our_attempts: Vec<Millis> = Vec::new();
+    // Finished jobs the engine forgot after the retention time: their last saved state.
+    let mut forgotten: HashMap<JobId, Job> = HashMap::new();
     let mut applied: HashMap<String, u64> = HashMap::new();
     let mut records_per_job: HashMap<u64, u64> = HashMap::new();
     let mut first_applied: HashSet<u64> = HashSet::new();
@@ -225,13 +280,18 @@ pub fn run(scenario: &Scenario) -> Report {
     let land = |engine: &mut Engine,
                 changes: Changes,
                 saved_jobs: &mut HashMap<JobId, Job>,
-                saved_budgets: &mut HashMap<String, BudgetState>| {
+                saved_budgets: &mut HashMap<String, BudgetState>,
+                forgotten: &mut HashMap<JobId, Job>| {
         engine.on_saved(changes.save);
         for j in changes.jobs {
             saved_jobs.insert(j.id.clone(), j);
         }
         for id in changes.removed {
-            saved_jobs.remove(&id);
+            if let Some(j) = saved_jobs.remove(&id) {
+                if j.state.is_terminal() {
+                    forgotten.insert(id, j);
+                }
+            }
         }
         for b in changes.budgets {
             saved_budgets.insert(b.name.clone(), b);
@@ -339,7 +399,13 @@ pub fn run(scenario: &Scenario) -> Report {
                     continue;
                 }
                 if let Some((changes, waiting, acknowledged)) = saving.take() {
-                    land(&mut engine, changes, &mut saved_jobs, &mut saved_budgets);
+                    land(
+                        &mut engine,
+                        changes,
+                        &mut saved_jobs,
+                        &mut saved_budgets,
+                        &mut forgotten,
+                    );
                     enqueued_ids.extend(acknowledged);
                     for t in waiting {
                         engine.on_sent(&t.job_id, now);
@@ -359,10 +425,13 @@ pub fn run(scenario: &Scenario) -> Report {
                 }
             }
             Event::OtherCaller => {
-                server_log.push_back(now);
-                // Uniform over [gap/2, 3 gap/2]: `other_callers_per_s` on average (a spread
-                // of [gap/2, gap] would run a third faster than asked).
-                let gap = (1000.0 / server.other_callers_per_s).max(2.0) as u64;
+                report.other_arrivals += 1;
+                for log in &mut server_logs {
+                    log.push_back(now);
+                }
+                // Half the mean gap plus up to a whole one: the gaps average `gap`, so others
+                // spend `other_callers_per_s`.
+                let gap = (1000.0 / server.other_callers_per_s).max(1.0) as u64;
                 let jitter = rng.below_or_equal(gap);
                 push(
                     &mut events,
@@ -373,27 +442,31 @@ pub fn run(scenario: &Scenario) -> Report {
             }
             Event::Arrive(id) => {
                 let server_now = now;
-                while server_log
-                    .front()
-                    .is_some_and(|&t| t + server.window_ms <= server_now)
-                {
-                    server_log.pop_front();
-                }
-                while our_log
-                    .front()
-                    .is_some_and(|&t| t + server.window_ms <= server_now)
-                {
-                    our_log.pop_front();
+                our_attempts.push(server_now);
+                for (log, w) in server_logs.iter_mut().zip(&windows) {
+                    while log.front().is_some_and(|&t| t + w.length_ms <= server_now) {
+                        log.pop_front();
+                    }
                 }
                 let req = &mut requests[id as usize];
-                let over = server_log.len() as u32 >= server.limit;
+                // Until each window has room again: when the arrival that leaves it one below
+                // its limit drops out (others may have filled it past the limit).
+                let room_in = |log: &VecDeque<Millis>, w: &Window| {
+                    let over_by = log.len().checked_sub(w.limit as usize)?;
+                    log.get(over_by)
+                        .map(|&t| (t + w.length_ms).saturating_sub(server_now))
+                };
+                let wait = server_logs
+                    .iter()
+                    .zip(&windows)
+                    .filter_map(|(log, w)| room_in(log, w))
+                    .max();
+                let over = wait.is_some();
                 let server_clock = now as i64 - server.client_clock_ahead_ms;
                 let mut headers = vec![("Date".to_string(), http_date(server_clock))];
                 let response = if over {
                     report.rate_limited += 1;
-                    let wait_ms = server_log
-                        .front()
-                        .map_or(1000, |&t| (t + server.window_ms).saturating_sub(server_now));
+                    let wait_ms = wait.unwrap_or(1000);
                     match server.retry_after {
                         RetryAfterForm::Delta => headers.push((
                             "Retry-After".into(),
@@ -412,10 +485,10 @@ pub fn run(scenario: &Scenario) -> Report {
                         body: "{\"message\":\"rate limited\"}".into(),
                     }
                 } else {
-                    server_log.push_back(server_now);
-                    our_log.push_back(server_now);
-                    report.max_arrivals_in_window =
-                        report.max_arrivals_in_window.max(our_log.len() as u32);
+                    for log in &mut server_logs {
+                        log.push_back(server_now);
+                    }
+                    our_arrivals.push(server_now);
                     if rng.unit() < server.fault_rate {
                         Response {
                             status: 503,
@@ -458,17 +531,39 @@ pub fn run(scenario: &Scenario) -> Report {
                     }
                 };
                 let mut response = response;
-                let remaining = server.limit.saturating_sub(server_log.len() as u32);
-                let reset_s = server_log
-                    .front()
-                    .map_or(0, |&t| (t + server.window_ms).saturating_sub(server_now))
-                    .div_ceil(1000);
+                // (window, remaining, reset in seconds) for each window.
+                let states: Vec<(Window, u32, u64)> = server_logs
+                    .iter()
+                    .zip(&windows)
+                    .map(|(log, w)| {
+                        let remaining = w.limit.saturating_sub(log.len() as u32);
+                        let reset_s = log
+                            .front()
+                            .map_or(0, |&t| (t + w.length_ms).saturating_sub(server_now))
+                            .div_ceil(1000);
+                        (*w, remaining, reset_s)
+                    })
+                    .collect();
+                // The older headers carry one window: the one closest to refusing (the first
+                // of equals), as servers with several quotas do.
+                let (tightest, remaining, reset_s) = states
+                    .iter()
+                    .copied()
+                    .min_by_key(|&(_, remaining, _)| remaining)
+                    .unwrap_or((windows[0], 0, 0));
+                let policy_name = |i: usize| {
+                    if i == 0 {
+                        "default".to_string()
+                    } else {
+                        format!("w{i}")
+                    }
+                };
                 match server.headers {
                     HeaderStyle::None => {}
                     HeaderStyle::XRateLimit => {
                         response
                             .headers
-                            .push(("X-RateLimit-Limit".into(), server.limit.to_string()));
+                            .push(("X-RateLimit-Limit".into(), tightest.limit.to_string()));
                         response
                             .headers
                             .push(("X-RateLimit-Remaining".into(), remaining.to_string()));
@@ -477,18 +572,27 @@ pub fn run(scenario: &Scenario) -> Report {
                             .push(("X-RateLimit-Reset".into(), reset_s.to_string()));
                     }
                     HeaderStyle::Ietf => {
-                        response.headers.push((
-                            "RateLimit-Policy".into(),
-                            format!(
-                                "\"default\";q={};w={}",
-                                server.limit,
-                                server.window_ms.div_ceil(1000)
-                            ),
-                        ));
-                        response.headers.push((
-                            "RateLimit".into(),
-                            format!("\"default\";r={remaining};t={reset_s}"),
-                        ));
+                        let policies: Vec<String> = states
+                            .iter()
+                            .enumerate()
+                            .map(|(i, (w, _, _))| {
+                                format!(
+                                    "\"{}\";q={};w={}",
+                                    policy_name(i),
+                                    w.limit,
+                                    w.length_ms.div_ceil(1000)
+                                )
+                            })
+                            .collect();
+                        let live: Vec<String> = states
+                            .iter()
+                            .enumerate()
+                            .map(|(i, (_, r, t))| format!("\"{}\";r={r};t={t}", policy_name(i)))
+                            .collect();
+                        response
+                            .headers
+                            .push(("RateLimit-Policy".into(), policies.join(", ")));
+                        response.headers.push(("RateLimit".into(), live.join(", ")));
                     }
                 }
                 if !req.lost {
@@ -545,13 +649,19 @@ pub fn run(scenario: &Scenario) -> Report {
 
     // ---- the report ----
     let jobs: Vec<Job> = engine.jobs().cloned().collect();
-    let present: std::collections::HashSet<&str> = jobs.iter().map(|j| j.id.as_str()).collect();
+    let present: HashSet<&str> = jobs.iter().map(|j| j.id.as_str()).collect();
+    let forgotten: Vec<&Job> = forgotten
+        .values()
+        .filter(|j| !present.contains(j.id.as_str()))
+        .collect();
+    let forgotten_ids: HashSet<&str> = forgotten.iter().map(|j| j.id.as_str()).collect();
     report.lost = enqueued_ids
         .iter()
-        .filter(|id| !present.contains(id.as_str()))
+        .filter(|id| !present.contains(id.as_str()) && !forgotten_ids.contains(id.as_str()))
         .count() as u64;
+    report.forgotten = forgotten.len() as u64;
     report.jobs = enqueued_ids.len() as u64;
-    for j in &jobs {
+    for j in jobs.iter().chain(forgotten.iter().copied()) {
         match j.state {
             JobState::Done => report.done += 1,
             JobState::Failed => report.failed += 1,
@@ -563,6 +673,7 @@ pub fn run(scenario: &Scenario) -> Report {
     report.deduplicated_retries = applied.values().map(|c| c - 1).sum();
     report.finished_at_ms = jobs
         .iter()
+        .chain(forgotten.iter().copied())
         .filter_map(|j| j.finished_at)
         .max()
         .unwrap_or(now);
@@ -571,18 +682,29 @@ pub fn run(scenario: &Scenario) -> Report {
     } else {
         report.rate_limited as f64 * 1000.0 / report.requests as f64
     };
-    report.max_starts_in_window = max_in_window(&report.starts, server.window_ms);
-    let window = Window {
-        limit: server.limit,
-        length_ms: server.window_ms,
-    };
-    report.ideal_ms = ideal_time(report.requests.saturating_sub(report.rate_limited), window);
+    report.per_window = windows
+        .iter()
+        .map(|w| WindowPeak {
+            limit: w.limit,
+            length_ms: w.length_ms,
+            max_arrivals: max_in_window(&our_arrivals, w.length_ms),
+            max_attempts: max_in_window(&our_attempts, w.length_ms),
+            max_starts: max_in_window(&report.starts, w.length_ms),
+        })
+        .collect();
+    report.max_arrivals_in_window = report.per_window[0].max_arrivals;
+    report.max_starts_in_window = report.per_window[0].max_starts;
+    let accepted = report.requests.saturating_sub(report.rate_limited);
+    report.ideal_ms = ideal_time_windows(accepted, &windows);
     let busy = busy_from.map_or(0, |b| report.finished_at_ms.saturating_sub(b));
+    report.busy_ms = busy;
     report.share_of_limit = if busy == 0 {
         0.0
-    } else {
-        let rate = report.requests.saturating_sub(report.rate_limited) as f64 / busy as f64;
+    } else if windows.len() == 1 {
+        let rate = accepted as f64 / busy as f64;
         rate / (server.limit as f64 / server.window_ms as f64)
+    } else {
+        report.ideal_ms as f64 / busy as f64
     };
     report.final_jobs = jobs;
     report
@@ -608,9 +730,63 @@ pub fn ideal_time(n: u64, w: Window) -> DurationMs {
     n.saturating_sub(1) * w.length_ms / u64::from(w.limit.max(1))
 }
 
+/// Time from the first to the last of `n` starts as early as all `windows` together allow,
+/// paced evenly over the shortest one as the limiter paces: each start comes one pacing
+/// interval after the one before, and no sooner than a window's length after the start
+/// `limit` places before it. With 10 per second and 3,000 per hour, 4,000 starts take 300 s
+/// for the first 3,000, wait for the hour to pass the first start, and take 100 s more.
+pub fn ideal_time_windows(n: u64, windows: &[Window]) -> DurationMs {
+    match windows {
+        [] => 0,
+        [w] => ideal_time(n, *w),
+        _ => {
+            let Some(shortest) = windows.iter().min_by_key(|w| w.length_ms) else {
+                return 0;
+            };
+            let interval = shortest.length_ms as f64 / f64::from(shortest.limit.max(1));
+            let mut starts: Vec<f64> = Vec::with_capacity(n as usize);
+            for i in 0..n as usize {
+                let mut at = starts.last().map_or(0.0, |&t| t + interval);
+                for w in windows {
+                    let limit = w.limit.max(1) as usize;
+                    if i >= limit {
+                        at = at.max(starts[i - limit] + w.length_ms as f64);
+                    }
+                }
+                starts.push(at);
+            }
+            starts.last().map_or(0, |&t| t.floor() as DurationMs)
+        }
+    }
+}
+
 fn http_date(ms: i64) -> String {
     let secs = (ms.max(0) / 1000) as u64;
     httpdate::fmt_http_date(std::time::UNIX_EPOCH + std::time::Duration::from_secs(secs))
+}
+
+/// `n` single creates in `lane`, one arrival each, spread evenly over `span_ms` from `from`.
+pub fn spread_creates(
+    budget: &str,
+    lane: Lane,
+    n: usize,
+    from: Millis,
+    span_ms: DurationMs,
+) -> Vec<Arrival> {
+    (0..n)
+        .map(|i| Arrival {
+            at: from + span_ms * (i as u64 + 1) / (n as u64 + 1),
+            specs: vec![JobSpec {
+                budget: budget.into(),
+                lane,
+                kind: JobKind::Create,
+                method: "POST".into(),
+                url: format!("https://api.example/contacts?{}={i}", lane.name()),
+                body: Some(format!("{{\"{}\":{i}}}", lane.name())),
+                ..JobSpec::default()
+            }],
+        })
+        .collect()
 }
 
 /// A bulk job of `n` creates on one budget, all enqueued at `at`.
@@ -628,5 +804,22 @@ pub fn bulk_creates(budget: &str, n: usize, at: Millis) -> Arrival {
                 ..JobSpec::default()
             })
             .collect(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_ideal_with_several_windows_waits_for_the_longest() {
+        let w = |limit, length_ms| Window { limit, length_ms };
+        // One window: the old formula.
+        assert_eq!(ideal_time_windows(2_000, &[w(100, 1_000)]), 19_990);
+        // 10/s alone binds until the hourly quota runs out at 3,000.
+        let both = [w(10, 1_000), w(3_000, 3_600_000)];
+        assert_eq!(ideal_time_windows(3_000, &both), 299_900);
+        assert_eq!(ideal_time_windows(4_000, &both), 3_699_900);
+        assert_eq!(ideal_time_windows(0, &both), 0);
     }
 }
