@@ -20,6 +20,12 @@ pub const RESUME_JITTER_MS: DurationMs = 1_000;
 /// rather than our own timing (see [`BudgetState::observe_rate_limited`]).
 pub const OWN_TIMING_WINDOWS: u64 = 20;
 
+/// How fast the estimate of others' share is forgotten, in shortest windows' worth of our own
+/// starts: read from headers, every later response corrects it, so it may decay fast.
+const OTHERS_HALF_LIFE_WINDOWS: f64 = 20.0;
+/// Learned from 429s alone, each probe above the real level costs a 429 and a pause.
+const OTHERS_FROM_429_HALF_LIFE_WINDOWS: f64 = 1_000.0;
+
 /// What the server last said about the quota, in our terms.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -80,6 +86,12 @@ pub struct BudgetState {
     /// a second one soon after is taken as evidence of others after all.
     #[serde(default)]
     pub own_timing_429_at: Option<Millis>,
+    /// `others` was last raised by a 429, not read from the server's headers: with no
+    /// headers to read, it is all there is to know of the real budget (a wrong configured
+    /// limit, or others' steady use). It is then held exactly (no allowance for random
+    /// arrivals) and forgotten slowly, since every probe above it costs a 429 and a pause.
+    #[serde(default)]
+    pub others_from_429: bool,
 }
 
 crate::json_struct!(ServerView {
@@ -109,6 +121,7 @@ crate::json_struct!(BudgetState {
     others: "others" = default,
     sends_before_saving: "sendsBeforeSaving" = default,
     own_timing_429_at: "ownTiming429At" = default,
+    others_from_429: "othersFrom429" = default,
 });
 
 /// One request's way to the server, as far as we can tell: when it started, and the latest it
@@ -136,6 +149,7 @@ impl BudgetState {
             others: 0.0,
             sends_before_saving: false,
             own_timing_429_at: None,
+            others_from_429: false,
         })
     }
 
@@ -443,13 +457,17 @@ impl BudgetState {
             .saturating_sub(edge_slack) as f64;
         // Others' traffic is bursty: leaving room for its average still collides with its peaks,
         // and each collision costs a pause. So hold the peak, and let it decay as we probe.
+        // Headers that show others' use are the better source from here on.
+        if others > 0.0 {
+            self.others_from_429 = false;
+        }
         self.others = self.others.max(others);
         self.apply_headroom();
     }
 
-    /// A 429: others must have spent what we did not. Grow the estimate at least to that and by
-    /// a quarter (multiplicative decrease of our
-    /// rate), so a handful of 429s finds the real share; it decays back as we probe.
+    /// A 429: others must have spent what we did not. Grow the estimate at least to that, and
+    /// on a repeated refusal cut our own share by a tenth (multiplicative decrease of our rate),
+    /// so a handful of 429s finds the real share; it decays back as we probe.
     ///
     /// Only the first 429 of an episode counts: the requests that were in flight with it say
     /// nothing new, and escalating on each would shut the budget down for nothing.
@@ -492,8 +510,16 @@ impl BudgetState {
             self.own_timing_429_at = Some(now);
             return true;
         }
-        let implied = u64::from(w.limit).saturating_sub(ours) as f64 + 1.0;
-        self.others = implied.max(self.others * 1.25 + 1.0);
+        // `ours` holds the refused request itself: the server had room for one fewer, and we
+        // keep one more below that.
+        let implied = u64::from(w.limit).saturating_sub(ours) as f64 + 2.0;
+        // A repeated refusal: our share shrinks by a tenth (at least one start), not by a
+        // quarter of the others' estimate, which on a wrong configured limit (the "others"
+        // being the half of it that never existed) would cut our rate by a quarter each time.
+        let ours_now = f64::from(w.limit) - self.others;
+        let cut = (ours_now * 0.1).max(1.0);
+        self.others = implied.max(self.others + cut);
+        self.others_from_429 = true;
         self.apply_headroom();
         false
     }
@@ -506,7 +532,12 @@ impl BudgetState {
         }
         let limit = self.shortest_window().map_or(1, |w| w.limit);
         let ours = limit.saturating_sub(self.limiter.headroom()).max(1);
-        self.others *= half_life_factor(20.0 * f64::from(ours));
+        let windows = if self.others_from_429 {
+            OTHERS_FROM_429_HALF_LIFE_WINDOWS
+        } else {
+            OTHERS_HALF_LIFE_WINDOWS
+        };
+        self.others *= half_life_factor(windows * f64::from(ours));
         if self.others < 0.5 {
             self.others = 0.0;
         }
@@ -517,7 +548,9 @@ impl BudgetState {
         let limit = self.shortest_window().map_or(1, |w| w.limit);
         // Others' traffic arrives at random: leave room for its spread too (about one standard
         // deviation of a count, as for arrivals at random), since every collision costs a pause.
-        let spread = if self.others > 0.0 {
+        // A share learned from 429s alone is the level at which the server refused: it is held
+        // as it is.
+        let spread = if self.others > 0.0 && !self.others_from_429 {
             self.others.sqrt()
         } else {
             0.0

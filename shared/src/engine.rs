@@ -1325,10 +1325,21 @@ impl Engine {
                         b.round_trips.widen();
                         b.follow_round_trips();
                     }
+                    // The answers to requests already in flight when the first 429 of a pause
+                    // came are the same refusal, not new ones: they neither double the pause
+                    // (four of them would make a second's pause eight) nor count as a streak.
+                    let in_pause = b.state.paused_until.is_some_and(|p| p > now);
+                    let streak = if in_pause {
+                        b.state.consecutive_rate_limits.saturating_sub(1)
+                    } else {
+                        b.state.consecutive_rate_limits
+                    };
                     let wait = signal
                         .retry_after_ms
-                        .unwrap_or_else(|| default_pause(b.state.consecutive_rate_limits, &retry));
-                    b.state.consecutive_rate_limits += 1;
+                        .unwrap_or_else(|| default_pause(streak, &retry));
+                    if !in_pause {
+                        b.state.consecutive_rate_limits += 1;
+                    }
                     let reason = format!(
                         "the server asked to wait {} (HTTP {})",
                         human_duration(wait),

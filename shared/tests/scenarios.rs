@@ -1400,3 +1400,20 @@ fn jobs_and_budgets_stay_inside_the_allowed_scopes() {
         );
     }
 }
+
+/// The answers to requests already in flight when a 429 paused the budget are the same
+/// refusal: four 429s without Retry-After pause for the default second, not for eight.
+#[test]
+fn in_flight_429s_of_one_refusal_do_not_double_the_pause() {
+    let mut e = engine_with(burst(budget(10, 1_000, 4)));
+    for n in 0..8 {
+        e.enqueue(post(n), 0).unwrap();
+    }
+    let sent = drain(&mut e, 0);
+    assert_eq!(sent.len(), 4);
+    for (i, t) in sent.iter().enumerate() {
+        e.on_response(&t.job_id, with_headers(429, &[]), 30 + i as u64);
+    }
+    let paused = e.budget_states().next().unwrap().paused_until.unwrap();
+    assert!(paused <= 33 + 1_000, "paused until {paused}");
+}
