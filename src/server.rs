@@ -115,7 +115,8 @@ async fn static_file(
     let Some(mut bytes) = bytes else {
         return not_found();
     };
-    if rel == "sw.js" && !other_origins.is_empty() {
+    // Any worker script: the demo's `sw.js`, or a variant of it a test serves beside it.
+    if rel.ends_with(".js") && !other_origins.is_empty() {
         bytes = allowing(bytes, &other_origins);
     }
     let mut res = file_response(&rel, bytes);
@@ -150,4 +151,26 @@ fn file_response(name: &str, bytes: Vec<u8>) -> Response {
 
 fn not_found() -> Response {
     (StatusCode::NOT_FOUND, "not found\n").into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_worker_script_is_served_allowing_the_other_origin() {
+        let script = format!("self.SLUICE_CONFIG = {{}};\n{IMPORT_LINE}\n").into_bytes();
+        let out = String::from_utf8(allowing(script, &["http://127.0.0.1:9".into()])).unwrap();
+        let allow = out.find(
+            "self.SLUICE_CONFIG.allow = [self.location.origin + '/', \
+             'http://127.0.0.1:9/'];",
+        );
+        assert!(
+            allow.is_some_and(|at| at < out.find(IMPORT_LINE).unwrap()),
+            "{out}"
+        );
+        // A script that does not load the worker is served as it is.
+        let other = b"console.log(1);".to_vec();
+        assert_eq!(allowing(other.clone(), &["http://x".into()]), other);
+    }
 }

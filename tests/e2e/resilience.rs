@@ -10,6 +10,12 @@ use sluice::api::{Arrival, ScriptedResponse};
 use crate::e2e;
 use crate::support::{eventually, js, report, Harness, Options, Tab};
 
+/// Where users are: the API on another origin (CORS and its preflights), each request held
+/// 0-10 ms on its way and answered ±10 ms around the latency. Every lifecycle case runs there.
+fn where_users_are() -> Options {
+    Options::default().cross_origin(10)
+}
+
 /// Every create applied exactly once, `n` of them, each with a key, and never more than
 /// `limit` arrivals in any second: "never above the limit" is asserted in every lifecycle case,
 /// since reloads, restarts, pauses and offline spells are where it is hard.
@@ -88,6 +94,7 @@ e2e!(
     /// every job, the pause holds (also across a worker restart), nothing is lost or doubled.
     a_reload_mid_run_loses_nothing_doubles_nothing_and_keeps_the_pause,
     90,
+    where_users_are(),
     |h| {
         let tab = h.open_e2e_with("keepAliveMs=300").await;
         tab.eval(&js::configure(10, 2, "")).await;
@@ -162,7 +169,7 @@ e2e!(
     // Alone: it checks the told limit on the server's arrivals, and a second browser on the
     // two cores delays single requests by more than the arrival margin absorbs (31 on 30 once
     // with the fixed 2% margin, before margins were measured).
-    Options::default().exclusive(),
+    where_users_are().exclusive(),
     |h| {
         let tabs = [h.open_e2e().await, h.open_e2e().await, h.open_e2e().await];
         tabs[0].eval(&js::configure(50, 4, "")).await;
@@ -244,6 +251,7 @@ e2e!(
     /// across the restarts. `SLUICE_E2E_SEED` replays a run.
     a_worker_killed_five_times_mid_bulk_finishes_every_job_once_within_the_limit,
     120,
+    where_users_are(),
     |h| {
         let seed = std::env::var("SLUICE_E2E_SEED")
             .ok()
@@ -292,6 +300,7 @@ e2e!(
     /// Background Sync is registered, and when the network is back the queue resumes by itself.
     an_offline_spell_mid_run_costs_no_attempts_and_the_queue_resumes_by_itself,
     90,
+    where_users_are(),
     |h| {
         let tab = h.open_e2e().await;
         tab.eval(&js::configure(20, 2, "")).await;
@@ -349,7 +358,7 @@ e2e!(
     /// worker starts.
     without_background_sync_offline_work_resumes_on_the_next_start,
     90,
-    Options::default().with_www_copy(),
+    where_users_are().with_www_copy(),
     |h| {
         let dir = h.www_dir();
         let sw = std::fs::read_to_string(dir.join("sw.js")).expect("sw.js");
@@ -406,6 +415,7 @@ e2e!(
     /// again finds how much is left from last time, and the work resumes.
     work_left_when_every_tab_closed_resumes_when_the_page_opens_again,
     90,
+    where_users_are(),
     |h| {
         let tab = h.open_e2e().await;
         tab.eval(&js::configure(5, 1, "")).await;
@@ -461,7 +471,7 @@ e2e!(
     /// nothing lost or doubled and the limit kept.
     a_new_worker_version_takes_over_the_queue_with_nothing_lost_or_doubled,
     90,
-    Options::default().with_www_copy(),
+    where_users_are().with_www_copy(),
     |h| {
         let tab = h.open_e2e().await;
         tab.eval(&js::configure(10, 2, "")).await;
@@ -519,7 +529,7 @@ e2e!(
     /// request reaches the server twice.
     a_new_worker_version_takes_over_while_jobs_still_wait,
     90,
-    Options::default().with_www_copy(),
+    where_users_are().with_www_copy(),
     |h| {
         let tab = h.open_e2e().await;
         tab.eval(&js::configure(10, 2, "")).await;

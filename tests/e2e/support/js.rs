@@ -12,7 +12,7 @@ pub fn configure(limit: u32, concurrency: u32, extra: &str) -> String {
     };
     format!(
         "await e2e.configure({{ budgets: [{{ name: 'api', windows: [{{ limit: {limit}, \
-         lengthMs: 1000 }}], concurrency: {concurrency}, matchPrefixes: [(window.API || location.origin) + \
+         lengthMs: 1000 }}], concurrency: {concurrency}, matchPrefixes: [(window.API || sessionStorage.API || location.origin) + \
          '/api/'] }}]{extra} }});"
     )
 }
@@ -24,7 +24,7 @@ pub fn enqueue_group(n: usize, group: &str) -> String {
     format!(
         r#"
         const jobs = Array.from({{ length: {n} }}, (_, i) => ({{
-          url: (window.API || '') + '/api/contacts', kind: 'create', body: {{ name: '{group} ' + i }},
+          url: (window.API || sessionStorage.API || '') + '/api/contacts', kind: 'create', body: {{ name: '{group} ' + i }},
         }}));
         const r = await sluice.enqueueMany(jobs, '{group}');
         window.dones = window.dones || {{}};

@@ -309,8 +309,12 @@ impl Harness {
         };
         let tab = self.open(&path).await;
         tab.wait_ready().await;
-        tab.eval(&format!("window.API = '{}';", self.rig.api_origin))
-            .await;
+        // Kept in sessionStorage too, so that a reloaded page sends where it did.
+        tab.eval(&format!(
+            "window.API = sessionStorage.API = '{}';",
+            self.rig.api_origin
+        ))
+        .await;
         tab
     }
 
