@@ -32,7 +32,7 @@ use crate::headers::read_signal;
 use crate::job::{Job, JobError, JobId, JobKind, JobOutcome, JobSpec, JobState, Lane};
 use crate::preflight::{needs_preflight, Preflights};
 use crate::protocol::ProtocolError;
-use crate::random::Rng;
+use crate::random::{uuid_v4_from, IdentifierSource, Rng};
 use crate::retry::{backoff, classify, default_pause, Verdict};
 use crate::round_trips::RoundTrips;
 use crate::scope::Target;
@@ -470,6 +470,9 @@ fn count_in<K: Ord + Clone>(counts: &mut Vec<(K, u64)>, key: &K) {
 pub struct Engine {
     config: EngineConfig,
     rng: Rng,
+    /// Where job ids and idempotency keys come from: `rng` unless the caller gave a source
+    /// (see [`Engine::set_identifier_source`]).
+    identifiers: Option<IdentifierSource>,
     jobs: FxHashMap<JobId, Job>,
     budgets: Budgets,
     placed: FxHashMap<JobId, Placement>,
@@ -514,6 +517,7 @@ impl Engine {
         Ok(Self {
             config,
             rng,
+            identifiers: None,
             jobs: FxHashMap::default(),
             budgets,
             placed: FxHashMap::default(),
@@ -684,6 +688,25 @@ impl Engine {
 
     /// Accepts one action. The result names the job that will carry it: a new one, or an
     /// earlier waiting one it was folded into (`coalesced`).
+    /// Job ids and idempotency keys from now on come from `source` (the worker's is
+    /// `crypto.getRandomValues`); a source that fails (returns false) falls back to the
+    /// engine's own generator for that identifier.
+    pub fn set_identifier_source(&mut self, source: IdentifierSource) {
+        self.identifiers = Some(source);
+    }
+
+    fn new_identifier(&mut self) -> String {
+        let mut bytes = [0u8; 16];
+        let filled = self
+            .identifiers
+            .as_mut()
+            .is_some_and(|source| source(&mut bytes));
+        if !filled {
+            self.rng.fill(&mut bytes);
+        }
+        uuid_v4_from(bytes)
+    }
+
     pub fn enqueue(&mut self, spec: JobSpec, now: Millis) -> Result<Enqueued, ProtocolError> {
         let (budget, method) = self.validate(&spec)?;
         Ok(self.enqueue_valid(spec, budget, method, now))
@@ -818,7 +841,7 @@ impl Engine {
         self.next_seq += 1;
         let job = Job {
             // A page fixes its jobs' ids (see `JobSpec::id`); the caller made sure it is new.
-            id: spec.id.unwrap_or_else(|| self.rng.uuid_v4()),
+            id: spec.id.unwrap_or_else(|| self.new_identifier()),
             budget,
             lane: spec.lane,
             key: spec.key.filter(|k| !k.is_empty()),
@@ -827,7 +850,7 @@ impl Engine {
             url: spec.url,
             headers: spec.headers,
             body: spec.body,
-            idempotency_key: self.rng.uuid_v4(),
+            idempotency_key: self.new_identifier(),
             state: JobState::Queued,
             attempts: 0,
             not_before: now,

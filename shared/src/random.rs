@@ -4,7 +4,9 @@
 //! simulation must be reproducible from a seed. So the engine owns a small seeded generator
 //! instead of calling an OS source: the worker seeds it from `crypto.getRandomValues`, tests
 //! and the simulator from a fixed number. xoshiro256** is small, fast and statistically sound
-//! for jitter; identifiers get 122 random bits, like any UUID v4.
+//! for jitter, but not unpredictable: job ids and idempotency keys (122 random bits, like any
+//! UUID v4) come from the [`IdentifierSource`] the worker gives the engine, its
+//! `crypto.getRandomValues`, and from the generator only in tests and the simulator.
 
 use serde::{Deserialize, Serialize};
 
@@ -75,23 +77,40 @@ impl Rng {
     /// 16 random bytes shaped as a UUID v4 (version and variant bits set).
     pub fn uuid_v4(&mut self) -> String {
         let mut b = [0u8; 16];
+        self.fill(&mut b);
+        uuid_v4_from(b)
+    }
+
+    /// 16 bytes of this generator's output.
+    pub fn fill(&mut self, b: &mut [u8; 16]) {
         b[..8].copy_from_slice(&self.next_u64().to_le_bytes());
         b[8..].copy_from_slice(&self.next_u64().to_le_bytes());
-        b[6] = (b[6] & 0x0f) | 0x40;
-        b[8] = (b[8] & 0x3f) | 0x80;
-        // Written digit by digit: `format!("{x:02x}")` and string slicing bring core's padding
-        // and slice panic code into the wasm.
-        const HEX: &[u8; 16] = b"0123456789abcdef";
-        let mut uuid = String::with_capacity(36);
-        for (i, x) in b.iter().enumerate() {
-            if matches!(i, 4 | 6 | 8 | 10) {
-                uuid.push('-');
-            }
-            uuid.push(char::from(HEX[usize::from(x >> 4)]));
-            uuid.push(char::from(HEX[usize::from(x & 0xf)]));
-        }
-        uuid
     }
+}
+
+/// Where job ids and idempotency keys get their randomness. Jitter may come from a seeded
+/// generator, but an identifier a page or the server sees must not let anyone predict the next
+/// (a create's key is what stops the server applying it twice): the worker hands the engine
+/// the platform's cryptographic source (`crypto.getRandomValues`). Tests and the simulator keep
+/// the seeded generator, for runs that replay.
+pub type IdentifierSource = Box<dyn FnMut(&mut [u8; 16]) -> bool>;
+
+/// 16 random bytes shaped as a UUID v4 (version and variant bits set).
+pub fn uuid_v4_from(mut b: [u8; 16]) -> String {
+    b[6] = (b[6] & 0x0f) | 0x40;
+    b[8] = (b[8] & 0x3f) | 0x80;
+    // Written digit by digit: `format!("{x:02x}")` and string slicing bring core's padding
+    // and slice panic code into the wasm.
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut uuid = String::with_capacity(36);
+    for (i, x) in b.iter().enumerate() {
+        if matches!(i, 4 | 6 | 8 | 10) {
+            uuid.push('-');
+        }
+        uuid.push(char::from(HEX[usize::from(x >> 4)]));
+        uuid.push(char::from(HEX[usize::from(x & 0xf)]));
+    }
+    uuid
 }
 
 #[cfg(test)]

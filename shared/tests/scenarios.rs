@@ -1417,3 +1417,22 @@ fn in_flight_429s_of_one_refusal_do_not_double_the_pause() {
     let paused = e.budget_states().next().unwrap().paused_until.unwrap();
     assert!(paused <= 33 + 1_000, "paused until {paused}");
 }
+
+/// Ids and idempotency keys come from the source the worker gives (its
+/// `crypto.getRandomValues`), not from the seeded generator; a failing source falls back.
+#[test]
+fn identifiers_come_from_the_given_source() {
+    let mut e = engine_with(budget(10, 1_000, 4));
+    e.set_identifier_source(Box::new(|b: &mut [u8; 16]| {
+        *b = [0xab; 16];
+        true
+    }));
+    let id = e.enqueue(post(0), 0).unwrap().id;
+    assert_eq!(id, "abababab-abab-4bab-abab-abababababab");
+    let key = &e.job(&id).unwrap().idempotency_key;
+    assert_eq!(key, "abababab-abab-4bab-abab-abababababab");
+    e.set_identifier_source(Box::new(|_: &mut [u8; 16]| false));
+    let other = e.enqueue(post(1), 0).unwrap().id;
+    assert_ne!(other, id);
+    assert_eq!(other.len(), 36);
+}

@@ -319,6 +319,12 @@ impl Worker {
             }
         }
         let mut engine = engine.ok_or_else(|| SwError::Config("no usable configuration".into()))?;
+        engine.set_identifier_source(Box::new(|bytes: &mut [u8; 16]| {
+            scope()
+                .crypto()
+                .and_then(|c| c.get_random_values_with_u8_array(bytes).map(|_| ()))
+                .is_ok()
+        }));
         let folds = Folds::of(&engine);
         // What the rebuild changed (jobs that were sending are queued again) is saved by the
         // pump's first save, with its first starts, unless there is more to save now.
