@@ -97,6 +97,13 @@ pub fn read_signal(status: u16, headers: &[(String, String)], now: Millis) -> Se
         if !rate_limited {
             return None;
         }
+        // Vendors' own spellings of Retry-After, for a refusal that carries no standard one.
+        if let Some(ms) = h.first_parsed("x-ratelimit-retry-after", parse_seconds_ms) {
+            return Some(ms.min(MAX_WAIT_MS));
+        }
+        if let Some(ms) = h.first_parsed("x-rate-limit-reset", |v| parse_reset(v, base)) {
+            return Some(ms.min(MAX_WAIT_MS));
+        }
         // Told to stop but not for how long: the quota's reset is the server's own answer.
         // The exhausted quota's reset is the one that matters, if several were reported.
         quotas
@@ -181,19 +188,27 @@ fn ietf_ratelimit_field(h: &Headers, policies: &[Policy], base: Millis) -> Optio
     }
 
     // Current draft: a list of items, each naming a policy.
+    let single_limit = members.iter().filter(|m| m.dict_entry().is_none()).count() == 1;
     let candidates = members
         .iter()
         .filter(|m| m.dict_entry().is_none())
         .filter_map(|m| {
             let name = m.name();
+            // Matched by name; a lone limit beside a lone policy is taken to describe it even
+            // when the names differ (Cloudflare sends `"default";r=50;t=30` beside
+            // `"burst";q=100;w=60`).
             let policy = name
                 .as_deref()
-                .and_then(|n| policies.iter().find(|p| p.name.as_deref() == Some(n)));
+                .and_then(|n| policies.iter().find(|p| p.name.as_deref() == Some(n)))
+                .or_else(|| (policies.len() == 1 && single_limit).then(|| &policies[0]));
+            // Later drafts' spellings too: `a` for the available quota, `w` on the limit.
             non_empty(Quota {
                 limit: policy.and_then(|p| p.quota),
-                remaining: m.param("r").and_then(parse_count),
+                remaining: m.param("r").or_else(|| m.param("a")).and_then(parse_count),
                 reset_after_ms: m.param("t").and_then(|t| parse_reset(t, base)),
-                window_ms: policy.and_then(|p| p.window_ms),
+                window_ms: policy
+                    .and_then(|p| p.window_ms)
+                    .or_else(|| m.param("w").and_then(parse_window)),
             })
         });
     most_restrictive_state(candidates)
@@ -329,11 +344,21 @@ fn ietf_policies(h: &Headers) -> Vec<Policy> {
                 quota: Some(quota),
                 window_ms,
             },
-            None => Policy {
-                name: m.name(),
-                quota: m.param("q").and_then(parse_count),
-                window_ms,
-            },
+            None => {
+                // A quota of bytes or of concurrent requests is not a count of requests per
+                // window: such a policy is no window for the limiter.
+                let unit_is_requests = m
+                    .param("qu")
+                    .is_none_or(|u| u.trim_matches('"').eq_ignore_ascii_case("requests"));
+                if !unit_is_requests {
+                    continue;
+                }
+                Policy {
+                    name: m.name(),
+                    quota: m.param("q").and_then(parse_count),
+                    window_ms,
+                }
+            }
         };
         if policy.quota.is_some() || policy.window_ms.is_some() {
             policies.push(policy);
@@ -1513,6 +1538,8 @@ mod tests {
         "x-ratelimit-used",
         "x-ratelimit-resource",
         "X-Shopify-Shop-Api-Call-Limit",
+        "X-RateLimit-Retry-After",
+        "X-Rate-Limit-Reset",
     ];
 
     fn name() -> impl Strategy<Value = String> {
@@ -1530,6 +1557,7 @@ mod tests {
             "[ \t]*[-+]?[0-9]{0,25}(\\.[0-9]{0,6})?[ \t]*",
             "[0-9]{1,20}/[0-9]{1,20}",
             "(\"[a-z,;\\\\\"]{0,6}\"|[a-z0-9]{1,6})(;[a-zA-Z]{1,2}(=[-0-9.\"]{0,22})?){0,4}(, ?(\"[a-z]{0,4}\"|[a-z0-9]{1,4})(;[qrtw]=[0-9]{0,20}){0,3}){0,3}",
+            "\"[a-z]{1,6}\"(;(q|qu|w|pk|r|t|a)=(\"[a-z-]{0,14}\"|[0-9]{0,8})){0,5}(, ?\"[a-z]{1,6}\"(;(q|qu|w|r|t|a)=[0-9]{0,8}){0,4}){0,2}",
             "(limit|remaining|reset|x)=[-0-9.]{0,22}(, ?(limit|remaining|reset)=[-0-9.]{0,22}){0,3}",
             any::<u64>().prop_map(|t| http_date(t % (253_402_300_799 * SECOND))),
         ]
@@ -1602,5 +1630,101 @@ mod tests {
             prop_assert_eq!(q.limit, Some(limit));
             prop_assert_eq!(q.remaining, Some(limit.saturating_sub(used)));
         }
+    }
+}
+
+#[cfg(test)]
+mod structured_fields {
+    use super::*;
+
+    fn signal(status: u16, pairs: &[(&str, &str)]) -> ServerSignal {
+        let headers: Vec<(String, String)> = pairs
+            .iter()
+            .map(|(n, v)| (n.to_string(), v.to_string()))
+            .collect();
+        read_signal(status, &headers, 0)
+    }
+
+    #[test]
+    fn cloudflare_pairs_its_lone_limit_with_its_lone_policy() {
+        let q = signal(
+            200,
+            &[
+                ("Ratelimit", "\"default\";r=50;t=30"),
+                ("Ratelimit-Policy", "\"burst\";q=100;w=60"),
+            ],
+        )
+        .quota
+        .unwrap();
+        assert_eq!(
+            (q.limit, q.remaining, q.reset_after_ms, q.window_ms),
+            (Some(100), Some(50), Some(30_000), Some(60_000))
+        );
+    }
+
+    #[test]
+    fn several_named_limits_match_their_policies_and_the_tightest_wins() {
+        let q = signal(
+            200,
+            &[
+                ("RateLimit", "\"burst\";r=40;t=3, \"daily\";r=5;t=1000"),
+                (
+                    "RateLimit-Policy",
+                    "\"burst\";q=100;w=60, \"daily\";q=1000;w=86400;pk=:abc:",
+                ),
+            ],
+        )
+        .quota
+        .unwrap();
+        assert_eq!(
+            (q.limit, q.remaining, q.window_ms),
+            (Some(1_000), Some(5), Some(86_400_000))
+        );
+    }
+
+    #[test]
+    fn later_drafts_available_quota_and_window_on_the_limit() {
+        let q = signal(200, &[("RateLimit", "\"x\";a=7;t=2;w=10")])
+            .quota
+            .unwrap();
+        assert_eq!((q.remaining, q.window_ms), (Some(7), Some(10_000)));
+    }
+
+    #[test]
+    fn a_quota_of_bytes_is_no_request_window() {
+        let s = signal(
+            200,
+            &[(
+                "RateLimit-Policy",
+                "\"up\";q=1000000;qu=\"content-bytes\";w=60",
+            )],
+        );
+        assert_eq!(s.quota, None);
+        let q = signal(
+            200,
+            &[("RateLimit-Policy", "\"r\";q=10;qu=\"requests\";w=1")],
+        )
+        .quota
+        .unwrap();
+        assert_eq!((q.limit, q.window_ms), (Some(10), Some(1_000)));
+    }
+
+    #[test]
+    fn vendor_retry_after_spellings_back_a_429_without_retry_after() {
+        let s = signal(429, &[("X-RateLimit-Retry-After", "7")]);
+        assert_eq!(s.retry_after_ms, Some(7_000));
+        let s = signal(429, &[("X-Rate-Limit-Reset", "5")]);
+        assert_eq!(s.retry_after_ms, Some(5_000));
+        // The standard header wins.
+        let s = signal(
+            429,
+            &[("Retry-After", "2"), ("X-RateLimit-Retry-After", "7")],
+        );
+        assert_eq!(s.retry_after_ms, Some(2_000));
+        // Not a refusal: nothing to wait for.
+        assert_eq!(
+            signal(200, &[("X-RateLimit-Retry-After", "7")]).retry_after_ms,
+            None
+        );
     }
 }
