@@ -41,11 +41,12 @@ const IMPORT_LINE: &str = "importScripts('/pkg/sluice_sw.js');";
 
 /// `sw.js` with `self.SLUICE_CONFIG.allow` set to its own origin and `other_origins`.
 fn allowing(script: Vec<u8>, other_origins: &[String]) -> Vec<u8> {
-    let Ok(text) = String::from_utf8(script.clone()) else {
-        return script;
+    let text = match String::from_utf8(script) {
+        Ok(text) => text,
+        Err(e) => return e.into_bytes(),
     };
     let Some(at) = text.find(IMPORT_LINE) else {
-        return script;
+        return text.into_bytes();
     };
     let mut list = String::from("self.location.origin + '/'");
     for o in other_origins {

@@ -35,7 +35,7 @@ use crate::protocol::ProtocolError;
 use crate::random::{uuid_v4_from, IdentifierSource, Rng};
 use crate::retry::{backoff, classify, default_pause, Verdict};
 use crate::round_trips::RoundTrips;
-use crate::scope::Target;
+use crate::scope::{Scope, Target};
 use crate::status::{
     capacity_warning, percentile, BudgetStatus, GroupStatus, LaneStatus, StateCounts, Status,
 };
@@ -226,9 +226,6 @@ impl Budget {
         self.ready.iter().any(|r| !r.is_empty())
     }
 
-    /// Adopts the margin the measured round trips ask for, if it changed by enough to matter.
-    /// A narrower margin moves the logged starts later: the starts in flight, which the limiter
-    /// knows by their logged instant, move with them.
     /// A request in flight for longer than any usual trip may still be on its way, or have
     /// arrived at any moment since it left (a lost answer, a stalled connection): it is counted
     /// as if it arrived now, for as long as it stays unanswered. While it is one of the recent
@@ -253,6 +250,9 @@ impl Budget {
         moved
     }
 
+    /// Adopts the margin the measured round trips ask for, if it changed by enough to matter.
+    /// A narrower margin moves the logged starts later: the starts in flight, which the limiter
+    /// knows by their logged instant, move with them.
     fn follow_round_trips(&mut self) -> bool {
         let Some(margin) = self.round_trips.margin_update(self.state.limiter.margin()) else {
             return false;
@@ -469,6 +469,8 @@ fn count_in<K: Ord + Clone>(counts: &mut Vec<(K, u64)>, key: &K) {
 
 pub struct Engine {
     config: EngineConfig,
+    /// `config`'s allowed scopes, parsed once per configuration rather than per job.
+    allowed: Vec<Scope>,
     rng: Rng,
     /// Where job ids and idempotency keys come from: `rng` unless the caller gave a source
     /// (see [`Engine::set_identifier_source`]).
@@ -510,12 +512,14 @@ impl Engine {
     /// in the browser and from a fixed number in tests.
     pub fn new(config: EngineConfig, rng: Rng) -> Result<Self, ConfigError> {
         config.validate()?;
+        let allowed = config.allowed_scopes()?;
         let mut budgets = Budgets::default();
         for b in &config.budgets {
             budgets.insert(b.name.clone(), Self::fresh_budget(b, &config)?);
         }
         Ok(Self {
             config,
+            allowed,
             rng,
             identifiers: None,
             jobs: FxHashMap::default(),
@@ -646,6 +650,7 @@ impl Engine {
     /// has unfinished jobs (they would wait forever).
     pub fn configure(&mut self, config: EngineConfig, now: Millis) -> Result<(), ConfigError> {
         config.validate()?;
+        let allowed = config.allowed_scopes()?;
         for name in self.budgets.keys() {
             if config.budgets.iter().any(|b| &b.name == name) {
                 continue;
@@ -676,6 +681,7 @@ impl Engine {
         }
         self.budgets = budgets;
         self.config = config;
+        self.allowed = allowed;
         self.replace_all(now);
         Ok(())
     }
@@ -686,8 +692,6 @@ impl Engine {
 
     // ----- enqueue -------------------------------------------------------------------------
 
-    /// Accepts one action. The result names the job that will carry it: a new one, or an
-    /// earlier waiting one it was folded into (`coalesced`).
     /// Job ids and idempotency keys from now on come from `source` (the worker's is
     /// `crypto.getRandomValues`); a source that fails (returns false) falls back to the
     /// engine's own generator for that identifier.
@@ -707,6 +711,8 @@ impl Engine {
         uuid_v4_from(bytes)
     }
 
+    /// Accepts one action. The result names the job that will carry it: a new one, or an
+    /// earlier waiting one it was folded into (`coalesced`).
     pub fn enqueue(&mut self, spec: JobSpec, now: Millis) -> Result<Enqueued, ProtocolError> {
         let (budget, method) = self.validate(&spec)?;
         Ok(self.enqueue_valid(spec, budget, method, now))
@@ -800,13 +806,7 @@ impl Engine {
             url: spec.url.chars().take(200).collect(),
             message: e.0,
         })?;
-        let allowed = self
-            .config
-            .allowed_scopes()
-            .map_err(|e| ProtocolError::InvalidConfig {
-                message: e.to_string(),
-            })?;
-        if !allowed.is_empty() && !allowed.iter().any(|s| s.covers(&target)) {
+        if !self.allowed.is_empty() && !self.allowed.iter().any(|s| s.covers(&target)) {
             return Err(ProtocolError::UrlNotAllowed {
                 url: spec.url.chars().take(200).collect(),
                 allowed: self.config.allowed_list(),
