@@ -88,11 +88,7 @@ e2e!(
         assert!(by_key.values().all(|n| *n == 1));
 
         // From the first arrival to the last response (the server answers after its latency).
-        let arrivals = h.api.arrivals();
-        let _ = std::fs::write(
-            h.artifacts.join("arrivals.json"),
-            serde_json::to_vec(&arrivals).unwrap_or_default(),
-        );
+        let arrivals = h.saved_arrivals();
         let first = arrivals.first().expect("arrivals").at_ms;
         let last = arrivals.last().expect("arrivals").at_ms;
         let finish_ms = last + LATENCY_MS - first;
@@ -134,11 +130,7 @@ e2e!(
         let results: Vec<String> = tab.eval_as(&js::settle_group("bulk")).await;
         assert!(js::all_done(&results), "not all done: {results:?}");
         let stats = h.api.stats();
-        let arrivals = h.api.arrivals();
-        let _ = std::fs::write(
-            h.artifacts.join("arrivals.json"),
-            serde_json::to_vec(&arrivals).unwrap_or_default(),
-        );
+        let arrivals = h.saved_arrivals();
         let first = arrivals.first().expect("arrivals").at_ms;
         let last = arrivals.last().expect("arrivals").at_ms;
         let seconds = (last + 30.0 - first) / 1000.0;

@@ -27,11 +27,7 @@ fn assert_each_applied_once(h: &Harness, n: usize, limit: usize) {
     let by_key = h.api.applied_creates_by_key();
     assert_eq!(by_key.len(), n, "{by_key:?}");
     assert!(by_key.values().all(|c| *c == 1), "{by_key:?}");
-    let arrivals = h.api.arrivals();
-    let _ = std::fs::write(
-        h.artifacts.join("arrivals.json"),
-        serde_json::to_vec_pretty(&arrivals).unwrap_or_default(),
-    );
+    let arrivals = h.saved_arrivals();
     let densest = densest_second(&arrivals);
     assert!(
         densest.len() <= limit,

@@ -300,6 +300,17 @@ impl Harness {
         self.open_e2e_with("").await
     }
 
+    /// Every arrival the API recorded, also written to `arrivals.json` among the test's
+    /// artifacts for a look after a failure.
+    pub fn saved_arrivals(&self) -> Vec<Arrival> {
+        let arrivals = self.api.arrivals();
+        let _ = std::fs::write(
+            self.artifacts.join("arrivals.json"),
+            serde_json::to_vec_pretty(&arrivals).unwrap_or_default(),
+        );
+        arrivals
+    }
+
     /// As [`Harness::open_e2e`], with a query string for the page (`keepAliveMs=300`).
     pub async fn open_e2e_with(&self, query: &str) -> Tab {
         let path = if query.is_empty() {
