@@ -38,7 +38,11 @@
 //! # Resources
 //! `POST /api/contacts` creates (201 + `Location`), `GET /api/contacts` lists,
 //! `GET/PATCH/PUT/DELETE /api/contacts/{id}` (PATCH is a JSON merge patch, DELETE answers 204).
-//! Any other method and path under `/api/` is answered 200 with a JSON echo.
+//! `GET /api/large?bytes=N` answers N bytes of text, streamed in 16 KiB chunks; how many the
+//! server handed to the connection is in the stats (`largeBytesSent`), so a test can tell a
+//! client that stops reading from one that reads everything.
+//! Any other method and path under `/api/` is answered 200 with a JSON echo, which says
+//! whether the request carried cookies (`cookie`).
 //!
 //! # Control API (JSON, never rate-limited or recorded)
 //! `GET|POST /__sluice/config`, `GET /__sluice/stats[?windowMs=]`,
@@ -49,6 +53,7 @@
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -366,6 +371,8 @@ pub struct Stats {
     pub replays: usize,
     pub scripted: usize,
     pub preflights: u64,
+    /// Bytes of `/api/large` bodies handed to connections.
+    pub large_bytes_sent: u64,
     /// Most admitted arrivals in any window of `window_ms`.
     pub max_in_window: usize,
     pub limit: u32,
@@ -400,6 +407,7 @@ struct Inner {
     script: VecDeque<ScriptedResponse>,
     rng: SplitMix64,
     preflights: u64,
+    large_bytes_sent: Arc<AtomicU64>,
 }
 
 struct Stored {
@@ -416,6 +424,8 @@ struct ApiRequest {
     path: String,
     query: Option<String>,
     idempotency_key: Option<String>,
+    /// Whether a `Cookie` header came with it (the echo says so).
+    cookie: bool,
     body: Bytes,
 }
 
@@ -473,6 +483,7 @@ impl ApiHandle {
                 script: VecDeque::new(),
                 rng,
                 preflights: 0,
+                large_bytes_sent: Arc::default(),
             })),
         }
     }
@@ -516,6 +527,7 @@ impl ApiHandle {
         inner.idempotency.clear();
         inner.script.clear();
         inner.preflights = 0;
+        inner.large_bytes_sent.store(0, Ordering::Relaxed);
         inner.rng = SplitMix64::new(inner.config.seed);
     }
 
@@ -611,6 +623,11 @@ impl ApiHandle {
         missing
     }
 
+    /// The counter of `/api/large` bytes, for the streams that add to it.
+    fn large_bytes_sent(&self) -> Arc<AtomicU64> {
+        self.lock().large_bytes_sent.clone()
+    }
+
     pub fn preflights(&self) -> u64 {
         self.lock().preflights
     }
@@ -647,6 +664,7 @@ impl ApiHandle {
             replays: count(&|x| x.outcome == Outcome::Replayed),
             scripted: count(&|x| x.scripted),
             preflights: inner.preflights,
+            large_bytes_sent: inner.large_bytes_sent.load(Ordering::Relaxed),
             max_in_window: max_in_window(a, window_ms),
             limit: inner.config.limit,
             window_ms,
@@ -1054,8 +1072,40 @@ fn echo(req: &ApiRequest) -> Value {
         "path": req.path,
         "query": req.query,
         "idempotencyKey": req.idempotency_key,
+        "cookie": req.cookie,
         "body": body,
     })
+}
+
+/// `bytes=N` of `/api/large`: 1 MiB unless given, at most 1 GiB.
+fn large_size(query: Option<&str>) -> u64 {
+    query
+        .into_iter()
+        .flat_map(|q| q.split('&'))
+        .find_map(|kv| kv.strip_prefix("bytes="))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(1 << 20)
+        .min(1 << 30)
+}
+
+/// `bytes` of `x`, made a chunk at a time as the connection takes them, each counted in
+/// `sent` when handed over: a client that stops reading stops the count (after what the
+/// connection's buffers hold).
+fn large_body(bytes: u64, sent: Arc<AtomicU64>) -> Body {
+    const CHUNK: u64 = 16 << 10;
+    let chunks = futures::stream::unfold(0u64, move |done| {
+        let sent = sent.clone();
+        async move {
+            if done >= bytes {
+                return None;
+            }
+            let n = CHUNK.min(bytes - done);
+            sent.fetch_add(n, Ordering::Relaxed);
+            let chunk = Bytes::from(vec![b'x'; n as usize]);
+            Some((Ok::<_, std::convert::Infallible>(chunk), done + n))
+        }
+    });
+    Body::from_stream(chunks)
 }
 
 fn ceil_secs(d: Duration) -> u64 {
@@ -1192,8 +1242,10 @@ async fn api_request(
         path: uri.path().to_owned(),
         query: uri.query().map(str::to_owned),
         idempotency_key,
+        cookie: headers.contains_key(header::COOKIE),
         body,
     };
+    let large = (req.path == "/api/large").then(|| large_size(req.query.as_deref()));
     let hold = api.arrival_hold();
     let reply = if hold.is_zero() {
         api.arrive(req)
@@ -1215,8 +1267,11 @@ async fn api_request(
     if !reply.delay.is_zero() {
         tokio::time::sleep(reply.delay).await;
     }
-    let mut res = match reply.body {
-        Some(b) if reply.status != StatusCode::NO_CONTENT => Json(b).into_response(),
+    let mut res = match (reply.body, large) {
+        (Some(_), Some(bytes)) if reply.status == StatusCode::OK => {
+            large_body(bytes, api.large_bytes_sent()).into_response()
+        }
+        (Some(b), _) if reply.status != StatusCode::NO_CONTENT => Json(b).into_response(),
         _ => Body::empty().into_response(),
     };
     *res.status_mut() = reply.status;

@@ -10,6 +10,7 @@ use std::fmt;
 use serde::de::{self, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
 use sluice_shared::job::{JobKind, JobSpec, Lane};
+use sluice_shared::request_options::RequestOptions;
 
 use crate::core::ClientError;
 
@@ -29,6 +30,12 @@ pub struct JobInput {
     /// Read separately by the glue ([`Body`]), which sees the JS value itself.
     pub body: Option<IgnoredAny>,
     pub group_id: Option<String>,
+    /// `RequestInit` members, spelled as `fetch` takes them; see `RequestOptions`.
+    pub credentials: Option<String>,
+    pub mode: Option<String>,
+    pub redirect: Option<String>,
+    pub referrer_policy: Option<String>,
+    pub integrity: Option<String>,
 }
 
 /// `{"Name": "value"}` or `[["Name", "value"], ...]`.
@@ -116,6 +123,14 @@ pub fn normalize(
         headers,
         body,
         group_id: input.group_id,
+        options: Some(RequestOptions {
+            credentials: input.credentials,
+            mode: input.mode,
+            redirect: input.redirect,
+            referrer_policy: input.referrer_policy,
+            integrity: input.integrity,
+        })
+        .filter(|o| !o.is_default()),
     };
     prepare(&mut spec, new_key)?;
     Ok(spec)

@@ -56,6 +56,15 @@ export interface JobInput {
   /** A string is sent as is; anything else as JSON (Content-Type: application/json). */
   body?: unknown;
   groupId?: string | null;
+  /** As in `fetch`; default "same-origin". */
+  credentials?: "omit" | "same-origin" | "include";
+  /** As in `fetch`; default "cors". "no-cors" is refused: its answer cannot be read. */
+  mode?: "cors" | "same-origin";
+  /** As in `fetch`; default "follow". */
+  redirect?: "follow" | "error" | "manual";
+  referrerPolicy?: ReferrerPolicy;
+  /** A subresource-integrity string the response must match. */
+  integrity?: string;
 }
 
 /** The server's final answer to a done job. Header names are lower-case. */

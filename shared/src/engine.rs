@@ -33,6 +33,7 @@ use crate::job::{Job, JobError, JobId, JobKind, JobOutcome, JobSpec, JobState, L
 use crate::preflight::{needs_preflight, Preflights};
 use crate::protocol::ProtocolError;
 use crate::random::{uuid_v4_from, IdentifierSource, Rng};
+use crate::request_options::RequestOptions;
 use crate::retry::{backoff, classify, default_pause, Verdict};
 use crate::round_trips::RoundTrips;
 use crate::scope::{Scope, Target};
@@ -67,6 +68,8 @@ pub struct Transmit {
     pub url: String,
     pub headers: Vec<(String, String)>,
     pub body: Option<String>,
+    /// How the browser makes it (`None`: its defaults); see [`crate::request_options`].
+    pub options: Option<RequestOptions>,
     /// Abort the request after this long and report [`TransportError::Timeout`].
     pub timeout_ms: DurationMs,
     /// Save [`Engine::take_changes`] before starting this request. When false, the request
@@ -800,6 +803,9 @@ impl Engine {
                 });
             }
         }
+        if let Some(options) = &spec.options {
+            options.validate()?;
+        }
         // Where the job may go is checked first, and for every job: naming a budget never
         // takes a job past what the worker script allows.
         let target = Target::parse(&spec.url).map_err(|e| ProtocolError::InvalidUrl {
@@ -850,6 +856,7 @@ impl Engine {
             url: spec.url,
             headers: spec.headers,
             body: spec.body,
+            options: spec.options.filter(|o| !o.is_default()),
             idempotency_key: self.new_identifier(),
             state: JobState::Queued,
             attempts: 0,
@@ -950,6 +957,7 @@ impl Engine {
                         && t.budget == job.budget
                         && t.method == job.method
                         && t.url == job.url
+                        && t.options == job.options
                 });
                 if mergeable {
                     self.merge_patch(&target, job, now);
@@ -968,6 +976,7 @@ impl Engine {
                         && t.url == job.url
                         && t.body == job.body
                         && t.headers == job.headers
+                        && t.options == job.options
                         && t.key == job.key
                         // Never reorder a key: only the newest job of the key can absorb it.
                         && (t.key.is_none() || newest_of_key.as_ref() == Some(&t.id))
@@ -1222,6 +1231,7 @@ impl Engine {
             url: job.url.clone(),
             headers: job.request_headers(),
             body: job.body.clone(),
+            options: job.options.clone(),
             timeout_ms,
             save_first: false,
         };

@@ -8,6 +8,7 @@
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
+use crate::request_options::RequestOptions;
 use crate::time::Millis;
 
 pub type JobId = String;
@@ -194,6 +195,9 @@ pub struct JobSpec {
     pub headers: Vec<(String, String)>,
     pub body: Option<String>,
     pub group_id: Option<String>,
+    /// How the browser makes the request (credentials, mode, redirects, referrer policy,
+    /// integrity); `None`: its defaults. See [`RequestOptions`].
+    pub options: Option<RequestOptions>,
 }
 
 /// What the server said about a finished attempt, kept with a done job for its callers.
@@ -218,6 +222,9 @@ pub struct Job {
     pub url: String,
     pub headers: Vec<(String, String)>,
     pub body: Option<String>,
+    /// `None` when every member is the browser's default (most jobs: nothing stored).
+    #[serde(default)]
+    pub options: Option<RequestOptions>,
     /// Fixed at enqueue and sent with every attempt of a create.
     pub idempotency_key: String,
     pub state: JobState,
@@ -357,6 +364,7 @@ crate::json_struct!(JobSpec [default] {
     headers: "headers",
     body: "body",
     group_id: "groupId",
+    options: "options",
 });
 
 crate::json_struct!(JobOutcome {
@@ -375,6 +383,7 @@ crate::json_struct!(Job {
     url: "url",
     headers: "headers",
     body: "body",
+    options: "options" = default,
     idempotency_key: "idempotencyKey",
     state: "state",
     attempts: "attempts",
@@ -404,6 +413,7 @@ mod tests {
             method: "POST".into(),
             url: "https://api.example/x".into(),
             headers: vec![],
+            options: None,
             body: None,
             idempotency_key: "k".into(),
             state,

@@ -101,6 +101,7 @@ pub fn parse(text: &str) -> Result<Json<'_>, Error> {
         bytes: text.as_bytes(),
         pos: 0,
         depth: 0,
+        values: 0,
     };
     let value = p.value()?;
     p.skip_ws();
@@ -120,10 +121,19 @@ struct Parser<'a> {
     bytes: &'a [u8],
     pos: usize,
     depth: u32,
+    values: usize,
 }
 
 /// serde_json's nesting limit.
 const MAX_DEPTH: u32 = 128;
+
+/// Most values one text may hold. A value in the tree takes 16 bytes or more of the wasm's
+/// memory against as little as 2 of text (`0,`), so a message at the size limit could become a
+/// tree of 16 million values and hundreds of MiB, and an allocation that fails traps the
+/// worker. Two million is far above what the largest real message holds (10,000 jobs of a
+/// dozen fields each) and bounds the tree near 32 MiB. serde_json has no such limit; this is
+/// the one place the two disagree.
+pub const MAX_VALUES: usize = 2_000_000;
 
 impl<'a> Parser<'a> {
     /// An error at the byte *before* `index` (serde_json counts columns that way).
@@ -162,6 +172,10 @@ impl<'a> Parser<'a> {
     }
 
     fn value(&mut self) -> Result<Json<'a>, Error> {
+        self.values += 1;
+        if self.values > MAX_VALUES {
+            return Err(self.peek_error("too many values (at most 2000000 in one text)"));
+        }
         self.skip_ws();
         let Some(b) = self.peek() else {
             return Err(self.error_at(self.pos, "EOF while parsing a value"));
@@ -1181,6 +1195,15 @@ pub(crate) mod tests {
             }
             (a, b) => panic!("{text}: ours {a:?}, serde_json {b:?}"),
         }
+    }
+
+    #[test]
+    fn a_text_of_more_values_than_the_limit_is_refused_before_its_tree_grows() {
+        let at_limit = format!("[{}0]", "0,".repeat(MAX_VALUES - 2));
+        assert!(parse(&at_limit).is_ok());
+        let over = format!("[{}0]", "0,".repeat(MAX_VALUES - 1));
+        let error = parse(&over).expect_err("over the limit");
+        assert!(error.0.starts_with("too many values"), "{error:?}");
     }
 
     #[test]

@@ -13,6 +13,7 @@ pub mod json;
 pub mod limiter;
 pub mod preflight;
 pub mod random;
+pub mod request_options;
 pub mod scope;
 pub mod time;
 

@@ -319,6 +319,16 @@ impl fmt::Display for ProtocolError {
 
 impl std::error::Error for ProtocolError {}
 
+/// The error for a message of at least `bytes` bytes, if that is over [`MAX_MESSAGE_BYTES`].
+/// The worker asks this with a message's length in UTF-16 units (each at least one byte of
+/// UTF-8) before it copies the text into its memory, and again with the exact length after.
+pub fn message_too_large(bytes: usize) -> Option<ProtocolError> {
+    (bytes > MAX_MESSAGE_BYTES).then(|| ProtocolError::TooLarge {
+        what: TOO_LARGE_MESSAGE.into(),
+        bytes,
+        max_bytes: MAX_MESSAGE_BYTES,
+    })
+}
 /// Decodes a page's message, telling apart "not a request at all" from "a request of a type
 /// this worker does not know" (probably a newer page talking to an older worker).
 ///
@@ -331,15 +341,8 @@ pub fn decode_request(text: &str) -> Result<Envelope, (Option<String>, ProtocolE
 
     let malformed =
         |id: Option<String>, message: String| (id, ProtocolError::Malformed { message });
-    if text.len() > MAX_MESSAGE_BYTES {
-        return Err((
-            None,
-            ProtocolError::TooLarge {
-                what: TOO_LARGE_MESSAGE.into(),
-                bytes: text.len(),
-                max_bytes: MAX_MESSAGE_BYTES,
-            },
-        ));
+    if let Some(error) = message_too_large(text.len()) {
+        return Err((None, error));
     }
     let value = json::parse(text).map_err(|e| malformed(None, e.0))?;
     let members = json::members(&value, "struct Head").map_err(|e| malformed(None, e.0))?;

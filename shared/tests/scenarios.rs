@@ -1436,3 +1436,66 @@ fn identifiers_come_from_the_given_source() {
     assert_ne!(other, id);
     assert_eq!(other.len(), 36);
 }
+
+/// Finding 4 of the security review: a job's `RequestInit` members (an intercepted
+/// `fetch(url, {credentials: 'omit'})`, say) reach its request as given, are checked at
+/// enqueue, and keep two otherwise identical requests apart.
+#[test]
+fn request_options_reach_the_request_and_are_checked_at_enqueue() {
+    use sluice_shared::request_options::RequestOptions;
+    let mut e = engine_with(burst(budget(10, 1_000, 4)));
+    let omit = RequestOptions {
+        credentials: Some("omit".into()),
+        redirect: Some("error".into()),
+        ..Default::default()
+    };
+    let with = |options: Option<RequestOptions>| JobSpec {
+        options,
+        ..spec(
+            JobKind::Custom,
+            "PUT",
+            "https://api.example/contacts/1",
+            Lane::Bulk,
+        )
+    };
+    let first = e.enqueue(with(Some(omit.clone())), 0).expect("accepted");
+    // The same PUT with the browser's defaults is another request: not folded into the first.
+    let second = e.enqueue(with(None), 0).expect("accepted");
+    assert!(!second.coalesced);
+    // Options that are all defaults are stored as none.
+    let third = e
+        .enqueue(with(Some(RequestOptions::default())), 0)
+        .expect("accepted");
+    assert!(third.coalesced, "folded into the second: the same request");
+    assert_eq!(third.id, second.id);
+
+    let sent = drain(&mut e, 0);
+    let options_of = |id: &str| {
+        sent.iter()
+            .find(|t| t.job_id == id)
+            .map(|t| t.options.clone())
+            .expect("sent")
+    };
+    assert_eq!(options_of(&first.id), Some(omit));
+    assert_eq!(options_of(&second.id), None);
+
+    for (options, says) in [
+        (
+            RequestOptions {
+                mode: Some("no-cors".into()),
+                ..Default::default()
+            },
+            "no-cors",
+        ),
+        (
+            RequestOptions {
+                credentials: Some("always".into()),
+                ..Default::default()
+            },
+            "credentials 'always'",
+        ),
+    ] {
+        let err = e.enqueue(with(Some(options)), 0).unwrap_err().to_string();
+        assert!(err.contains(says), "{err}");
+    }
+}

@@ -168,9 +168,10 @@ pub fn resolve_engine_prefixes(config: &mut EngineConfig, origin: &str) {
             *prefix = resolve_prefix(prefix, origin);
         }
     }
-    // An entry naming another scheme stays as written, for validation to refuse.
+    // An entry naming another scheme stays as written, for validation to refuse. A byte
+    // search: a `str` pattern brings a searcher of its own into the wasm (1.5 KB).
     for entry in &mut config.allow {
-        if !entry.contains("://") {
+        if !entry.as_bytes().windows(3).any(|w| w == b"://") {
             *entry = resolve_prefix(entry, origin);
         }
     }

@@ -14,11 +14,14 @@
 //! the budget is the one covering the URL unless `X-Sluice-Budget` names one; the kind
 //! follows the method (POST create, PATCH patch, DELETE delete, others custom) unless
 //! `X-Sluice-Kind` says otherwise; `X-Sluice-Lane` (interactive, bulk, background),
-//! `X-Sluice-Key` and `X-Sluice-Group` set lane, ordering key and group.
+//! `X-Sluice-Key` and `X-Sluice-Group` set lane, ordering key and group. Its `credentials`,
+//! `mode`, `redirect`, `referrerPolicy` and `integrity` are kept ([`options_from_request`]),
+//! so the request is replayed as the page made it, not with the browser's defaults.
 
 use serde::{Deserialize, Serialize};
 use sluice_shared::json::{self, FromJson, Json};
 use sluice_shared::protocol::ProtocolError;
+use sluice_shared::request_options::RequestOptions;
 use sluice_shared::{JobKind, JobSpec, JobState, Lane};
 
 use crate::config::resolve_prefix;
@@ -178,6 +181,7 @@ pub fn spec_from_request(
     url: &str,
     headers: &[(String, String)],
     body: Option<String>,
+    options: RequestOptions,
 ) -> Result<JobSpec, ProtocolError> {
     let get = |name: &str| {
         headers
@@ -221,7 +225,22 @@ pub fn spec_from_request(
         headers: kept,
         body: if is_bodyless { None } else { body },
         group_id: get("x-sluice-group"),
+        options: Some(options),
     })
+}
+
+/// The request's `RequestInit` members as the job keeps them, read by name from the
+/// browser's `Request` (`member("credentials")`...). The browser's defaults are left out, so
+/// most jobs store nothing; any other value is kept as is and checked at enqueue.
+pub fn options_from_request(member: impl Fn(&str) -> Option<String>) -> RequestOptions {
+    let unless = |name: &str, default: &str| member(name).filter(|v| v != default);
+    RequestOptions {
+        credentials: unless("credentials", "same-origin"),
+        mode: unless("mode", "cors"),
+        redirect: unless("redirect", "follow"),
+        referrer_policy: unless("referrerPolicy", ""),
+        integrity: unless("integrity", ""),
+    }
 }
 
 fn parse_lane(v: &str) -> Option<Lane> {
@@ -360,8 +379,16 @@ mod tests {
             "http://127.0.0.1:8123/api/contacts/7",
             &headers,
             Some("{\"name\":\"x\"}".into()),
+            RequestOptions {
+                credentials: Some("omit".into()),
+                ..Default::default()
+            },
         )
         .unwrap();
+        assert_eq!(
+            spec.options.and_then(|o| o.credentials).as_deref(),
+            Some("omit")
+        );
         assert_eq!(spec.kind, JobKind::Patch);
         assert_eq!(spec.lane, Lane::Interactive);
         assert_eq!(spec.key.as_deref(), Some("contact:7"));
@@ -374,19 +401,61 @@ mod tests {
     }
 
     #[test]
+    fn a_request_keeps_what_differs_from_the_browser_defaults() {
+        let page_made = |name: &str| {
+            Some(
+                match name {
+                    "credentials" => "omit",
+                    "mode" => "cors",
+                    "redirect" => "error",
+                    "referrerPolicy" => "no-referrer",
+                    "integrity" => "",
+                    _ => "unexpected",
+                }
+                .to_string(),
+            )
+        };
+        assert_eq!(
+            options_from_request(page_made),
+            RequestOptions {
+                credentials: Some("omit".into()),
+                mode: None,
+                redirect: Some("error".into()),
+                referrer_policy: Some("no-referrer".into()),
+                integrity: None,
+            }
+        );
+        let defaults = |name: &str| {
+            Some(
+                match name {
+                    "credentials" => "same-origin",
+                    "mode" => "cors",
+                    "redirect" => "follow",
+                    _ => "",
+                }
+                .to_string(),
+            )
+        };
+        assert!(options_from_request(defaults).is_default());
+        assert!(options_from_request(|_| None).is_default());
+    }
+
+    #[test]
     fn kinds_follow_methods_unless_told() {
         assert_eq!(kind_for_method("post"), JobKind::Create);
         assert_eq!(kind_for_method("DELETE"), JobKind::Delete);
         assert_eq!(kind_for_method("PUT"), JobKind::Custom);
         let h = vec![("X-Sluice-Kind".to_string(), "custom".to_string())];
-        let spec = spec_from_request("POST", "http://h/api", &h, None).unwrap();
+        let spec =
+            spec_from_request("POST", "http://h/api", &h, None, RequestOptions::default()).unwrap();
         assert_eq!(spec.kind, JobKind::Custom);
     }
 
     #[test]
     fn bad_instructions_are_refused() {
         let h = vec![("x-sluice-lane".to_string(), "urgent".to_string())];
-        let e = spec_from_request("POST", "http://h/api", &h, None).unwrap_err();
+        let e = spec_from_request("POST", "http://h/api", &h, None, RequestOptions::default())
+            .unwrap_err();
         assert!(
             e.to_string().contains("interactive, bulk or background"),
             "{e}"
@@ -395,7 +464,14 @@ mod tests {
 
     #[test]
     fn get_requests_carry_no_body() {
-        let spec = spec_from_request("GET", "http://h/api", &[], Some(String::new())).unwrap();
+        let spec = spec_from_request(
+            "GET",
+            "http://h/api",
+            &[],
+            Some(String::new()),
+            RequestOptions::default(),
+        )
+        .unwrap();
         assert_eq!(spec.body, None);
     }
 

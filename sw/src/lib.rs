@@ -46,8 +46,10 @@ pub use exports::*;
 
 #[cfg(target_arch = "wasm32")]
 mod exports {
-    use js_sys::{Function, Object, Promise, Reflect, JSON};
-    use sluice_shared::protocol::{decode_request, ProtocolError, WorkerMessage};
+    use js_sys::{Function, JsString, Object, Promise, Reflect, JSON};
+    use sluice_shared::protocol::{
+        decode_request, message_too_large, ProtocolError, WorkerMessage,
+    };
     use wasm_bindgen::prelude::*;
     use wasm_bindgen::JsCast;
     use wasm_bindgen_futures::JsFuture;
@@ -57,7 +59,9 @@ mod exports {
     };
 
     use crate::config::Setup;
-    use crate::intercept::{accepted_body, error_response, spec_from_request};
+    use crate::intercept::{
+        accepted_body, error_response, options_from_request, spec_from_request,
+    };
     use crate::pump::settled as settle_promise;
     use crate::worker::{self, promise, reply_to, scope, setup, warn};
 
@@ -121,6 +125,15 @@ mod exports {
     /// page's `Client`, or the page's own `MessagePort`).
     async fn serve(data: JsValue, reply_via: Option<Object>) {
         let reply_via = reply_via.as_ref();
+        // Before the text is copied into the wasm's memory: a string of more UTF-16 units than
+        // the limit has bytes is over it whatever its characters.
+        if let Some(error) = data
+            .dyn_ref::<JsString>()
+            .and_then(|s| message_too_large(s.length() as usize))
+        {
+            reply_error(reply_via, None, error);
+            return;
+        }
         let Some(text) = data.as_string() else {
             reply_error(
                 reply_via,
@@ -248,13 +261,28 @@ mod exports {
             let url = request.url();
             let headers = request_headers(&request.headers());
             let body = if matches!(method.as_str(), "GET" | "HEAD") {
-                None
+                Ok(None)
             } else {
-                JsFuture::from(request.text()?).await?.as_string()
+                // As for messages: the size is checked before the text is copied in.
+                let text = JsFuture::from(request.text()?).await?;
+                match text.dyn_ref::<JsString>().map(|s| s.length() as usize) {
+                    Some(units) => match message_too_large(units) {
+                        Some(error) => Err(error),
+                        None => Ok(text.as_string()),
+                    },
+                    None => Ok(None),
+                }
             };
             let outcome = async {
+                let body = body?;
                 let w = worker::worker().await.map_err(ProtocolError::from)?;
-                let spec = spec_from_request(&method, &url, &headers, body)?;
+                let member = |name: &str| {
+                    Reflect::get(&request, &JsValue::from_str(name))
+                        .ok()
+                        .and_then(|v| v.as_string())
+                };
+                let spec =
+                    spec_from_request(&method, &url, &headers, body, options_from_request(member))?;
                 w.enqueue(spec).await
             }
             .await;

@@ -707,6 +707,7 @@ mod tests {
             url: "http://h/api/contacts".into(),
             headers: vec![("content-type".into(), "application/json".into())],
             body: Some("{}".into()),
+            options: None,
             idempotency_key: "k".into(),
             state: JobState::RetryWait,
             attempts: 1,

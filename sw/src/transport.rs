@@ -4,7 +4,9 @@
 //! - The timeout is `AbortSignal.timeout(transmit.timeoutMs)`: it covers the whole exchange,
 //!   body included, and needs no timer of ours.
 //! - Every response header the browser exposes is kept (cross-origin: only those listed in
-//!   `Access-Control-Expose-Headers`); the body is kept up to [`MAX_BODY_BYTES`].
+//!   `Access-Control-Expose-Headers`); the body is read as a stream and reading stops at
+//!   [`MAX_BODY_BYTES`] (the rest is cancelled, never buffered): a server that answers with
+//!   megabytes costs the worker no more memory than one that answers with 64 KB.
 //! - A `TypeError` from `fetch` is the browser's "no response": [`TransportError::Offline`]
 //!   when `navigator.onLine` is false, otherwise [`TransportError::Network`]. An abort is a
 //!   [`TransportError::Timeout`] (the server may have applied the request).
@@ -14,16 +16,10 @@ use sluice_shared::TransportError;
 /// Largest response body kept with a job (longer ones are cut at a character boundary).
 pub const MAX_BODY_BYTES: usize = 64 * 1024;
 
-/// Cuts a body to at most [`MAX_BODY_BYTES`] bytes without splitting a character.
-pub fn cap_body(mut text: String) -> String {
-    if text.len() > MAX_BODY_BYTES {
-        let mut end = MAX_BODY_BYTES;
-        while !text.is_char_boundary(end) {
-            end -= 1;
-        }
-        text.truncate(end);
-    }
-    text
+/// How many bytes of a chunk of `len` to keep when `kept` are in already: reading stops
+/// once [`MAX_BODY_BYTES`] are.
+pub fn bytes_to_keep(kept: usize, len: usize) -> usize {
+    len.min(MAX_BODY_BYTES.saturating_sub(kept))
 }
 
 /// What a rejected `fetch` (or body read) means, from the error's `name` and `message`.
@@ -46,9 +42,12 @@ mod web {
     use sluice_shared::{Response, Transmit, TransportError};
     use wasm_bindgen::{JsCast, JsValue};
     use wasm_bindgen_futures::JsFuture;
-    use web_sys::{AbortSignal, Headers, Request, RequestCache, RequestInit, WorkerGlobalScope};
+    use web_sys::{
+        AbortSignal, Headers, ReadableStreamDefaultReader, Request, RequestCache, RequestInit,
+        TextDecodeOptions, TextDecoder, WorkerGlobalScope,
+    };
 
-    use super::{cap_body, classify_failure};
+    use super::{bytes_to_keep, classify_failure, MAX_BODY_BYTES};
 
     fn scope() -> WorkerGlobalScope {
         js_sys::global().unchecked_into()
@@ -90,6 +89,22 @@ mod web {
         // before every request. `preflight::bypasses_http_cache` says which need it.
         if sluice_shared::preflight::bypasses_http_cache(&t.method) {
             init.set_cache(RequestCache::NoStore);
+        }
+        // As the page made it (`RequestOptions`, checked at enqueue): set by name, as the
+        // browser reads them, since each is a string of the Fetch standard.
+        if let Some(options) = &t.options {
+            let members = [
+                ("credentials", &options.credentials),
+                ("mode", &options.mode),
+                ("redirect", &options.redirect),
+                ("referrerPolicy", &options.referrer_policy),
+                ("integrity", &options.integrity),
+            ];
+            for (name, value) in members {
+                if let Some(value) = value {
+                    Reflect::set(&init, &JsValue::from_str(name), &JsValue::from_str(value))?;
+                }
+            }
         }
         let ms = t.timeout_ms.clamp(1, u32::MAX as u64) as u32;
         init.set_signal(Some(&AbortSignal::timeout_with_u32(ms)));
@@ -139,13 +154,57 @@ mod web {
                 }
             }
         }
-        let text = response.text().map_err(|e| failure(&e))?;
-        let body = JsFuture::from(text).await.map_err(|e| failure(&e))?;
         Ok(Response {
             status,
             headers,
-            body: cap_body(body.as_string().unwrap_or_default()),
+            body: read_body(&response).await?,
         })
+    }
+
+    /// The body's first [`MAX_BODY_BYTES`], read chunk by chunk; the stream is cancelled once
+    /// they are in, so the rest never reaches the worker. The browser decodes them as
+    /// `Response.text()` would (bad bytes become U+FFFD); decoding as a stream drops a
+    /// character the cap cut in two instead of replacing it.
+    async fn read_body(response: &web_sys::Response) -> Result<String, TransportError> {
+        let mut text = String::new();
+        let Some(stream) = response.body() else {
+            return Ok(text);
+        };
+        let refused = |e: JsValue| failure(&e);
+        let decoder = TextDecoder::new().map_err(refused)?;
+        let in_stream = TextDecodeOptions::new();
+        in_stream.set_stream(true);
+        let reader: ReadableStreamDefaultReader = stream.get_reader().unchecked_into();
+        let mut kept = 0;
+        loop {
+            let chunk = JsFuture::from(reader.read()).await.map_err(refused)?;
+            let field = |name: &str| Reflect::get(&chunk, &JsValue::from_str(name));
+            if field("done").map_or(true, |d| d.is_truthy()) {
+                // The end: a character left incomplete is the server's, shown as U+FFFD.
+                text.push_str(&decoder.decode().map_err(refused)?);
+                break;
+            }
+            let bytes: js_sys::Uint8Array = field("value").map_err(refused)?.unchecked_into();
+            let len = bytes.length() as usize;
+            let keep = bytes_to_keep(kept, len);
+            let bytes = if keep < len {
+                bytes.subarray(0, keep as u32)
+            } else {
+                bytes
+            };
+            kept += keep;
+            text.push_str(
+                &decoder
+                    .decode_with_buffer_source_and_options(&bytes, &in_stream)
+                    .map_err(refused)?,
+            );
+            if kept >= MAX_BODY_BYTES {
+                // Nothing more is read; a cancel that fails changes nothing kept.
+                let _ = reader.cancel();
+                break;
+            }
+        }
+        Ok(text)
     }
 }
 
@@ -154,13 +213,11 @@ mod tests {
     use super::*;
 
     #[test]
-    fn bodies_are_capped_on_a_character_boundary() {
-        assert_eq!(cap_body("ok".into()), "ok");
-        let long = "é".repeat(MAX_BODY_BYTES); // 2 bytes each
-        let capped = cap_body(long);
-        assert!(capped.len() <= MAX_BODY_BYTES);
-        assert!(capped.len() >= MAX_BODY_BYTES - 1);
-        assert!(capped.chars().all(|c| c == 'é'));
+    fn reading_keeps_up_to_the_cap() {
+        assert_eq!(bytes_to_keep(0, 10), 10);
+        assert_eq!(bytes_to_keep(MAX_BODY_BYTES - 4, 10), 4);
+        assert_eq!(bytes_to_keep(MAX_BODY_BYTES, 10), 0);
+        assert_eq!(bytes_to_keep(MAX_BODY_BYTES + 1, 10), 0);
     }
 
     #[test]

@@ -31,7 +31,7 @@ use wasm_bindgen_futures::JsFuture;
 use web_sys::{ServiceWorkerGlobalScope, Url};
 
 use crate::broadcast::{post_to_all, Batcher};
-use crate::config::{self, is_absolute_http, resolve_engine_prefixes, SavedConfig, Setup};
+use crate::config::{self, resolve_engine_prefixes, SavedConfig, Setup};
 use crate::error::{describe, SwError};
 use crate::pump::Pump;
 use crate::store::{job_id_of, Journaled, Loaded, MetaOp, SchemaRecord, Store, JOURNAL_CHUNK};

@@ -24,3 +24,4 @@ mod lifecycle;
 mod limits;
 mod ordering;
 mod resilience;
+mod security;

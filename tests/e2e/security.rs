@@ -1,0 +1,137 @@
+//! The security review's findings, each in the browser: what a page hands the worker is
+//! replayed as the page made it, nothing it sends or receives can grow the worker's memory
+//! past a bound, and (in `input`) nothing goes where the worker script does not allow.
+
+use serde_json::Value;
+
+use crate::e2e;
+use crate::support::{js, report, Options};
+
+e2e!(
+    /// Finding 4: a page's `fetch(url, {credentials: 'omit'})` that the worker queues is sent
+    /// without the site's cookies, as the page asked; the same request with the default
+    /// credentials carries them. Before, every replay went with the browser's defaults.
+    an_intercepted_fetch_is_replayed_with_the_credentials_the_page_chose,
+    60,
+    Options::default(),
+    |h| {
+        let tab = h.open_e2e().await;
+        tab.eval(&js::configure(20, 2, "")).await;
+        let r = tab
+            .eval(
+                r#"
+                document.cookie = 'sluice_probe=1; path=/';
+                const queue = async (credentials) => {
+                  const init = { method: 'POST', body: '{}', headers: {
+                    'Content-Type': 'application/json', 'X-Sluice-Lane': 'interactive' } };
+                  if (credentials) init.credentials = credentials;
+                  const res = await fetch('/api/echo', init);
+                  const accepted = await res.json();
+                  const outcome = await sluice.done(accepted.jobId);
+                  return { status: res.status, echo: JSON.parse(outcome.body) };
+                };
+                return { omit: await queue('omit'), plain: await queue(null) };
+                "#,
+            )
+            .await;
+        report(&format!("intercepted with and without credentials: {r}"));
+        for case in ["omit", "plain"] {
+            assert_eq!(r[case]["status"], 202, "queued, not sent by the page: {r}");
+        }
+        assert_eq!(
+            r["omit"]["echo"]["cookie"],
+            Value::Bool(false),
+            "credentials 'omit' sent no cookie: {r}"
+        );
+        assert_eq!(
+            r["plain"]["echo"]["cookie"],
+            Value::Bool(true),
+            "the default credentials send the site's cookie: {r}"
+        );
+    }
+);
+
+e2e!(
+    /// Finding 6: a response body of 64 MiB is read only up to the 64 KiB the job keeps; the
+    /// rest is never pulled from the connection (the server hands over a small part of it,
+    /// what the connection's buffers take before the worker cancels). Before, the whole body
+    /// was read into the worker and then cut.
+    a_huge_response_body_is_read_only_up_to_what_the_job_keeps,
+    60,
+    Options::default(),
+    |h| {
+        const HUGE: u64 = 64 << 20;
+        let tab = h.open_e2e().await;
+        tab.eval(&js::configure(20, 2, "")).await;
+        let r = tab
+            .eval(&format!(
+                r#"
+                const e = await sluice.enqueue({{ url: '/api/large?bytes={HUGE}',
+                  method: 'GET', lane: 'interactive' }});
+                const outcome = await e.done;
+                return {{ status: outcome.status, length: outcome.body.length,
+                          allX: /^x*$/.test(outcome.body) }};
+                "#
+            ))
+            .await;
+        let sent = h.api.stats().large_bytes_sent;
+        report(&format!(
+            "64 MiB body: kept {} bytes, the server handed over {:.1} MiB",
+            r["length"],
+            sent as f64 / f64::from(1 << 20)
+        ));
+        assert_eq!(r["status"], 200, "{r}");
+        assert_eq!(r["length"], 64 * 1024, "the body is kept up to its cap: {r}");
+        assert_eq!(r["allX"], true, "{r}");
+        assert!(
+            sent < HUGE / 4,
+            "the worker stopped reading at the cap, yet the server sent {sent} of {HUGE} bytes"
+        );
+    }
+);
+
+e2e!(
+    /// Finding 5: a message under the size limit that would parse into tens of millions of
+    /// values (hundreds of MiB of parse tree in the worker) is refused with a clear error
+    /// before the tree grows, and the worker goes on serving the same tab. A string longer
+    /// than the limit is refused before it is copied into the worker at all.
+    a_message_that_would_parse_into_too_many_values_is_refused_and_the_worker_goes_on,
+    60,
+    Options::default(),
+    |h| {
+        let tab = h.open_e2e().await;
+        tab.eval(&js::configure(20, 2, "")).await;
+        let r = tab
+            .eval(
+                r#"
+                const worker = navigator.serviceWorker.controller;
+                const raw = async (message, pred) => {
+                  const from = e2e.raw.length;
+                  worker.postMessage(message);
+                  return await e2e.waitFor((m) => m && m.type === 'error' && pred(m), 20000, from);
+                };
+                // 24 MiB of `0,`: 12.5 million values, under the 32 MiB message limit.
+                const values = '[' + '0,'.repeat(12_500_000) + '0]';
+                const many = await raw(JSON.stringify({ requestId: 'many', type: 'jobs',
+                  groupId: null, pad: JSON.parse('[]') }).replace('[]', values),
+                  (m) => m.requestId === undefined || m.requestId === null || m.requestId === 'many');
+                const long = await raw('x'.repeat((32 << 20) + 1), () => true);
+                const after = await sluice.enqueue({ url: '/api/echo', method: 'POST',
+                  body: {}, lane: 'interactive' });
+                const outcome = await after.done;
+                return { many, long, after: outcome.status };
+                "#,
+            )
+            .await;
+        report(&format!("too many values: {}", r["many"]));
+        assert_eq!(r["many"]["error"]["code"], "malformed", "{r}");
+        assert!(
+            r["many"]["error"]["message"]
+                .as_str()
+                .is_some_and(|m| m.starts_with("too many values")),
+            "{r}"
+        );
+        assert_eq!(r["long"]["error"]["code"], "too-large", "{r}");
+        assert_eq!(r["after"], 200, "the worker still serves the tab: {r}");
+    }
+);
