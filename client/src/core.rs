@@ -163,6 +163,7 @@ pub fn protocol_code(e: &ProtocolError) -> &'static str {
         ProtocolError::IllegalTransition { .. } => "illegal-transition",
         ProtocolError::Storage { .. } => "storage",
         ProtocolError::Unavailable { .. } => "unavailable",
+        ProtocolError::StorageFull { .. } => "storage-full",
     }
 }
 

@@ -241,6 +241,11 @@ pub enum ProtocolError {
     Storage {
         message: String,
     },
+    /// The browser's storage for the site is full (`QuotaExceededError`): the request had no
+    /// effect, everything queued before is kept and goes on being sent.
+    StorageFull {
+        message: String,
+    },
     /// The worker cannot serve right now (restarting its queue, or handing over to a newer
     /// version); the request had no effect and can be sent again.
     Unavailable {
@@ -312,6 +317,13 @@ impl fmt::Display for ProtocolError {
             ProtocolError::Unavailable { message } => write!(
                 f,
                 "{message}; nothing was changed, send it again in a moment"
+            ),
+            ProtocolError::StorageFull { message } => write!(
+                f,
+                "the browser's storage for this site is full, so nothing of this request was \
+                 saved ({message}); what was queued before is kept and goes on being sent. \
+                 Enqueue again once queued jobs have finished, after dismissing failed jobs, \
+                 or after freeing space"
             ),
         }
     }
@@ -572,6 +584,10 @@ impl crate::json::ToJson for ProtocolError {
                 tag(out, "unavailable");
                 write_field(out, "message", message);
             }
+            ProtocolError::StorageFull { message } => {
+                tag(out, "storage-full");
+                write_field(out, "message", message);
+            }
         }
         out.push('}');
     }
@@ -715,6 +731,9 @@ mod tests {
                 message: "m".into(),
             },
             ProtocolError::Unavailable {
+                message: "m".into(),
+            },
+            ProtocolError::StorageFull {
                 message: "m".into(),
             },
         ];

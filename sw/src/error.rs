@@ -12,6 +12,9 @@ use sluice_shared::protocol::ProtocolError;
 pub enum SwError {
     /// IndexedDB refused or failed an operation; nothing of that operation was saved.
     Storage(String),
+    /// IndexedDB refused a transaction for want of space (`QuotaExceededError`); nothing of
+    /// it was saved.
+    StorageFull(String),
     /// A browser API threw or rejected.
     Js(String),
     /// The configuration cannot be used.
@@ -27,7 +30,7 @@ pub enum SwError {
 impl fmt::Display for SwError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            SwError::Storage(m) => write!(f, "IndexedDB: {m}"),
+            SwError::Storage(m) | SwError::StorageFull(m) => write!(f, "IndexedDB: {m}"),
             SwError::Js(m) => write!(f, "browser API: {m}"),
             SwError::Config(m) => write!(f, "configuration: {m}"),
             SwError::Stopped => f.write_str("the worker is restarting its queue"),
@@ -47,6 +50,7 @@ impl From<SwError> for ProtocolError {
             SwError::Stopped | SwError::Superseded => ProtocolError::Unavailable {
                 message: e.to_string(),
             },
+            SwError::StorageFull(message) => ProtocolError::StorageFull { message },
             // Every other failure left storage as it was: the page may send the request again.
             other => ProtocolError::Storage {
                 message: other.to_string(),

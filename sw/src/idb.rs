@@ -19,8 +19,18 @@ use web_sys::{
 
 use crate::error::{describe, SwError};
 
+/// A failed operation's error; the browser's `QuotaExceededError` is told apart, since the
+/// page can act on it (see [`SwError::StorageFull`]).
 fn failed(what: &str, error: &JsValue) -> SwError {
-    SwError::Storage(format!("failed to {what}: {}", describe(error)))
+    let message = format!("failed to {what}: {}", describe(error));
+    let name = Reflect::get(error, &"name".into())
+        .ok()
+        .and_then(|n| n.as_string());
+    if name.as_deref() == Some("QuotaExceededError") {
+        SwError::StorageFull(message)
+    } else {
+        SwError::Storage(message)
+    }
 }
 
 /// A store as the schema declares it: key path and indexes (name, key path as JSON text: a
@@ -142,7 +152,11 @@ fn transaction_outcome(
                 .ok()
                 .and_then(|t| t.as_string());
             if kind.as_deref() == Some("abort") {
-                return Err(SwError::Storage("the transaction was aborted".into()));
+                // A commit refused for want of space aborts the transaction with that reason.
+                return Err(match tx.error() {
+                    Some(reason) => failed("commit a transaction", &reason),
+                    None => SwError::Storage("the transaction was aborted".into()),
+                });
             }
             // An error event comes from the request that failed; its error says why.
             let error = Reflect::get(&event, &"target".into())

@@ -622,6 +622,18 @@ impl Worker {
             }
             Err(e) => {
                 self.stop(&format!("saving failed: {e}"));
+                if matches!(e, SwError::StorageFull(_)) {
+                    // The engine held what the refused save had; storage holds everything
+                    // before it. Rebuilt from storage now, not at the next event, the queue
+                    // goes on sending what it had while the page hears `storage-full`.
+                    spawn(async {
+                        if let Err(e) = worker().await {
+                            warn(&format!(
+                                "the queue did not restart after a full storage: {e}"
+                            ));
+                        }
+                    });
+                }
                 return Err(e);
             }
         }
