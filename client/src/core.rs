@@ -289,6 +289,9 @@ enum Purpose {
     KeepAlive,
     /// The client's own status request, when the last status is old.
     Refresh,
+    /// The client's own request for the outcomes of jobs whose broadcast carried their state
+    /// only (another tab enqueued them, or the worker restarted since): `jobs` with their ids.
+    Outcomes,
 }
 
 /// Which way a request goes to the worker.
@@ -350,6 +353,9 @@ struct Ended {
     last_error: Option<JobError>,
     #[serde(default)]
     outcome: Option<JobOutcome>,
+    /// The broadcast left the outcome out (see `JobUpdate::state_only`): ask before resolving.
+    #[serde(default)]
+    withheld: bool,
 }
 
 /// What [`Core::receive`] made of one message.
@@ -394,6 +400,8 @@ pub struct Core {
     last_event: f64,
     /// When the worker's last message arrived.
     last_heard: f64,
+    /// Requests to post as soon as the message being handled is (see [`Core::take_posts`]).
+    posts_now: Vec<String>,
     closed: bool,
 }
 
@@ -416,8 +424,26 @@ impl Core {
             port: PortState::None,
             last_event: f64::NEG_INFINITY,
             last_heard: f64::NEG_INFINITY,
+            posts_now: Vec::new(),
             closed: false,
         }
+    }
+
+    /// Requests that handling a message made necessary (asking for outcomes a broadcast left
+    /// out), to post at once rather than at the next tick.
+    pub fn take_posts(&mut self) -> Vec<String> {
+        std::mem::take(&mut self.posts_now)
+    }
+
+    /// Asks the worker for the full state of `ids` (their outcomes); the reply resolves
+    /// whoever waits on them.
+    fn ask_outcomes(&mut self, ids: Vec<JobId>, now: f64) {
+        if ids.is_empty() || self.closed {
+            return;
+        }
+        let call = Call::new("jobs").with("ids", ids);
+        let text = self.start(call, Purpose::Outcomes, None, now, Via::Event);
+        self.posts_now.push(text);
     }
 
     pub fn timing(&self) -> &Timing {
@@ -544,7 +570,7 @@ impl Core {
             ("jobs", _) => {
                 self.last_news = now;
                 if let Some(updates) = message.get("updates").and_then(Value::as_array) {
-                    self.apply_updates(updates);
+                    self.apply_updates(updates, now);
                 }
                 // A forgotten job's end was announced before (or was missed): nobody may wait
                 // on it forever.
@@ -623,9 +649,12 @@ impl Core {
                 self.last_news = now;
                 let jobs = body.get("jobs").and_then(Value::as_array);
                 let jobs = jobs.map(Vec::as_slice).unwrap_or(&[]);
-                self.apply_updates(jobs);
+                self.apply_updates(jobs, now);
                 if out.purpose == Purpose::Reconcile {
                     self.finish_reconcile(jobs);
+                }
+                if out.purpose == Purpose::Outcomes {
+                    self.finish_outcomes(&out.text, jobs);
                 }
             }
             "snapshot" => self.note_status(body.get("status"), now),
@@ -658,6 +687,9 @@ impl Core {
             // Ended at once (say a create and a delete that cancelled out).
             let (tx, rx) = oneshot::channel();
             let known = self.finished.iter().find(|u| u.id == id);
+            if known.is_some_and(|u| u.withheld) {
+                return self.wait_done(id, now);
+            }
             let result = match known {
                 Some(u) => outcome_of(u),
                 None => outcome_of(&Ended {
@@ -665,6 +697,7 @@ impl Core {
                     state,
                     last_error: None,
                     outcome: None,
+                    withheld: false,
                 }),
             };
             tx.send(result);
@@ -687,9 +720,14 @@ impl Core {
             drop(tx);
             return done;
         }
-        if let Some(u) = self.finished.iter().find(|u| u.id == id) {
-            tx.send(outcome_of(u));
-            return done;
+        let mut ask = false;
+        match self.finished.iter().find(|u| u.id == id) {
+            Some(u) if u.withheld => ask = true,
+            Some(u) => {
+                tx.send(outcome_of(u));
+                return done;
+            }
+            None => {}
         }
         if self.waiters.is_empty() {
             // Start the "no news for a while" clock from now, not from the last news.
@@ -704,10 +742,14 @@ impl Core {
             })
             .txs
             .push(tx);
+        if ask {
+            self.ask_outcomes(vec![id.to_string()], now);
+        }
         done
     }
 
-    fn apply_updates(&mut self, updates: &[Value]) {
+    fn apply_updates(&mut self, updates: &[Value], now: f64) {
+        let mut ask = Vec::new();
         for u in updates {
             let Ok(u) = Ended::deserialize(u) else {
                 continue;
@@ -715,16 +757,37 @@ impl Core {
             if !u.state.is_terminal() {
                 continue;
             }
+            if u.withheld && self.waiters.contains_key(&u.id) {
+                // Someone here waits on it: its outcome is theirs to have, asked for below.
+                ask.push(u.id);
+                continue;
+            }
             if let Some(w) = self.waiters.remove(&u.id) {
                 for tx in w.txs {
                     tx.send(outcome_of(&u));
                 }
             } else {
+                if u.withheld && self.finished.iter().any(|f| f.id == u.id && !f.withheld) {
+                    continue; // the full one is known already
+                }
                 self.finished.retain(|f| f.id != u.id);
                 if self.finished.len() == FINISHED_CACHE {
                     self.finished.pop_front();
                 }
                 self.finished.push_back(u);
+            }
+        }
+        self.ask_outcomes(ask, now);
+    }
+
+    /// After an outcomes request: a job asked for and not in the answer is gone.
+    fn finish_outcomes(&mut self, request: &str, jobs: &[Value]) {
+        let asked: Value = serde_json::from_str(request).unwrap_or_default();
+        let answered = |id: &str| jobs.iter().any(|j| str_field(j, "id") == id);
+        let asked = asked.get("ids").and_then(Value::as_array);
+        for id in asked.into_iter().flatten().filter_map(Value::as_str) {
+            if !answered(id) {
+                self.gone(id);
             }
         }
     }
@@ -1022,6 +1085,7 @@ mod tests {
             coalesced: 0,
             last_error: None,
             outcome: None,
+            withheld: false,
         }
     }
 
@@ -1409,6 +1473,61 @@ mod tests {
         );
         assert_eq!(core.receive(&r, now), Received::Settled);
         assert!(!core.has_work());
+    }
+
+    #[test]
+    fn a_job_whose_broadcast_withheld_its_outcome_is_asked_for_before_done_resolves() {
+        let mut core = Core::new("c", Timing::default());
+        let mut waiting = core.wait_done("theirs", 0.0);
+        let withheld = JobUpdate {
+            withheld: true,
+            ..update("theirs", JobState::Done)
+        };
+        assert_eq!(
+            core.receive(&jobs_broadcast(vec![withheld.clone()]), 1.0),
+            Received::Broadcast
+        );
+        assert!(
+            poll(&mut waiting).is_pending(),
+            "not resolved without its outcome"
+        );
+        let posts = core.take_posts();
+        assert_eq!(posts.len(), 1, "asked at once, not at the next tick");
+        let asked: serde_json::Value = serde_json::from_str(&posts[0]).unwrap();
+        assert_eq!(asked["type"], "jobs");
+        assert_eq!(asked["ids"], serde_json::json!(["theirs"]));
+        let full = JobUpdate {
+            outcome: Some(JobOutcome {
+                status: 201,
+                headers: vec![],
+                body: "{}".into(),
+            }),
+            ..update("theirs", JobState::Done)
+        };
+        core.receive(
+            &reply(&id_of(&posts[0]), ReplyBody::Jobs { jobs: vec![full] }),
+            2.0,
+        );
+        assert_eq!(ready(&mut waiting).map(|o| o.status), Ok(201));
+
+        // Heard before anyone waited: a later `done` asks too.
+        core.receive(
+            &jobs_broadcast(vec![JobUpdate {
+                id: "later".into(),
+                ..withheld
+            }]),
+            3.0,
+        );
+        assert!(core.take_posts().is_empty(), "nobody waits yet");
+        let mut later = core.wait_done("later", 4.0);
+        let posts = core.take_posts();
+        assert_eq!(posts.len(), 1);
+        // The job is gone by then: whoever waits is told so, not left waiting.
+        core.receive(
+            &reply(&id_of(&posts[0]), ReplyBody::Jobs { jobs: vec![] }),
+            5.0,
+        );
+        assert!(ready(&mut later).is_err());
     }
 
     #[test]

@@ -611,6 +611,10 @@ impl Inner {
             },
         };
         let received = self.core.borrow_mut().receive(&text, now());
+        let posts = self.core.borrow_mut().take_posts();
+        for p in &posts {
+            self.post(p);
+        }
         if received == Received::Broadcast {
             // Copied out: a listener may subscribe, unsubscribe or call the client.
             let listeners: Vec<Listener> = self

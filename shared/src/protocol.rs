@@ -68,9 +68,13 @@ pub enum Request {
         config: EngineConfig,
     },
     Snapshot,
-    /// Lists jobs, optionally of one group, to show a table after a reload.
+    /// Lists jobs, optionally of one group or of the given ids, to show a table after a
+    /// reload or to learn the outcomes of jobs another tab enqueued. The answer carries each
+    /// job's outcome: any tab may ask for it.
     Jobs {
         group_id: Option<String>,
+        #[serde(default)]
+        ids: Option<Vec<JobId>>,
     },
     /// Sent periodically by pages with pending work: keeps the worker alive.
     KeepAlive,
@@ -152,6 +156,11 @@ pub enum WorkerMessage {
 }
 
 /// What a page needs to know about a job (never the body it sent).
+///
+/// The broadcast to every tab carries a job's state only ([`JobUpdate::state_only`]): its
+/// outcome (status, headers, body) and the server's words in its last error go to the tab
+/// that enqueued it, and to any tab that asks (`jobs` with the job's id). What a server
+/// answered one tab's request is not every open tab's business.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct JobUpdate {
@@ -166,6 +175,30 @@ pub struct JobUpdate {
     pub coalesced: u32,
     pub last_error: Option<JobError>,
     pub outcome: Option<JobOutcome>,
+    /// True when [`JobUpdate::state_only`] left the outcome or the server's words out.
+    #[serde(default)]
+    pub withheld: bool,
+}
+
+impl JobUpdate {
+    /// This update for the tabs that did not enqueue the job, if it carries anything they
+    /// should not see: without the outcome, and with the last error's status but not the
+    /// message taken from the server's answer.
+    pub fn state_only(&self) -> Option<JobUpdate> {
+        let server_words = self.last_error.as_ref().is_some_and(|e| e.status.is_some());
+        if self.outcome.is_none() && !server_words {
+            return None;
+        }
+        let mut out = self.clone();
+        out.outcome = None;
+        if let Some(e) = out.last_error.as_mut().filter(|e| e.status.is_some()) {
+            e.message = String::from(
+                "the server refused it (its answer goes to the tab that enqueued the job)",
+            );
+        }
+        out.withheld = true;
+        Some(out)
+    }
 }
 
 impl From<&Job> for JobUpdate {
@@ -182,6 +215,7 @@ impl From<&Job> for JobUpdate {
             coalesced: job.coalesced,
             last_error: job.last_error.clone(),
             outcome: job.outcome.clone(),
+            withheld: false,
         }
     }
 }
@@ -411,6 +445,7 @@ pub fn decode_request(text: &str) -> Result<Envelope, (Option<String>, ProtocolE
         },
         "jobs" => Request::Jobs {
             group_id: r.field("groupId"),
+            ids: r.field("ids"),
         },
         "snapshot" => Request::Snapshot,
         _ => Request::KeepAlive,
@@ -440,6 +475,7 @@ crate::json_write!(JobUpdate {
     coalesced: "coalesced",
     last_error: "lastError",
     outcome: "outcome",
+    withheld: "withheld",
 });
 
 impl crate::json::ToJson for ReplyBody {
@@ -660,6 +696,7 @@ mod tests {
                 message: "m".into(),
             }),
             outcome: Some(JobOutcome::default()),
+            withheld: false,
         };
         let status = Status {
             now: 1,

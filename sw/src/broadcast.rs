@@ -26,7 +26,7 @@
 
 use rustc_hash::FxHashMap;
 
-use sluice_shared::protocol::JobUpdate;
+use sluice_shared::protocol::{self, JobUpdate, WorkerMessage};
 use sluice_shared::{JobId, Millis};
 
 pub const JOBS_EVERY_MS: u64 = 150;
@@ -200,6 +200,70 @@ impl Batcher {
     }
 }
 
+/// One flush's job news as the tabs receive it: every tab gets each job's state, and only the
+/// tab that enqueued a job gets its outcome and the server's words (see
+/// [`JobUpdate::state_only`]). Encoded once for all, and once more for each tab that gets
+/// something of its own.
+#[derive(Debug, Default, PartialEq)]
+pub struct JobNews {
+    pub for_all: String,
+    /// Tab (client id) and the message it gets instead of `for_all`.
+    pub for_tab: Vec<(String, String)>,
+}
+
+impl JobNews {
+    /// `requester` names the tab that enqueued a job, if this worker knows it.
+    pub fn new<'a>(
+        updates: &[JobUpdate],
+        removed: Vec<JobId>,
+        requester: impl Fn(&JobId) -> Option<&'a str>,
+    ) -> Self {
+        let mut shared = Vec::with_capacity(updates.len());
+        // Per tab, the positions of the updates it gets in full.
+        let mut full_for: Vec<(&str, Vec<usize>)> = Vec::new();
+        for (i, u) in updates.iter().enumerate() {
+            match u.state_only() {
+                None => shared.push(u.clone()),
+                Some(state) => {
+                    shared.push(state);
+                    if let Some(tab) = requester(&u.id) {
+                        match full_for.iter_mut().find(|(t, _)| *t == tab) {
+                            Some((_, at)) => at.push(i),
+                            None => full_for.push((tab, vec![i])),
+                        }
+                    }
+                }
+            }
+        }
+        let encode = |updates: Vec<JobUpdate>| {
+            protocol::encode(&WorkerMessage::Jobs {
+                updates,
+                removed: removed.clone(),
+            })
+        };
+        let mut for_tab = Vec::with_capacity(full_for.len());
+        for (tab, at) in full_for {
+            let mut own = shared.clone();
+            for i in at {
+                own[i] = updates[i].clone();
+            }
+            for_tab.push((tab.to_string(), encode(own)));
+        }
+        Self {
+            for_all: encode(shared),
+            for_tab,
+        }
+    }
+
+    /// The message of the tab with this client id, if it gets one of its own.
+    pub fn own(&self, id: &str) -> Option<&str> {
+        self.for_tab
+            .iter()
+            .find(|(tab, _)| tab == id)
+            .map(|(_, m)| m.as_str())
+    }
+}
+
 #[cfg(target_arch = "wasm32")]
 pub use web::{forget_recipients, post_to_all};
 
@@ -212,7 +276,7 @@ mod web {
     use wasm_bindgen_futures::JsFuture;
     use web_sys::{Client, ClientQueryOptions, ClientType, ServiceWorkerGlobalScope};
 
-    use super::Recipients;
+    use super::{JobNews, Recipients};
     use crate::error::SwError;
     use sluice_shared::Millis;
 
@@ -225,9 +289,14 @@ mod web {
         RECIPIENTS.with(|r| r.borrow_mut().forget());
     }
 
-    /// Posts each message (JSON text) to every window of the origin, controlled or not.
-    pub async fn post_to_all(messages: &[String], now: Millis) -> Result<usize, SwError> {
-        if messages.is_empty() {
+    /// Posts the job news (each tab its own version) and then each message (JSON text) to
+    /// every window of the origin, controlled or not.
+    pub async fn post_to_all(
+        news: Option<&JobNews>,
+        messages: &[String],
+        now: Millis,
+    ) -> Result<usize, SwError> {
+        if news.is_none() && messages.is_empty() {
             return Ok(0);
         }
         let clients = match RECIPIENTS.with(|r| r.borrow().fresh(now)) {
@@ -247,9 +316,16 @@ mod web {
         for m in messages {
             values.push(JsValue::from_str(m));
         }
+        let for_all = news.map(|n| JsValue::from_str(&n.for_all));
         let mut reached = 0;
         for client in clients.iter() {
             let client: Client = client.unchecked_into();
+            if let (Some(news), Some(for_all)) = (news, &for_all) {
+                let own = news.own(&client.id()).map(JsValue::from_str);
+                if client.post_message(own.as_ref().unwrap_or(for_all)).is_ok() {
+                    reached += 1;
+                }
+            }
             for v in &values {
                 // One closed tab must not keep the others from hearing.
                 if client.post_message(v).is_ok() {
@@ -297,7 +373,58 @@ mod tests {
             coalesced: 0,
             last_error: None,
             outcome: None,
+            withheld: false,
         }
+    }
+
+    #[test]
+    fn only_the_tab_that_enqueued_a_job_hears_its_outcome() {
+        use sluice_shared::job::{JobError, JobOutcome};
+        let secret = JobOutcome {
+            status: 201,
+            headers: vec![("location".into(), "/api/contacts/7".into())],
+            body: "{\"token\":\"s3cret\"}".into(),
+        };
+        let done = JobUpdate {
+            outcome: Some(secret),
+            ..update("mine", JobState::Done)
+        };
+        let refused = JobUpdate {
+            last_error: Some(JobError {
+                status: Some(400),
+                message: "email s3cret@example.com is taken".into(),
+            }),
+            ..update("theirs", JobState::Failed)
+        };
+        let plain = update("queued", JobState::Queued);
+        let updates = vec![done, refused, plain];
+        let news = JobNews::new(&updates, vec!["gone".into()], |id| match id.as_str() {
+            "mine" => Some("tab a"),
+            "theirs" => Some("tab b"),
+            _ => None,
+        });
+        assert!(!news.for_all.contains("s3cret"), "{}", news.for_all);
+        assert!(news.for_all.contains("\"withheld\":true"));
+        assert!(
+            news.for_all.contains("\"status\":400"),
+            "the status is state"
+        );
+        let a = news.own("tab a").expect("tab a gets its own");
+        assert!(a.contains("token") && !a.contains("taken"), "{a}");
+        let b = news.own("tab b").expect("tab b gets its own");
+        assert!(b.contains("is taken") && !b.contains("token"), "{b}");
+        assert_eq!(
+            news.own("tab c"),
+            None,
+            "a tab that enqueued nothing gets the state"
+        );
+        for message in [&news.for_all, a, b] {
+            assert!(message.contains("\"removed\":[\"gone\"]"), "{message}");
+            assert!(message.contains("\"queued\""), "{message}");
+        }
+        // Nothing to hide: one message for all.
+        let news = JobNews::new(&[update("q", JobState::Queued)], vec![], |_| Some("tab a"));
+        assert!(news.for_tab.is_empty());
     }
 
     #[test]

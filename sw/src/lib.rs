@@ -123,6 +123,20 @@ mod exports {
 
     /// Decodes one request from a page, handles it and posts the answer to `reply_via` (the
     /// page's `Client`, or the page's own `MessagePort`).
+    /// The client id a page's message came with: the event's source, or the one noted on the
+    /// page's port when it was adopted.
+    fn sender_of(source: Option<&Object>) -> Option<String> {
+        let source = source?;
+        let field = if source.is_instance_of::<MessagePort>() {
+            "sluiceClient"
+        } else {
+            "id"
+        };
+        Reflect::get(source, &JsValue::from_str(field))
+            .ok()?
+            .as_string()
+    }
+
     async fn serve(data: JsValue, reply_via: Option<Object>) {
         let reply_via = reply_via.as_ref();
         // Before the text is copied into the wasm's memory: a string of more UTF-16 units than
@@ -160,7 +174,7 @@ mod exports {
                 return;
             }
         };
-        let message = match w.handle(envelope.request).await {
+        let message = match w.handle(envelope.request, sender_of(reply_via)).await {
             Ok(body) => WorkerMessage::Reply { request_id, body },
             Err(error) => WorkerMessage::Error {
                 request_id: Some(request_id),
@@ -180,6 +194,14 @@ mod exports {
     /// everything that must wake or hold the worker (see `Via` in the client's `core.rs`).
     fn adopt_port(event: &ExtendableMessageEvent) -> Option<Object> {
         let port = event.ports().get(0).dyn_into::<MessagePort>().ok()?;
+        // Requests over the port come without a source: note whose it is.
+        if let Some(id) = sender_of(event.source().as_ref()) {
+            let _ = Reflect::set(
+                &port,
+                &JsValue::from_str("sluiceClient"),
+                &JsValue::from_str(&id),
+            );
+        }
         thread_local! {
             static ON_PORT_MESSAGE: Function = Closure::<dyn Fn(MessageEvent)>::new(
                 |event: MessageEvent| {
@@ -283,7 +305,10 @@ mod exports {
                 };
                 let spec =
                     spec_from_request(&method, &url, &headers, body, options_from_request(member))?;
-                w.enqueue(spec).await
+                let enqueued = w.enqueue(spec).await?;
+                let tab = event.client_id().filter(|t| !t.is_empty());
+                w.note_requester(tab, std::slice::from_ref(&enqueued.id));
+                Ok(enqueued)
             }
             .await;
             let response = match outcome {

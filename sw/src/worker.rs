@@ -30,7 +30,7 @@ use wasm_bindgen::{JsCast, JsValue};
 use wasm_bindgen_futures::JsFuture;
 use web_sys::{ServiceWorkerGlobalScope, Url};
 
-use crate::broadcast::{post_to_all, Batcher};
+use crate::broadcast::{post_to_all, Batcher, JobNews};
 use crate::config::{self, resolve_engine_prefixes, SavedConfig, Setup};
 use crate::error::{describe, SwError};
 use crate::pump::Pump;
@@ -167,6 +167,10 @@ pub struct Worker {
     store: Store,
     engine: RefCell<Engine>,
     batcher: RefCell<Batcher>,
+    /// The tab (client id) that enqueued each job, while it runs: its outcome goes to that
+    /// tab alone (see `broadcast::JobNews`). Memory only: after a restart every tab gets the
+    /// state, and the page client asks for the outcome it waits on.
+    requesters: RefCell<FxHashMap<JobId, String>>,
     broadcasting: Cell<bool>,
     pub pump: Pump,
     stopped: Cell<bool>,
@@ -345,6 +349,7 @@ impl Worker {
             store,
             engine: RefCell::new(engine),
             batcher: RefCell::new(batcher),
+            requesters: RefCell::default(),
             broadcasting: Cell::new(false),
             pump: Pump::default(),
             stopped: Cell::new(false),
@@ -757,13 +762,21 @@ impl Worker {
         if flush.is_empty() {
             return;
         }
-        let mut messages = Vec::with_capacity(2);
+        let mut news = None;
         if !flush.jobs.is_empty() || !flush.removed.is_empty() {
-            messages.push(sluice_shared::protocol::encode(&WorkerMessage::Jobs {
-                updates: flush.jobs,
-                removed: flush.removed,
+            let mut requesters = self.requesters.borrow_mut();
+            for id in &flush.removed {
+                requesters.remove(id);
+            }
+            news = Some(JobNews::new(&flush.jobs, flush.removed, |id| {
+                requesters.get(id).map(String::as_str)
             }));
+            // Told its end, the tab that enqueued a job needs no more of its own news.
+            for u in flush.jobs.iter().filter(|u| u.state.is_terminal()) {
+                requesters.remove(&u.id);
+            }
         }
+        let mut messages = Vec::with_capacity(1);
         if flush.status {
             messages.push(sluice_shared::protocol::encode(&WorkerMessage::Status {
                 status: self.snapshot(now),
@@ -772,7 +785,7 @@ impl Worker {
         self.broadcasting.set(true);
         let w = self.clone();
         spawn(async move {
-            if let Err(e) = post_to_all(&messages, now).await {
+            if let Err(e) = post_to_all(news.as_ref(), &messages, now).await {
                 warn(&format!("broadcast failed: {e}"));
             }
             w.broadcasting.set(false);
@@ -843,6 +856,17 @@ impl Worker {
             return Err(SwError::Stopped.into());
         }
         Ok(())
+    }
+
+    /// Remembers which tab enqueued these jobs (see `requesters`).
+    pub fn note_requester(&self, from: Option<String>, ids: &[JobId]) {
+        let Some(from) = from else {
+            return;
+        };
+        let mut requesters = self.requesters.borrow_mut();
+        for id in ids {
+            requesters.insert(id.clone(), from.clone());
+        }
     }
 
     pub async fn enqueue(&self, mut spec: JobSpec) -> Result<Enqueued, ProtocolError> {
@@ -963,13 +987,20 @@ impl Worker {
     }
 
     /// Carries out one page request; every effect is saved before this returns.
-    pub async fn handle(&self, request: Request) -> Result<ReplyBody, ProtocolError> {
+    /// `from`: the tab (client id) that sent it, to whom the outcomes of the jobs it enqueues
+    /// go.
+    pub async fn handle(
+        &self,
+        request: Request,
+        from: Option<String>,
+    ) -> Result<ReplyBody, ProtocolError> {
         if !matches!(request, Request::KeepAlive) {
             self.whole_queue().await?;
         }
         let (body, meta) = match request {
             Request::Enqueue { job } => {
                 let e = self.enqueue(job).await?;
+                self.note_requester(from, std::slice::from_ref(&e.id));
                 return Ok(ReplyBody::Enqueued {
                     id: e.id,
                     coalesced: e.coalesced,
@@ -977,7 +1008,11 @@ impl Worker {
                 });
             }
             Request::EnqueueMany { jobs, group_id } => {
-                return self.enqueue_many(jobs, group_id).await
+                let reply = self.enqueue_many(jobs, group_id).await?;
+                if let ReplyBody::EnqueuedMany { ids, .. } = &reply {
+                    self.note_requester(from, ids);
+                }
+                return Ok(reply);
             }
             // The three below and `configure` share one save (one await in this state machine).
             Request::Cancel { target } => (
@@ -1014,15 +1049,20 @@ impl Worker {
                     status: self.snapshot(now_ms()),
                 })
             }
-            Request::Jobs { group_id } => {
+            Request::Jobs { group_id, ids } => {
                 let engine = self.engine.borrow();
                 let mut jobs: Vec<&Job> = Vec::new();
-                for job in engine.jobs() {
-                    if group_id
-                        .as_deref()
-                        .is_none_or(|g| job.group_id.as_deref() == Some(g))
-                    {
-                        jobs.push(job);
+                match ids {
+                    Some(ids) => jobs.extend(ids.iter().filter_map(|id| engine.job(id))),
+                    None => {
+                        for job in engine.jobs() {
+                            if group_id
+                                .as_deref()
+                                .is_none_or(|g| job.group_id.as_deref() == Some(g))
+                            {
+                                jobs.push(job);
+                            }
+                        }
                     }
                 }
                 sluice_shared::job::sort_by_seq(&mut jobs);

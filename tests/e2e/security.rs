@@ -135,3 +135,60 @@ e2e!(
         assert_eq!(r["after"], 200, "the worker still serves the tab: {r}");
     }
 );
+
+e2e!(
+    /// Finding 7: a job's outcome (the server's status, headers and body) reaches the tab that
+    /// enqueued it; every other open tab hears only the job's state. Another tab that asks
+    /// (`done(id)`) still gets the outcome. Before, every tab received every job's outcome.
+    a_jobs_outcome_goes_to_the_tab_that_enqueued_it_and_to_tabs_that_ask,
+    60,
+    Options::default(),
+    |h| {
+        let mine = h.open_e2e().await;
+        mine.eval(&js::configure(20, 2, "")).await;
+        let other = h.open_e2e().await;
+        // It speaks once (as a tab showing the queue does), so the worker knows it is there.
+        other
+            .eval("await window.sluiceReady; await sluice.snapshot(); return null;")
+            .await;
+        let r = mine
+            .eval(
+                r#"
+                const e = await sluice.enqueue({ url: '/api/contacts', kind: 'create',
+                  lane: 'interactive', body: { name: 'secret-marker-7' } });
+                const outcome = await e.done;
+                return { id: e.id, status: outcome.status, body: outcome.body };
+                "#,
+            )
+            .await;
+        assert_eq!(r["status"], 201, "{r}");
+        assert!(r["body"].as_str().is_some_and(|b| b.contains("secret-marker-7")), "{r}");
+        let id = r["id"].as_str().expect("id").to_owned();
+        // Give the other tab time to hear every broadcast about the job.
+        tokio::time::sleep(std::time::Duration::from_millis(600)).await;
+        let heard = other
+            .eval(&format!(
+                r#"
+                const text = JSON.stringify(e2e.raw);
+                const about = e2e.raw.filter((m) => typeof m === 'string' && m.includes('{id}'));
+                return {{ leaked: text.includes('secret-marker-7'), about: about.length,
+                          withheld: about.some((m) => m.includes('"withheld":true')) }};
+                "#
+            ))
+            .await;
+        report(&format!("the other tab heard: {heard}"));
+        assert_eq!(heard["leaked"], false, "another tab saw the outcome: {heard}");
+        assert!(heard["about"].as_u64().is_some_and(|n| n > 0), "it heard the state: {heard}");
+        assert_eq!(heard["withheld"], true, "{heard}");
+        let asked = other
+            .eval(&format!(
+                "const o = await sluice.done('{id}'); return {{ status: o.status, body: o.body }};"
+            ))
+            .await;
+        assert_eq!(asked["status"], 201, "{asked}");
+        assert!(
+            asked["body"].as_str().is_some_and(|b| b.contains("secret-marker-7")),
+            "a tab that asks gets the outcome: {asked}"
+        );
+    }
+);
