@@ -645,18 +645,11 @@ impl Worker {
     }
 
     /// What may start now, taken while handling a request so that its starts are saved in
-    /// the request's own transaction: an interactive job then needs one save before its fetch
-    /// instead of two, and the next request's save does not queue behind the pump's. Hand
-    /// them to [`Pump::fetch_saved_starts`] once that transaction committed.
+    /// the request's own transaction (see [`sluice_shared::pump::Pump::request_save_begins`]).
+    /// Hand them back with [`Worker::commit_with_starts`].
     fn poll_with_request(&self, now: Millis) -> Vec<Transmit> {
-        if !self.pump.may_start() {
-            return Vec::new();
-        }
-        let starts = self.poll_transmits(now);
-        if !starts.is_empty() {
-            self.pump.hold_for_saved_starts();
-        }
-        starts
+        self.pump
+            .request_save_begins(&mut self.engine.borrow_mut(), now)
     }
 
     /// Saves a request's changes with the starts [`Worker::poll_with_request`] took, then
@@ -666,22 +659,9 @@ impl Worker {
         starts: Vec<Transmit>,
         fresh: &[JobId],
     ) -> Result<(), SwError> {
-        let held = !starts.is_empty();
         let saved = self.commit_fresh(&[], fresh).await;
-        let starts = if saved.is_ok() { starts } else { Vec::new() };
-        self.pump.fetch_saved_starts(starts, held);
+        self.pump.request_save_ended(starts, saved.is_ok());
         saved
-    }
-
-    /// Every request the engine allows to start now (their starts are recorded in the engine;
-    /// the caller commits them before or alongside the fetches, as `Transmit::save_first` says).
-    pub fn poll_transmits(&self, now: Millis) -> Vec<Transmit> {
-        let mut engine = self.engine.borrow_mut();
-        let mut out = Vec::new();
-        while let Some(t) = engine.poll_transmit(now) {
-            out.push(t);
-        }
-        out
     }
 
     /// Whether the engine holds changes no save has taken yet.
@@ -697,10 +677,6 @@ impl Worker {
             return Err(SwError::Stopped);
         }
         Ok(())
-    }
-
-    pub fn poll_timeout(&self, now: Millis) -> Option<Millis> {
-        self.engine.borrow().poll_timeout(now)
     }
 
     pub fn engine_mut(&self) -> std::cell::RefMut<'_, Engine> {
