@@ -11,7 +11,7 @@
 //!
 //! ```text
 //! inputs                                    outputs (pull after every input, in this order)
-//!   turn(engine, now)         a wake-up      poll_send(engine, now)  a request to hand out now
+//!   turn(engine, now)         a wake-up      poll_sends()            the requests to hand out now
 //!   on_response / on_transport_error         poll_save()             begin the pump's save now
 //!   on_saved(ok)              its save ended poll_timeout(engine, now) the one timer's deadline
 //!   request_save_begins / _ended             a page request's own save, carrying starts
@@ -79,6 +79,12 @@ impl Pump {
     /// Something happened (a timer fired, an answer or a save arrived, work was enqueued):
     /// take every start the engine allows now and decide whether the pump's save begins.
     pub fn turn(&mut self, engine: &mut Engine, now: Millis) {
+        // Starts released by a save since the last turn leave now: they count from now (see
+        // [`Engine::on_sent`]), before anything is polled, or the save's time would let the
+        // next start follow them closer than the pacing allows.
+        for t in &self.ready {
+            engine.on_sent(&t.job_id, now);
+        }
         self.started = false;
         if self.may_start() && self.request_saves_with_starts == 0 {
             while let Some(t) = engine.poll_transmit(now) {
@@ -108,13 +114,13 @@ impl Pump {
         }
     }
 
-    /// The answer to a request handed out by [`Pump::poll_send`] arrived.
+    /// The answer to a request handed out by [`Pump::poll_sends`] arrived.
     pub fn on_response(&mut self, engine: &mut Engine, id: &str, response: Response, now: Millis) {
         self.in_flight = self.in_flight.saturating_sub(1);
         engine.on_response(id, response, now);
     }
 
-    /// A request handed out by [`Pump::poll_send`] got no answer.
+    /// A request handed out by [`Pump::poll_sends`] got no answer.
     pub fn on_transport_error(
         &mut self,
         engine: &mut Engine,
@@ -132,7 +138,8 @@ impl Pump {
     pub fn on_saved(&mut self, sent: bool) {
         if let Some(waiting) = self.saving.take() {
             if sent {
-                self.ready.extend(waiting);
+                let mut waiting = waiting;
+                self.ready.append(&mut waiting);
             }
         }
     }
@@ -161,7 +168,8 @@ impl Pump {
         }
         self.request_saves_with_starts = self.request_saves_with_starts.saturating_sub(1);
         if sent {
-            self.ready.extend(starts);
+            let mut starts = starts;
+            self.ready.append(&mut starts);
         }
     }
 
@@ -181,22 +189,17 @@ impl Pump {
 
     // ----- outputs -------------------------------------------------------------------------
 
-    /// The next request to hand to the network now. Its start counts from now (see
-    /// [`Engine::on_sent`]): a save it waited for took time the server must not see as a
-    /// shorter gap.
-    pub fn poll_send(&mut self, engine: &mut Engine, now: Millis) -> Option<Transmit> {
-        if self.ready.is_empty() {
-            return None;
-        }
-        let t = self.ready.remove(0);
-        engine.on_sent(&t.job_id, now);
-        self.in_flight += 1;
-        Some(t)
+    /// The requests to hand to the network now, oldest first. Pull right after
+    /// [`Pump::turn`], at its `now`: that is when their starts count from.
+    pub fn poll_sends(&mut self) -> Vec<Transmit> {
+        let sends = std::mem::take(&mut self.ready);
+        self.in_flight += sends.len();
+        sends
     }
 
     /// Whether the pump's save begins now: take the engine's changes
     /// ([`Engine::take_changes`]) and write them; report the end with [`Pump::on_saved`]. Pull
-    /// after [`Pump::poll_send`], so that the fetches are not held up by the save. (A save
+    /// after [`Pump::poll_sends`], so that the fetches are not held up by the save. (A save
     /// that finds no changes, because a request's own save took them, waits for the saves
     /// before it instead.)
     pub fn poll_save(&mut self) -> bool {

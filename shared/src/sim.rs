@@ -327,7 +327,7 @@ pub fn run(scenario: &Scenario) -> Report {
     let mut storage_free_at: Millis = 0;
     loop {
         pump.turn(&mut engine, now);
-        while let Some(t) = pump.poll_send(&mut engine, now) {
+        for t in pump.poll_sends() {
             report.requests += 1;
             report.starts.push(now);
             first_start.entry(t.job_id.clone()).or_insert_with(|| {

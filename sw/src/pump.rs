@@ -8,7 +8,7 @@
 //! ```text
 //! loop {
 //!     driver.turn(engine, now)
-//!     spawn a fetch per driver.poll_send(engine, now)   // each reports back and wakes the pump
+//!     spawn a fetch per driver.poll_sends()   // each reports back and wakes the pump
 //!     if driver.poll_save(): save in the background     // its end reports back and wakes the pump
 //!     flush broadcasts that are due
 //!     resolve settle promises if idle (or past their cap)
@@ -264,15 +264,11 @@ async fn run(w: Rc<Worker>) {
             break;
         }
         let now = now_ms();
-        let mut sends = Vec::new();
-        let save = {
+        let (sends, save) = {
             let mut engine = w.engine_mut();
             let mut driver = w.pump.driver.borrow_mut();
             driver.turn(&mut engine, now);
-            while let Some(t) = driver.poll_send(&mut engine, now) {
-                sends.push(t);
-            }
-            driver.poll_save()
+            (driver.poll_sends(), driver.poll_save())
         };
         send_all(&w, sends);
         if save {
