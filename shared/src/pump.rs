@@ -10,13 +10,17 @@
 //! Shaped like the engine (and `quinn-proto`): inputs carry `now`, outputs are pulled.
 //!
 //! ```text
-//! inputs                                    outputs (pull after every input, in this order)
-//!   turn(engine, now)         a wake-up      poll_sends()            the requests to hand out now
-//!   on_response / on_transport_error         poll_save()             begin the pump's save now
-//!   on_saved(ok)              its save ended poll_timeout(engine, now) the one timer's deadline
-//!   request_save_begins / _ended             a page request's own save, carrying starts
-//!   save_taken(now)           any other save took every change so far
-//!   stop_starting()           hand the queue over to a successor
+//! inputs (the shell runs a turn after each)
+//!   turn(engine, now)                  a wake-up: the timer fired, or any input below
+//!   on_response / on_transport_error   an answer to a request handed out
+//!   on_saved(sent)                     the pump's save ended
+//!   request_save_begins / _ended       a page request's own save, carrying starts
+//!   save_taken(now)                    any other save took every change so far
+//!   stop_starting()                    hand the queue over to a successor
+//! outputs (pulled after each turn, in this order)
+//!   poll_sends()                       the requests to hand to the network now
+//!   poll_save()                        whether the pump's save begins now
+//!   poll_timeout(engine, now)          the one timer's deadline
 //! ```
 //!
 //! The rules, each kept here once:

@@ -18,7 +18,7 @@
 //! ```
 //!
 //! - **One pump, one timer.** The pump is spawned once per worker instance; events never run
-//!   it themselves, they only [`Pump::wake`] it. Exactly one `setTimeout` is armed at a time
+//!   it themselves, they only [`crate::pump_state::Pump::wake`] it. Exactly one `setTimeout` is armed at a time
 //!   and re-armed only when the deadline changes. There is no polling interval.
 //! - **Completions are saved by the pump.** A finished fetch only informs the engine and wakes
 //!   the pump, whose next save takes the outcome (with any new starts) in one transaction
@@ -39,23 +39,19 @@
 //!   version, which rebuilds from storage (nothing is sent twice: nothing was in flight) and
 //!   claims the pages; they send it whatever the old one left unanswered. While it drains, the
 //!   old one still takes requests (saving them is all they need); once stopped it refuses them
-//!   as `unavailable` and starts no new instance (see [`crate::worker::worker`]), and the pages
+//!   as `unavailable` and starts no new instance (see [`crate::instance::worker`]), and the pages
 //!   send them again to the new one, so two instances never send side by side.
 
-use std::cell::{Cell, RefCell};
-use std::future::Future;
-use std::pin::Pin;
 use std::rc::{Rc, Weak};
-use std::task::{Context, Poll, Waker};
 
-use js_sys::{Function, Promise};
-use sluice_shared::pump::Pump as Driver;
-use sluice_shared::{Engine, Millis, Transmit, TransportError};
+use js_sys::Promise;
+use sluice_shared::{Transmit, TransportError};
 use wasm_bindgen::closure::Closure;
-use wasm_bindgen::{JsCast, JsValue};
+use wasm_bindgen::JsValue;
 
+use crate::runtime::{now_ms, spawn, superseded, warn};
 use crate::transport;
-use crate::worker::{now_ms, scope, spawn, superseded, Worker};
+use crate::worker::Worker;
 
 /// Work due further away than this does not keep an event open: the browser keeps an idle
 /// worker for about 30 s, so the timer still fires for it, and if the worker was stopped the
@@ -64,166 +60,6 @@ pub const IDLE_GRACE_MS: u64 = 5_000;
 /// A settle promise resolves after this long even while busy (Chromium ends events that take
 /// about 5 min); the next event's promise takes over.
 pub const SETTLE_CAP_MS: u64 = 90_000;
-
-/// A wake-up flag with one waiter: a wake before the wait is not lost.
-#[derive(Default)]
-struct Signal {
-    state: RefCell<(bool, Option<Waker>)>,
-}
-
-impl Signal {
-    fn notify(&self) {
-        let waker = {
-            let mut s = self.state.borrow_mut();
-            s.0 = true;
-            s.1.take()
-        };
-        if let Some(w) = waker {
-            w.wake();
-        }
-    }
-
-    fn wait(&self) -> Wait<'_> {
-        Wait(self)
-    }
-}
-
-struct Wait<'a>(&'a Signal);
-
-impl Future for Wait<'_> {
-    type Output = ();
-
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
-        let mut s = self.0.state.borrow_mut();
-        if std::mem::take(&mut s.0) {
-            Poll::Ready(())
-        } else {
-            s.1 = Some(cx.waker().clone());
-            Poll::Pending
-        }
-    }
-}
-
-/// The worker's single `setTimeout`.
-#[derive(Default)]
-struct Timer {
-    handle: Option<i32>,
-    deadline: Option<Millis>,
-    callback: Option<Closure<dyn FnMut()>>,
-}
-
-#[derive(Default)]
-pub struct Pump {
-    signal: Signal,
-    running: Cell<bool>,
-    /// What to send and save when: the pump's protocol, run here and in the simulator.
-    driver: RefCell<Driver>,
-    timer: RefCell<Timer>,
-    /// Settle promises' resolve functions, with the instant each must resolve at the latest.
-    waiters: RefCell<Vec<(Millis, Function)>>,
-    was_idle: Cell<bool>,
-}
-
-impl Pump {
-    /// A save took every change so far with it at `now` (see [`Driver::save_taken`]).
-    pub fn saved_at(&self, now: Millis) {
-        self.driver.borrow_mut().save_taken(now);
-    }
-
-    /// Something happened: run one more iteration soon.
-    pub fn wake(&self) {
-        self.signal.notify();
-    }
-
-    /// The starts a page request's own transaction is to carry, taken now (see
-    /// [`Driver::request_save_begins`]); hand them back with [`Pump::request_save_ended`].
-    pub fn request_save_begins(&self, engine: &mut Engine, now: Millis) -> Vec<Transmit> {
-        if !self.running.get() {
-            return Vec::new();
-        }
-        self.driver.borrow_mut().request_save_begins(engine, now)
-    }
-
-    /// A page request's transaction with `starts` ended (`saved`: it committed); the pump
-    /// fetches them on its next turn.
-    pub fn request_save_ended(&self, starts: Vec<Transmit>, saved: bool) {
-        self.driver.borrow_mut().request_save_ended(starts, saved);
-        self.wake();
-    }
-
-    fn arm(&self, deadline: Option<Millis>, now: Millis) {
-        let mut t = self.timer.borrow_mut();
-        if t.deadline == deadline && (t.handle.is_some() || deadline.is_none()) {
-            return;
-        }
-        if let Some(h) = t.handle.take() {
-            scope().clear_timeout_with_handle(h);
-        }
-        t.deadline = None;
-        let Some(deadline) = deadline else { return };
-        let delay = deadline.saturating_sub(now).min(i32::MAX as u64) as i32;
-        let Some(cb) = t.callback.as_ref() else {
-            return;
-        };
-        match scope().set_timeout_with_callback_and_timeout_and_arguments_0(
-            cb.as_ref().unchecked_ref(),
-            delay,
-        ) {
-            Ok(h) => {
-                t.handle = Some(h);
-                t.deadline = Some(deadline);
-            }
-            Err(e) => crate::worker::warn(&format!(
-                "setTimeout failed: {}",
-                crate::error::describe(&e)
-            )),
-        }
-    }
-
-    fn on_timer(&self) {
-        {
-            let mut t = self.timer.borrow_mut();
-            t.handle = None;
-            t.deadline = None;
-        }
-        self.signal.notify();
-    }
-
-    /// Resolves the settle promises that are due: all of them when `all`.
-    fn settle(&self, now: Millis, all: bool) {
-        let mut due: Vec<Function> = Vec::new();
-        {
-            let mut waiters = self.waiters.borrow_mut();
-            let mut keep = Vec::new();
-            for (cap, resolve) in waiters.drain(..) {
-                if all || cap <= now {
-                    due.push(resolve);
-                } else {
-                    keep.push((cap, resolve));
-                }
-            }
-            *waiters = keep;
-        }
-        for resolve in due {
-            let _ = resolve.call0(&JsValue::UNDEFINED);
-        }
-    }
-
-    fn earliest_cap(&self) -> Option<Millis> {
-        self.waiters.borrow().iter().map(|(cap, _)| *cap).min()
-    }
-
-    fn shut_down(&self) {
-        let mut t = self.timer.borrow_mut();
-        if let Some(h) = t.handle.take() {
-            scope().clear_timeout_with_handle(h);
-        }
-        t.deadline = None;
-        t.callback = None;
-        drop(t);
-        self.settle(0, true);
-    }
-}
 
 /// A promise that resolves when the queue is idle, or after [`SETTLE_CAP_MS`] at the latest,
 /// or at once when there is no running queue. For `event.waitUntil`.
@@ -306,7 +142,7 @@ async fn run(w: Rc<Worker>) {
 /// requests in flight and saves their outcomes, tells the pages, then stops this instance,
 /// which resolves every settle promise so that the browser can activate the successor.
 async fn hand_over(w: &Rc<Worker>) {
-    crate::worker::warn("a newer version of the worker is installed: handing the queue over");
+    warn("a newer version of the worker is installed: handing the queue over");
     w.pump.driver.borrow_mut().stop_starting();
     loop {
         if w.is_stopped() || w.commit(&[]).await.is_err() {
