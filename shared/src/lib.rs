@@ -23,6 +23,7 @@ pub use time::Millis;
 pub mod budget;
 pub mod engine;
 pub mod protocol;
+pub mod pump;
 pub mod retry;
 pub mod round_trips;
 pub mod status;

@@ -17,6 +17,7 @@ use crate::budget::BudgetState;
 use crate::config::{EngineConfig, Window};
 use crate::engine::{Changes, Engine, Response, Transmit, TransportError};
 use crate::job::{Job, JobId, JobKind, JobSpec, JobState, Lane};
+use crate::pump::Pump;
 use crate::random::Rng;
 use crate::time::{DurationMs, Millis};
 
@@ -113,10 +114,12 @@ pub struct Scenario {
     pub arrivals: Vec<Arrival>,
     /// Moments at which the worker is killed and the engine rebuilt from its saved state.
     pub rebuilds: Vec<Millis>,
-    /// How long one save takes to become durable. The simulated worker, like the real one,
-    /// keeps one save in flight and gathers what changes meanwhile into the next; a kill loses
-    /// the save in flight. 0: a save lands in the same millisecond, after what was already
-    /// due then.
+    /// How long one save takes to become durable. The simulated worker runs the real one's
+    /// pump ([`crate::pump`]): one save of its own in flight, what changes meanwhile in the
+    /// next, and each enqueue saved in a transaction of its own with the starts it makes
+    /// possible. Saves wait for the one before them, as IndexedDB's transactions on the same
+    /// stores do; a kill loses those in flight. 0: a save lands in the same millisecond, after
+    /// what was already due then.
     #[serde(default)]
     pub save_ms: DurationMs,
     /// Give up after this much simulated time.
@@ -205,8 +208,25 @@ enum Event {
     Timeout(u64),
     Rebuild,
     OtherCaller,
-    /// The save in flight of this engine generation landed.
+    /// The oldest save in flight of this engine generation landed.
     Saved(u64),
+}
+
+/// A save begun and not landed yet.
+struct SaveInFlight {
+    changes: Changes,
+    by: Saver,
+}
+
+/// Whose save it is.
+enum Saver {
+    Pump,
+    /// A page request's (an enqueue's), with the starts it carries and the jobs whose enqueue
+    /// it acknowledges.
+    Request {
+        starts: Vec<Transmit>,
+        enqueued: Vec<JobId>,
+    },
 }
 
 struct InFlight {
@@ -298,41 +318,16 @@ pub fn run(scenario: &Scenario) -> Report {
         }
     };
 
-    // The save in flight, with the starts that wait for it (`Transmit::save_first`) and the
-    // jobs whose enqueue it acknowledges.
-    let mut saving: Option<(Changes, Vec<Transmit>, Vec<JobId>)> = None;
-    // Jobs enqueued that no save has taken yet: a kill loses them unacknowledged.
-    let mut unacknowledged: Vec<JobId> = Vec::new();
-    // Starts polled to be saved first that no save carries yet.
-    let mut awaiting_save: Vec<Transmit> = Vec::new();
-    // Starts whose save just landed, to send now.
-    let mut released: Vec<Transmit> = Vec::new();
+    // The worker's pump, the same code the service worker runs (see `crate::pump`); this
+    // loop only carries out what it asks for against the fake clock, server and storage.
+    let mut pump = Pump::default();
+    // Saves begun and not landed, oldest first. Like IndexedDB's transactions on the same
+    // stores, each waits for the one before it and then takes `save_ms`.
+    let mut saves: VecDeque<SaveInFlight> = VecDeque::new();
+    let mut storage_free_at: Millis = 0;
     loop {
-        // Like the worker's pump: start what the engine allows now, at once or after a save,
-        // and start a save when none is in flight.
-        let mut round = std::mem::take(&mut released);
-        for t in std::iter::from_fn(|| engine.poll_transmit(now)) {
-            if t.save_first {
-                awaiting_save.push(t);
-            } else {
-                round.push(t);
-            }
-        }
-        if saving.is_none() {
-            let changes = engine.take_changes();
-            let waiting = std::mem::take(&mut awaiting_save);
-            let acknowledged = std::mem::take(&mut unacknowledged);
-            if !changes.is_empty() || !waiting.is_empty() {
-                saving = Some((changes, waiting, acknowledged));
-                push(
-                    &mut events,
-                    &mut payloads,
-                    now + scenario.save_ms,
-                    Event::Saved(generation),
-                );
-            }
-        }
-        for t in round {
+        pump.turn(&mut engine, now);
+        for t in pump.poll_sends() {
             report.requests += 1;
             report.starts.push(now);
             first_start.entry(t.job_id.clone()).or_insert_with(|| {
@@ -372,8 +367,23 @@ pub fn run(scenario: &Scenario) -> Report {
             );
         }
 
+        if pump.poll_save() {
+            let changes = engine.take_changes();
+            storage_free_at = storage_free_at.max(now) + scenario.save_ms;
+            saves.push_back(SaveInFlight {
+                changes,
+                by: Saver::Pump,
+            });
+            push(
+                &mut events,
+                &mut payloads,
+                storage_free_at,
+                Event::Saved(generation),
+            );
+        }
+
         let next_event = events.peek().map(|Reverse((t, _, _))| *t);
-        let next_timer = engine.poll_timeout(now).map(|t| t.max(now + 1));
+        let next_timer = pump.poll_timeout(&engine, now);
         let next = match (next_event, next_timer) {
             (Some(a), Some(b)) => a.min(b),
             (Some(a), None) => a,
@@ -385,7 +395,7 @@ pub fn run(scenario: &Scenario) -> Report {
         }
         now = next;
         if next_event != Some(now) {
-            continue; // the engine's timer fired: loop back to poll_transmit
+            continue; // the pump's timer fired: loop back to its turn
         }
         let Some(Reverse((_, _, idx))) = events.pop() else {
             break;
@@ -398,30 +408,55 @@ pub fn run(scenario: &Scenario) -> Report {
                 if of != generation {
                     continue;
                 }
-                if let Some((changes, waiting, acknowledged)) = saving.take() {
-                    land(
-                        &mut engine,
-                        changes,
-                        &mut saved_jobs,
-                        &mut saved_budgets,
-                        &mut forgotten,
-                    );
-                    enqueued_ids.extend(acknowledged);
-                    for t in waiting {
-                        engine.on_sent(&t.job_id, now);
-                        released.push(t);
+                let Some(save) = saves.pop_front() else {
+                    continue;
+                };
+                land(
+                    &mut engine,
+                    save.changes,
+                    &mut saved_jobs,
+                    &mut saved_budgets,
+                    &mut forgotten,
+                );
+                match save.by {
+                    Saver::Pump => pump.on_saved(true),
+                    Saver::Request { starts, enqueued } => {
+                        // `enqueue` resolves now: the page knows its jobs are kept.
+                        enqueued_ids.extend(enqueued);
+                        pump.request_save_ended(starts, true);
                     }
                 }
             }
             Event::Enqueue(i) => {
                 enqueues_left -= 1;
                 let specs = scenario.arrivals[i].specs.clone();
+                let mut enqueued = Vec::new();
                 for spec in specs {
                     if let Ok(e) = engine.enqueue(spec, now) {
                         if !e.coalesced {
-                            unacknowledged.push(e.id);
+                            enqueued.push(e.id);
                         }
                     }
+                }
+                // As the worker handles a page's request: its own save, with the starts it
+                // makes possible.
+                let starts = pump.request_save_begins(&mut engine, now);
+                let changes = engine.take_changes();
+                if changes.is_empty() {
+                    pump.request_save_ended(starts, true);
+                } else {
+                    pump.save_taken(now);
+                    storage_free_at = storage_free_at.max(now) + scenario.save_ms;
+                    saves.push_back(SaveInFlight {
+                        changes,
+                        by: Saver::Request { starts, enqueued },
+                    });
+                    push(
+                        &mut events,
+                        &mut payloads,
+                        storage_free_at,
+                        Event::Saved(generation),
+                    );
                 }
             }
             Event::OtherCaller => {
@@ -610,7 +645,7 @@ pub fn run(scenario: &Scenario) -> Report {
                 }
                 req.settled = true;
                 if let Some(r) = req.response.take() {
-                    engine.on_response(&req.job_id, r, now);
+                    pump.on_response(&mut engine, &req.job_id, r, now);
                 }
             }
             Event::Timeout(id) => {
@@ -619,17 +654,17 @@ pub fn run(scenario: &Scenario) -> Report {
                     continue;
                 }
                 req.settled = true;
-                engine.on_transport_error(&req.job_id, TransportError::Timeout, now);
+                pump.on_transport_error(&mut engine, &req.job_id, TransportError::Timeout, now);
             }
             Event::Rebuild => {
                 // The browser killed the worker: memory is gone, IndexedDB remains.
                 report.rebuilds += 1;
                 generation += 1;
-                // The save in flight and the starts waiting for one are lost with it.
-                saving = None;
-                awaiting_save.clear();
-                unacknowledged.clear();
-                released.clear();
+                // The saves in flight and the starts waiting for one are lost with it; the
+                // new instance runs a new pump.
+                saves.clear();
+                storage_free_at = now;
+                pump = Pump::default();
                 let jobs: Vec<Job> = saved_jobs.values().cloned().collect();
                 let budgets: Vec<BudgetState> = saved_budgets.values().cloned().collect();
                 engine = Engine::restore(

@@ -192,7 +192,7 @@ pub async fn open(
             return;
         };
         if let Err(e) = upgrade(&db.unchecked_into(), &tx, schema) {
-            crate::worker::warn(&format!("upgrading the database failed: {}", describe(&e)));
+            crate::runtime::warn(&format!("upgrading the database failed: {}", describe(&e)));
             let _ = tx.abort();
         }
     });

@@ -1,10 +1,12 @@
 //! Sluice's service worker: the I/O shell around [`sluice_shared::Engine`].
 //!
-//! The engine decides what to send and when; this crate only carries it out: IndexedDB
-//! ([`store`]), `fetch` ([`transport`]), the timer and the run loop ([`pump`]), messages to
-//! tabs ([`broadcast`]), fetch interception ([`intercept`]) and configuration ([`config`]).
-//! [`worker`] ties one running instance together. Browser-only code is compiled for
-//! `wasm32` only, so `cargo test -p sluice-sw` runs the pure parts natively.
+//! The engine decides what to send, and the pump's protocol ([`sluice_shared::pump`]) when;
+//! this crate only carries it out: IndexedDB ([`store`]), `fetch` ([`transport`]), the timer
+//! and the run loop ([`pump`], its state in [`pump_state`]), messages to tabs ([`broadcast`]),
+//! fetch interception ([`intercept`]) and configuration ([`config`]). [`worker`] ties one
+//! running instance together, [`instance`] starts it, [`runtime`] holds the ties to the global
+//! scope. Browser-only code is compiled for `wasm32` only, so `cargo test -p sluice-sw` runs
+//! the pure parts natively.
 //!
 //! # Used by `www/sw.js` (global `wasm_bindgen`, a classic worker)
 //! - `start(config)`: once, after the wasm loaded, with `self.SLUICE_CONFIG`.
@@ -26,7 +28,13 @@ pub mod store;
 pub mod transport;
 
 #[cfg(target_arch = "wasm32")]
+mod instance;
+#[cfg(target_arch = "wasm32")]
 mod pump;
+#[cfg(target_arch = "wasm32")]
+mod pump_state;
+#[cfg(target_arch = "wasm32")]
+mod runtime;
 #[cfg(target_arch = "wasm32")]
 mod worker;
 
@@ -59,11 +67,13 @@ mod exports {
     };
 
     use crate::config::Setup;
+    use crate::instance::{self, setup};
     use crate::intercept::{
         accepted_body, error_response, options_from_request, spec_from_request,
     };
     use crate::pump::settled as settle_promise;
-    use crate::worker::{self, promise, reply_to, scope, setup, warn};
+    use crate::runtime::{self, promise, scope, warn};
+    use crate::worker::reply_to;
 
     /// Takes the worker script's configuration (`self.SLUICE_CONFIG`, may be undefined).
     #[wasm_bindgen]
@@ -83,8 +93,8 @@ mod exports {
                 }
             }
         };
-        worker::set_setup(Setup::new(json.as_deref(), &scope().origin()));
-        worker::watch_for_successor();
+        instance::set_setup(Setup::new(json.as_deref(), &scope().origin()));
+        instance::watch_for_successor();
     }
 
     #[wasm_bindgen]
@@ -100,7 +110,7 @@ mod exports {
         promise(async {
             JsFuture::from(scope().clients().claim()).await?;
             // Resume the queue now, but do not hold activation (events wait for it) until idle.
-            match worker::worker().await {
+            match instance::worker().await {
                 Ok(w) => w.pump.wake(),
                 Err(e) => warn(&format!("queue not started on activation: {e}")),
             }
@@ -123,6 +133,20 @@ mod exports {
 
     /// Decodes one request from a page, handles it and posts the answer to `reply_via` (the
     /// page's `Client`, or the page's own `MessagePort`).
+    /// The instance stopped when storage refused a save for want of space (its engine held
+    /// what the refused save had; storage holds everything before it). Rebuilt from storage
+    /// now, not at the next event, the queue goes on sending what it had while the page hears
+    /// `storage-full`.
+    fn restart_after_full_storage() {
+        runtime::spawn(async {
+            if let Err(e) = instance::worker().await {
+                warn(&format!(
+                    "the queue did not restart after a full storage: {e}"
+                ));
+            }
+        });
+    }
+
     /// The client id a page's message came with: the event's source, or the one noted on the
     /// page's port when it was adopted.
     fn sender_of(source: Option<&Object>) -> Option<String> {
@@ -167,14 +191,19 @@ mod exports {
         };
         drop(text);
         let request_id = envelope.request_id;
-        let w = match worker::worker().await {
+        let w = match instance::worker().await {
             Ok(w) => w,
             Err(e) => {
                 reply_error(reply_via, Some(request_id), e.into());
                 return;
             }
         };
-        let message = match w.handle(envelope.request, sender_of(reply_via)).await {
+        let handled = w.handle(envelope.request, sender_of(reply_via)).await;
+        drop(w);
+        if matches!(handled, Err(ProtocolError::StorageFull { .. })) {
+            restart_after_full_storage();
+        }
+        let message = match handled {
             Ok(body) => WorkerMessage::Reply { request_id, body },
             Err(error) => WorkerMessage::Error {
                 request_id: Some(request_id),
@@ -206,12 +235,12 @@ mod exports {
             static ON_PORT_MESSAGE: Function = Closure::<dyn Fn(MessageEvent)>::new(
                 |event: MessageEvent| {
                     let port = event.target().map(Object::from);
-                    worker::spawn(async move {
+                    runtime::spawn(async move {
                         serve(event.data(), port).await;
                         // As after an event (see `settled`): the pump looks at the queue once
                         // more, so that what falls due with a request (a retention time that
                         // passed, say) is acted on.
-                        if let Some(w) = worker::current() {
+                        if let Some(w) = instance::current() {
                             w.pump.wake();
                         }
                     });
@@ -233,7 +262,7 @@ mod exports {
             // port works.
             let reply_via = adopt_port(&event).or_else(|| event.source());
             serve(event.data(), reply_via).await;
-            JsFuture::from(settle_promise(worker::current().as_ref())).await?;
+            JsFuture::from(settle_promise(instance::current().as_ref())).await?;
             Ok(JsValue::UNDEFINED)
         })
     }
@@ -297,7 +326,7 @@ mod exports {
             };
             let outcome = async {
                 let body = body?;
-                let w = worker::worker().await.map_err(ProtocolError::from)?;
+                let w = instance::worker().await.map_err(ProtocolError::from)?;
                 let member = |name: &str| {
                     Reflect::get(&request, &JsValue::from_str(name))
                         .ok()
@@ -311,6 +340,9 @@ mod exports {
                 Ok(enqueued)
             }
             .await;
+            if matches!(outcome, Err(ProtocolError::StorageFull { .. })) {
+                restart_after_full_storage();
+            }
             let response = match outcome {
                 Ok(e) => json_response(202, &accepted_body(&e.id, e.coalesced, e.state))?,
                 Err(error) => {
@@ -325,7 +357,7 @@ mod exports {
     /// Resolves once the queue is idle (at the latest after 90 s): for `event.waitUntil`.
     #[wasm_bindgen]
     pub fn settled() -> Promise {
-        settle_promise(worker::current().as_ref())
+        settle_promise(instance::current().as_ref())
     }
 
     #[wasm_bindgen]
@@ -337,7 +369,7 @@ mod exports {
             if tag.as_deref() != Some(crate::SYNC_TAG) {
                 return Ok(JsValue::UNDEFINED);
             }
-            let w = worker::worker().await?;
+            let w = instance::worker().await?;
             w.on_sync();
             JsFuture::from(settle_promise(Some(&w))).await?;
             Ok(JsValue::UNDEFINED)

@@ -10,11 +10,10 @@
 //!   next event rebuilds a fresh instance from storage with [`Engine::restore`]. A job whose
 //!   `sending` state was never saved is simply still queued there; one that was saved as
 //!   sending is sent again with the same idempotency key.
-//! - Startup ([`worker`]) is shared: concurrent first events wait on one initialisation.
+//! - Startup ([`crate::instance::worker`]) is shared: concurrent first events wait on one
+//!   initialisation.
 
 use std::cell::{Cell, RefCell};
-use std::future::Future;
-use std::pin::Pin;
 use std::rc::{Rc, Weak};
 
 use js_sys::{Function, Object, Promise, Reflect};
@@ -25,127 +24,16 @@ use sluice_shared::status::Status;
 use sluice_shared::{
     Changes, Engine, EngineConfig, Enqueued, Job, JobId, JobSpec, Lane, Millis, Transmit,
 };
-use wasm_bindgen::closure::Closure;
 use wasm_bindgen::{JsCast, JsValue};
 use wasm_bindgen_futures::JsFuture;
-use web_sys::{ServiceWorkerGlobalScope, Url};
+use web_sys::Url;
 
 use crate::broadcast::{post_to_all, Batcher, JobNews};
 use crate::config::{self, resolve_engine_prefixes, SavedConfig, Setup};
 use crate::error::{describe, SwError};
-use crate::pump::Pump;
+use crate::pump_state::Pump;
+use crate::runtime::{now_ms, scope, spawn, warn};
 use crate::store::{job_id_of, Journaled, Loaded, MetaOp, SchemaRecord, Store, JOURNAL_CHUNK};
-
-pub fn now_ms() -> Millis {
-    js_sys::Date::now() as Millis
-}
-
-pub fn scope() -> ServiceWorkerGlobalScope {
-    js_sys::global().unchecked_into()
-}
-
-pub fn warn(text: &str) {
-    web_sys::console::warn_1(&JsValue::from_str(&format!("sluice: {text}")));
-}
-
-type Task = Pin<Box<dyn Future<Output = ()>>>;
-
-/// Runs a task on the worker's event loop. Every task and promise of the worker goes through
-/// here, boxed: each `spawn_local` or `future_to_promise` of a distinct future type is a copy
-/// of the executor's task code in the wasm.
-pub fn spawn(task: impl Future<Output = ()> + 'static) {
-    spawn_task(Box::pin(task));
-}
-
-fn spawn_task(task: Task) {
-    wasm_bindgen_futures::spawn_local(task);
-}
-
-/// A promise of what `f` resolves to (`future_to_promise`, over [`spawn`]).
-pub fn promise(f: impl Future<Output = Result<JsValue, JsValue>> + 'static) -> Promise {
-    promise_of(Box::pin(f))
-}
-
-fn promise_of(f: Pin<Box<dyn Future<Output = Result<JsValue, JsValue>>>>) -> Promise {
-    let mut f = Some(f);
-    Promise::new(&mut |resolve, reject| {
-        let Some(f) = f.take() else { return };
-        spawn(async move {
-            let (settle, value) = match f.await {
-                Ok(v) => (resolve, v),
-                Err(e) => (reject, e),
-            };
-            let _ = settle.call1(&JsValue::UNDEFINED, &value);
-        });
-    })
-}
-
-thread_local! {
-    static SETUP: RefCell<Option<Rc<Setup>>> = const { RefCell::new(None) };
-    static CURRENT: RefCell<Option<Rc<Worker>>> = const { RefCell::new(None) };
-    static STARTING: RefCell<Option<Promise>> = const { RefCell::new(None) };
-}
-
-/// Records the script's configuration (called once by `start`).
-pub fn set_setup(setup: Setup) {
-    for w in &setup.warnings {
-        warn(w);
-    }
-    SETUP.with(|s| *s.borrow_mut() = Some(Rc::new(setup)));
-}
-
-pub fn setup() -> Rc<Setup> {
-    SETUP.with(|s| {
-        s.borrow_mut()
-            .get_or_insert_with(|| Rc::new(Setup::new(None, &scope().origin())))
-            .clone()
-    })
-}
-
-/// The running instance, started (or restarted after a failure) on first use. Concurrent
-/// callers share one start.
-pub async fn worker() -> Result<Rc<Worker>, SwError> {
-    if let Some(w) = current() {
-        return Ok(w);
-    }
-    // A superseded worker must not start a queue of its own next to its successor's (see
-    // `pump`, "Handing over to a new version").
-    if superseded() {
-        return Err(SwError::Superseded);
-    }
-    let promise = STARTING.with(|s| {
-        s.borrow_mut()
-            .get_or_insert_with(|| {
-                promise(async {
-                    let result = Worker::start(setup()).await;
-                    STARTING.with(|s| *s.borrow_mut() = None);
-                    match result {
-                        Ok(w) => {
-                            CURRENT.with(|c| *c.borrow_mut() = Some(w.clone()));
-                            crate::pump::start(&w);
-                            Ok(JsValue::UNDEFINED)
-                        }
-                        Err(e) => {
-                            warn(&format!("could not start the queue: {e}"));
-                            Err(JsValue::from_str(&e.to_string()))
-                        }
-                    }
-                })
-            })
-            .clone()
-    });
-    JsFuture::from(promise)
-        .await
-        .map_err(|e| SwError::Storage(describe(&e)))?;
-    current().ok_or(SwError::Stopped)
-}
-
-/// The running instance if there is one, without starting it.
-pub fn current() -> Option<Rc<Worker>> {
-    CURRENT
-        .with(|c| c.borrow().clone())
-        .filter(|w| !w.is_stopped())
-}
 
 fn seeded_rng() -> Rng {
     let mut seed = [0u8; 32];
@@ -276,7 +164,7 @@ impl Worker {
     /// changed (jobs that were sending go back to queued). A large queue is rebuilt in two
     /// steps (see [`Store::load_start`]): the pump may send as soon as its head is in, and
     /// [`Worker::load_rest`] adds the rest.
-    async fn start(setup: Rc<Setup>) -> Result<Rc<Self>, SwError> {
+    pub async fn start(setup: Rc<Setup>) -> Result<Rc<Self>, SwError> {
         let store = Store::open().await?;
         let mut loaded = store.load_start(FIRST_JOBS_READ).await?;
         let mut notes = Vec::new();
@@ -585,14 +473,6 @@ impl Worker {
         warn(&format!(
             "queue stopped, it restarts from storage on the next event: {reason}"
         ));
-        CURRENT.with(|c| {
-            let mut c = c.borrow_mut();
-            if c.as_ref()
-                .is_some_and(|w| std::ptr::eq(Rc::as_ptr(w), self))
-            {
-                *c = None;
-            }
-        });
         // Requests waiting for the queue learn that this instance gave up.
         self.release_whole_queue_waiters();
         self.pump.wake();
@@ -627,18 +507,6 @@ impl Worker {
             }
             Err(e) => {
                 self.stop(&format!("saving failed: {e}"));
-                if matches!(e, SwError::StorageFull(_)) {
-                    // The engine held what the refused save had; storage holds everything
-                    // before it. Rebuilt from storage now, not at the next event, the queue
-                    // goes on sending what it had while the page hears `storage-full`.
-                    spawn(async {
-                        if let Err(e) = worker().await {
-                            warn(&format!(
-                                "the queue did not restart after a full storage: {e}"
-                            ));
-                        }
-                    });
-                }
                 return Err(e);
             }
         }
@@ -662,18 +530,11 @@ impl Worker {
     }
 
     /// What may start now, taken while handling a request so that its starts are saved in
-    /// the request's own transaction: an interactive job then needs one save before its fetch
-    /// instead of two, and the next request's save does not queue behind the pump's. Hand
-    /// them to [`Pump::fetch_saved_starts`] once that transaction committed.
+    /// the request's own transaction (see [`sluice_shared::pump::Pump::request_save_begins`]).
+    /// Hand them back with [`Worker::commit_with_starts`].
     fn poll_with_request(&self, now: Millis) -> Vec<Transmit> {
-        if !self.pump.may_start() {
-            return Vec::new();
-        }
-        let starts = self.poll_transmits(now);
-        if !starts.is_empty() {
-            self.pump.hold_for_saved_starts();
-        }
-        starts
+        self.pump
+            .request_save_begins(&mut self.engine.borrow_mut(), now)
     }
 
     /// Saves a request's changes with the starts [`Worker::poll_with_request`] took, then
@@ -683,22 +544,9 @@ impl Worker {
         starts: Vec<Transmit>,
         fresh: &[JobId],
     ) -> Result<(), SwError> {
-        let held = !starts.is_empty();
         let saved = self.commit_fresh(&[], fresh).await;
-        let starts = if saved.is_ok() { starts } else { Vec::new() };
-        self.pump.fetch_saved_starts(starts, held);
+        self.pump.request_save_ended(starts, saved.is_ok());
         saved
-    }
-
-    /// Every request the engine allows to start now (their starts are recorded in the engine;
-    /// the caller commits them before or alongside the fetches, as `Transmit::save_first` says).
-    pub fn poll_transmits(&self, now: Millis) -> Vec<Transmit> {
-        let mut engine = self.engine.borrow_mut();
-        let mut out = Vec::new();
-        while let Some(t) = engine.poll_transmit(now) {
-            out.push(t);
-        }
-        out
     }
 
     /// Whether the engine holds changes no save has taken yet.
@@ -714,10 +562,6 @@ impl Worker {
             return Err(SwError::Stopped);
         }
         Ok(())
-    }
-
-    pub fn poll_timeout(&self, now: Millis) -> Option<Millis> {
-        self.engine.borrow().poll_timeout(now)
     }
 
     pub fn engine_mut(&self) -> std::cell::RefMut<'_, Engine> {
@@ -1121,43 +965,6 @@ async fn register_sync() -> Result<bool, SwError> {
         .map_err(|_| SwError::Js("sync.register did not return a promise".into()))?;
     JsFuture::from(promise).await?;
     Ok(true)
-}
-
-/// Whether a newer version of the worker has replaced this one or is installed and waiting to
-/// (it called `skipWaiting`, so it activates as soon as this one has no event in flight).
-pub fn superseded() -> bool {
-    let redundant = Reflect::get(&js_sys::global(), &JsValue::from_str("serviceWorker"))
-        .ok()
-        .filter(|sw| sw.is_object())
-        .and_then(|sw| Reflect::get(&sw, &JsValue::from_str("state")).ok())
-        .and_then(|s| s.as_string())
-        .is_some_and(|s| s == "redundant");
-    redundant || scope().registration().waiting().is_some()
-}
-
-/// Wakes the pump whenever a newer version's install progresses, so that this instance notices
-/// at once that it is superseded and hands over (see `pump`). Called once, at startup.
-pub fn watch_for_successor() {
-    let wake: Function = Closure::<dyn Fn()>::new(|| {
-        if let Some(w) = current() {
-            w.pump.wake();
-        }
-    })
-    .into_js_value()
-    .unchecked_into();
-    let registration = scope().registration();
-    let on_update_found = Closure::<dyn Fn()>::new({
-        let registration = registration.clone();
-        let wake = wake.clone();
-        move || {
-            if let Some(next) = registration.installing() {
-                let _ = next.add_event_listener_with_callback("statechange", &wake);
-            }
-            let _ = wake.call0(&JsValue::UNDEFINED);
-        }
-    })
-    .into_js_value();
-    registration.set_onupdatefound(Some(on_update_found.unchecked_ref()));
 }
 
 /// Posts one message (JSON text) to the page that sent a request.
