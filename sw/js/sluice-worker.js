@@ -97,7 +97,14 @@
 
   // A broken build must never replace a working worker: install fails if the wasm does not load.
   self.addEventListener('install', (event) => {
-    event.waitUntil(whenReady(true).then(() => wasm_bindgen.on_install(event)));
+    const installed = whenReady(true).then(() => wasm_bindgen.on_install(event));
+    event.waitUntil(
+      installed.catch((error) => {
+        // The browser only says the install failed; this says why (in the worker's console).
+        console.error('sluice: this version of the worker cannot start, so it does not install:', error);
+        throw error;
+      }),
+    );
   });
 
   self.addEventListener('activate', (event) => {

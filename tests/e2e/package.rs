@@ -2,16 +2,20 @@
 //! folder `sluice build` writes, the app built by Vite, its files served as they are, the demo
 //! API on another origin. Driven through its own buttons, as a person would.
 //!
-//! `.ci/run` builds it first (`sluice build`, `npm ci`, `tsc --noEmit`, `vite build`); without
+//! Also the package's promise to updates: each build's worker wasm is cached under its own
+//! name, and an entry never runs against a wasm that is not its build.
+//!
+//! `.ci/run` builds the example first (`sluice build`, `npm ci`, `tsc --noEmit`, `vite build`); without
 //! `examples/vite-app/dist` the test says how to build it and skips, except under CI.
 
 use std::path::PathBuf;
 use std::time::Duration;
 
 use serde::Deserialize;
+use sluice::package::Package;
 
 use crate::e2e;
-use crate::support::{ci, eventually, report, test_api_config, Options, Tab};
+use crate::support::{ci, eventually, js, report, test_api_config, Options, Tab};
 
 /// What `public/sw.js` tells Sluice the demo API admits; the API in this test admits exactly
 /// that, so one request too many is a 429.
@@ -156,5 +160,161 @@ e2e!(
         let by_key = h.api.applied_creates_by_key();
         assert_eq!(by_key.len(), stats.contacts, "{by_key:?}");
         assert!(by_key.values().all(|c| *c == 1), "{by_key:?}");
+    }
+);
+
+/// A worker script that loads the package from `/sluice/`, as an app serves it.
+const BUILT_WORKER: &str = "self.SLUICE_CONFIG = { packageUrl: '/sluice/' };\n\
+                            importScripts('/sluice/sluice-worker.js');\n";
+
+/// `wasm` with a custom section appended: another build of the same code, as far as names,
+/// hashes and caches can tell (engines ignore custom sections they do not know).
+fn another_build_of(wasm: &[u8], label: &str) -> Vec<u8> {
+    fn leb128(mut n: usize, out: &mut Vec<u8>) {
+        loop {
+            let byte = (n & 0x7f) as u8;
+            n >>= 7;
+            if n == 0 {
+                out.push(byte);
+                return;
+            }
+            out.push(byte | 0x80);
+        }
+    }
+    let mut payload = Vec::new();
+    leb128("sluice-test".len(), &mut payload);
+    payload.extend_from_slice(b"sluice-test");
+    payload.extend_from_slice(label.as_bytes());
+    let mut out = wasm.to_vec();
+    out.push(0); // custom section
+    leb128(payload.len(), &mut out);
+    out.extend_from_slice(&payload);
+    out
+}
+
+/// The package made of this binary's bindings with the worker wasm replaced by `wasm`.
+fn package_with(wasm: &[u8]) -> Package {
+    Package::from_bindings(|name| {
+        if name == "sluice_sw_bg.wasm" {
+            Some(wasm)
+        } else {
+            sluice::assets::pkg(name)
+        }
+    })
+    .expect("package")
+}
+
+/// The URLs in the worker's wasm cache, as the page sees Cache Storage.
+async fn cached_wasm(tab: &Tab) -> Vec<String> {
+    tab.eval_as(
+        "const cache = await caches.open('sluice-wasm');\
+         return (await cache.keys()).map((r) => r.url);",
+    )
+    .await
+}
+
+/// Asks the browser to check for a new worker version and waits until none is installing
+/// or waiting any more; returns whether a new version took control.
+async fn update_worker(tab: &Tab) -> bool {
+    tab.eval_as(
+        "const reg = await navigator.serviceWorker.getRegistration();\
+         const before = navigator.serviceWorker.controller;\
+         let changed = false;\
+         navigator.serviceWorker.addEventListener('controllerchange', () => { changed = true; },\
+           { once: true });\
+         await reg.update().catch(() => {});\
+         for (let i = 0; i < 200; i++) {\
+           await e2e.sleep(50);\
+           if (!reg.installing && !reg.waiting && (changed || i > 40)) break;\
+         }\
+         return changed && navigator.serviceWorker.controller !== before;",
+    )
+    .await
+}
+
+/// Enqueues `n` creates as `group` and asserts each ends done.
+async fn run_group(tab: &Tab, n: usize, group: &str) {
+    tab.eval(&js::enqueue_group(n, group)).await;
+    let results: Vec<String> = tab.eval_as(&js::settle_group(group)).await;
+    assert!(js::all_done(&results), "{group}: {results:?}");
+}
+
+e2e!(
+    /// Each build's worker wasm is cached under its own name: a new build (new entry, new
+    /// wasm) takes over, its wasm replaces the old one in the cache, and the queue goes on.
+    a_new_build_caches_its_own_wasm_and_drops_the_old,
+    90,
+    Options::default().with_www_copy(),
+    |h| {
+        let site = h.www_dir();
+        let first = Package::embedded().expect("package");
+        first.write(&site.join("sluice")).expect("write the package");
+        std::fs::write(site.join("sw-built.js"), BUILT_WORKER).expect("sw-built.js");
+        let tab = h.open_e2e_with("sw=/sw-built.js").await;
+        tab.eval(&js::configure(50, 4, "")).await;
+        run_group(&tab, 10, "first").await;
+        let first_url = h.url(&format!("/sluice/{}", first.worker_wasm()));
+        assert_eq!(cached_wasm(&tab).await, vec![first_url.clone()]);
+
+        let wasm = sluice::assets::pkg("sluice_sw_bg.wasm").expect("worker wasm");
+        let second = package_with(&another_build_of(wasm, "2"));
+        assert_ne!(second.worker_wasm(), first.worker_wasm());
+        second.write(&site.join("sluice")).expect("write the new build");
+        assert!(update_worker(&tab).await, "the new build did not take control");
+        // Activation removes the old build's wasm; the page may see control change first.
+        let second_url = h.url(&format!("/sluice/{}", second.worker_wasm()));
+        let cached = eventually("the old wasm to leave the cache", Duration::from_secs(5), || async {
+            let urls = cached_wasm(&tab).await;
+            (urls == [second_url.clone()]).then_some(urls)
+        })
+        .await;
+        assert_eq!(cached, [second_url]);
+        run_group(&tab, 10, "second").await;
+        assert_eq!(h.api.stats().contacts, 20);
+    }
+);
+
+e2e!(
+    /// A server that pairs a new entry with a wasm that is not its build (a stale copy under
+    /// the new name) fails the install: the working worker stays and keeps its own wasm.
+    a_wasm_that_is_not_its_entrys_build_fails_the_install_and_the_old_worker_stays,
+    90,
+    Options::default().with_www_copy(),
+    |h| {
+        let site = h.www_dir();
+        let first = Package::embedded().expect("package");
+        first.write(&site.join("sluice")).expect("write the package");
+        std::fs::write(site.join("sw-built.js"), BUILT_WORKER).expect("sw-built.js");
+        let tab = h.open_e2e_with("sw=/sw-built.js").await;
+        tab.eval(&js::configure(50, 4, "")).await;
+        run_group(&tab, 5, "before").await;
+        let versions_before: Vec<String> = h.browser.cdp.state().versions.keys().cloned().collect();
+
+        let wasm = sluice::assets::pkg("sluice_sw_bg.wasm").expect("worker wasm");
+        let second = package_with(&another_build_of(wasm, "mismatched"));
+        second.write(&site.join("sluice")).expect("write the new build");
+        // The old build's bytes under the new build's name.
+        std::fs::write(site.join("sluice").join(second.worker_wasm()), wasm).expect("stale wasm");
+        assert!(!update_worker(&tab).await, "a mismatched build took control");
+        h.wait_until("the new version to be discarded", Duration::from_secs(10), || {
+            let st = h.browser.cdp.state();
+            let new: Vec<&serde_json::Value> = st
+                .versions
+                .iter()
+                .filter(|(id, _)| !versions_before.contains(id))
+                .map(|(_, v)| v)
+                .collect();
+            !new.is_empty() && new.iter().all(|v| v["status"] == "redundant")
+        })
+        .await;
+        let log = h.log().join("\n");
+        assert!(
+            log.contains("is not the wasm this sluice-worker.js was built with"),
+            "the install failure names the mismatch: {log}"
+        );
+        let first_url = h.url(&format!("/sluice/{}", first.worker_wasm()));
+        assert_eq!(cached_wasm(&tab).await, vec![first_url]);
+        run_group(&tab, 5, "after").await;
+        assert_eq!(h.api.stats().contacts, 10);
     }
 );
