@@ -12,6 +12,7 @@
 //! - `package.json`: name, version (the crate's), `exports`, `types`, `files`, so that
 //!   `npm install DIR` and `npm pack` work, and `sluice.workerFiles`: what an app serves to its
 //!   service worker (the two worker files above) at a URL of its choosing.
+//! - `README.md`: the three places an app wires it in.
 
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
@@ -37,6 +38,8 @@ const CLIENT_FILES: [&str; 4] = [
     "sluice_client_bg.wasm",
     "sluice_client_bg.wasm.d.ts",
 ];
+/// The package's own README (what npm shows): how an app wires the two halves together.
+const PACKAGE_README: &str = include_str!("package/README.md");
 const CLIENT_MODULE: &str = "sluice_client.js";
 const CLIENT_TYPES: &str = "sluice_client.d.ts";
 /// Every name the worker's wasm has had in a package: an older build's leftovers in the output
@@ -98,6 +101,7 @@ impl Package {
         for name in CLIENT_FILES {
             files.push((name.to_string(), need(name)?.to_vec()));
         }
+        files.push(("README.md".to_string(), PACKAGE_README.as_bytes().to_vec()));
         let manifest = manifest(&files, &worker_wasm);
         files.push(("package.json".to_string(), manifest.into_bytes()));
         files.sort();
