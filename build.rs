@@ -273,7 +273,12 @@ fn bindgen(wasm: &Path, pkg_dir: &Path, flavour: Flavour) -> Result<(), BoxError
 }
 
 fn write_stand_ins(pkg_dir: &Path) -> Result<(), BoxError> {
-    for name in ["sluice_sw.js", "sluice_client.js", "sluice_client.d.ts"] {
+    for name in [
+        "sluice_sw.js",
+        "sluice_client.js",
+        "sluice_client.d.ts",
+        "sluice_client_bg.wasm.d.ts",
+    ] {
         fs::write(
             pkg_dir.join(name),
             "// built with SLUICE_SKIP_WASM: no wasm here\n",

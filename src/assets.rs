@@ -1,5 +1,7 @@
-//! Files embedded at build time by `build.rs`: the wasm-bindgen output under `/pkg/` and the
-//! demo's `www/` directory, so the binary serves the whole demo with no files beside it.
+//! Files embedded at build time by `build.rs`: the wasm-bindgen output (which
+//! [`crate::package`] makes into the package served under `/pkg/` and written by `sluice
+//! build`) and the demo's `www/` directory, so the binary serves the whole demo with no files
+//! beside it.
 
 mod generated {
     include!(concat!(env!("OUT_DIR"), "/pkg_files.rs"));

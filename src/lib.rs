@@ -3,6 +3,7 @@
 //! - [`api`]: a strict, rate-limited demo API that records every arrival, with a control API
 //!   for tests and the demo page.
 //! - [`assets`]: the wasm bundles and `www/` files embedded at build time.
+//! - [`package`]: the npm package an app installs (`sluice build`), also served under `/pkg/`.
 //! - [`server`]: the whole same-origin site (static files, `/pkg/`, API) as one router.
 //! - [`simulate`]: the engine against the simulated strict server (`sluice simulate`).
 //! - [`browser`]: headless Chromium driven over CDP against this server (tests and bench).
@@ -12,5 +13,6 @@ pub mod api;
 pub mod assets;
 pub mod bench;
 pub mod browser;
+pub mod package;
 pub mod server;
 pub mod simulate;

@@ -6,6 +6,7 @@ use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
 use sluice::api::{self, ApiConfig, ApiHandle, HeaderMode, RetryAfterForm};
+use sluice::package::Package;
 use sluice::server::{self, WwwSource};
 use sluice::simulate::WindowList;
 
@@ -33,6 +34,36 @@ enum Command {
     /// Measure the real worker in headless Chromium against the strict API; prints a table
     /// and writes JSON.
     Bench(BenchArgs),
+    /// Write the package an app installs (`npm install DIR`): the worker entry and its wasm,
+    /// the page client with its TypeScript declarations, and package.json.
+    Build(BuildArgs),
+}
+
+#[derive(Args, Clone)]
+struct BuildArgs {
+    /// The folder to write (created if needed; the worker wasm of an older build there is
+    /// removed, other files are left alone).
+    #[arg(long, default_value = "target/sluice-package")]
+    out: PathBuf,
+}
+
+fn build(args: BuildArgs) -> Result<(), MainError> {
+    let package = Package::embedded().map_err(|e| MainError::Package(e.to_string()))?;
+    let written = package
+        .write(&args.out)
+        .map_err(|e| MainError::Package(e.to_string()))?;
+    for path in &written {
+        let len = std::fs::metadata(path).map_or(0, |m| m.len());
+        println!("{:>9.1} KiB  {}", len as f64 / 1024.0, path.display());
+    }
+    println!(
+        "sluice build: package {} {} in {}; an app installs it with `npm install {}`",
+        sluice::package::NAME,
+        env!("CARGO_PKG_VERSION"),
+        args.out.display(),
+        args.out.display()
+    );
+    Ok(())
 }
 
 #[derive(Args, Clone)]
@@ -341,6 +372,8 @@ enum MainError {
     Runtime(std::io::Error),
     #[error("simulation: {0}")]
     Simulate(String),
+    #[error("build: {0}")]
+    Package(String),
     #[error("bench: {0}")]
     Bench(sluice::browser::Error),
     #[error("cannot write {path}: {source}")]
@@ -356,6 +389,7 @@ fn main() -> ExitCode {
         Some(Command::Serve(args)) => run(serve(args)),
         Some(Command::Simulate(args)) => simulate(args),
         Some(Command::Bench(args)) => run(bench(args)),
+        Some(Command::Build(args)) => build(args),
         None => run(serve(cli.serve)),
     };
     match result {

@@ -1,5 +1,6 @@
-//! The whole demo site as one same-origin router: `www/` files, the worker shim at `/sw.js`,
-//! the wasm bundles under `/pkg/`, and the demo and control APIs.
+//! The whole demo site as one same-origin router: `www/` files (the demo's worker script at
+//! `/sw.js`), the package an app installs under `/pkg/` (see [`crate::package`]), and the demo
+//! and control APIs.
 
 use std::net::SocketAddr;
 use std::path::{Component, Path, PathBuf};
@@ -11,6 +12,7 @@ use axum::Router;
 
 use crate::api::{self, ApiConfig, ApiHandle};
 use crate::assets;
+use crate::package::{Package, WORKER_ENTRY};
 
 /// Where `www/` files come from.
 #[derive(Clone, Debug, Default)]
@@ -36,16 +38,16 @@ pub fn router_allowing(api: ApiHandle, www: WwwSource, other_origins: Vec<String
     })
 }
 
-/// The line the demo's `sw.js` loads the worker with: the allow list goes just before it.
-const IMPORT_LINE: &str = "importScripts('/pkg/sluice_sw.js');";
-
-/// `sw.js` with `self.SLUICE_CONFIG.allow` set to its own origin and `other_origins`.
+/// A worker script that loads Sluice (`importScripts('/any/path/sluice-worker.js');`, the
+/// demo's `sw.js` or an app's) with `self.SLUICE_CONFIG.allow` set to its own origin and
+/// `other_origins`, just before the line that loads the worker entry; any other script as it
+/// is.
 fn allowing(script: Vec<u8>, other_origins: &[String]) -> Vec<u8> {
     let text = match String::from_utf8(script) {
         Ok(text) => text,
         Err(e) => return e.into_bytes(),
     };
-    let Some(at) = text.find(IMPORT_LINE) else {
+    let Some(at) = import_line_start(&text) else {
         return text.into_bytes();
     };
     let mut list = String::from("self.location.origin + '/'");
@@ -59,6 +61,19 @@ fn allowing(script: Vec<u8>, other_origins: &[String]) -> Vec<u8> {
     let mut out = text;
     out.insert_str(at, &line);
     out.into_bytes()
+}
+
+/// Where the first line that imports the worker entry starts.
+fn import_line_start(text: &str) -> Option<usize> {
+    let mut start = 0;
+    for line in text.split_inclusive('\n') {
+        let code = line.trim();
+        if code.starts_with("importScripts(") && code.contains(WORKER_ENTRY) {
+            return Some(start);
+        }
+        start += line.len();
+    }
+    None
 }
 
 /// Serves the whole site on `127.0.0.1` at a free port in the background of the current tokio
@@ -100,9 +115,12 @@ async fn static_file(
     }
     let path = uri.path();
     if let Some(rest) = path.strip_prefix("/pkg/") {
-        return match assets::pkg(rest) {
-            Some(bytes) => file_response(rest, bytes.to_vec()),
-            None => not_found(),
+        return match Package::embedded() {
+            Ok(package) => match package.file(rest) {
+                Some(bytes) => file_response(rest, bytes.to_vec()),
+                None => not_found(),
+            },
+            Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")).into_response(),
         };
     }
     let mut rel = path.trim_start_matches('/').to_owned();
@@ -160,16 +178,24 @@ mod tests {
 
     #[test]
     fn a_worker_script_is_served_allowing_the_other_origin() {
-        let script = format!("self.SLUICE_CONFIG = {{}};\n{IMPORT_LINE}\n").into_bytes();
-        let out = String::from_utf8(allowing(script, &["http://127.0.0.1:9".into()])).unwrap();
-        let allow = out.find(
-            "self.SLUICE_CONFIG.allow = [self.location.origin + '/', \
-             'http://127.0.0.1:9/'];",
-        );
-        assert!(
-            allow.is_some_and(|at| at < out.find(IMPORT_LINE).unwrap()),
-            "{out}"
-        );
+        for import in [
+            "importScripts('/pkg/sluice-worker.js');",
+            "  importScripts(\"/vendor/sluice/sluice-worker.js\");",
+        ] {
+            let script = format!("self.SLUICE_CONFIG = {{}};\n{import}\n// sluice-worker.js\n");
+            let out = String::from_utf8(allowing(
+                script.into_bytes(),
+                &["http://127.0.0.1:9".into()],
+            ))
+            .unwrap();
+            let allow = "// Added by the demo server: the API it also serves on another origin.\n\
+                         self.SLUICE_CONFIG.allow = [self.location.origin + '/', \
+                         'http://127.0.0.1:9/'];\n";
+            assert_eq!(
+                out,
+                format!("self.SLUICE_CONFIG = {{}};\n{allow}{import}\n// sluice-worker.js\n")
+            );
+        }
         // A script that does not load the worker is served as it is.
         let other = b"console.log(1);".to_vec();
         assert_eq!(allowing(other.clone(), &["http://x".into()]), other);

@@ -836,8 +836,17 @@ async fn whole_site_serves_pages_worker_and_bundles() {
     let sw = raw_get(addr, "/sw.js").await.to_ascii_lowercase();
     assert!(sw.contains("service-worker-allowed: /") && sw.contains("cache-control: no-cache"));
     assert!(sw.contains("content-type: text/javascript"));
-    let wasm = raw_get(addr, "/pkg/sluice_sw_bg.wasm").await;
+    let package = crate::package::Package::embedded().expect("package");
+    let wasm = raw_get(addr, &format!("/pkg/{}", package.worker_wasm())).await;
     assert!(wasm.starts_with("HTTP/1.1 200") && wasm.contains("application/wasm"));
+    let entry = raw_get(addr, "/pkg/sluice-worker.js").await;
+    assert!(entry.starts_with("HTTP/1.1 200") && entry.contains("text/javascript"));
+    assert!(
+        entry.contains(package.worker_wasm()),
+        "the entry names its wasm"
+    );
+    let manifest = raw_get(addr, "/pkg/package.json").await;
+    assert!(manifest.starts_with("HTTP/1.1 200") && manifest.contains("application/json"));
     assert!(raw_get(addr, "/pkg/nope.js")
         .await
         .starts_with("HTTP/1.1 404"));

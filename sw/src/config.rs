@@ -2,7 +2,8 @@
 //! of the two is in force.
 //!
 //! # Where configuration comes from
-//! `www/sw.js` sets `self.SLUICE_CONFIG` before loading the wasm: the engine's configuration
+//! The worker script (`www/sw.js` in the demo, an app's own) sets `self.SLUICE_CONFIG` before
+//! it loads the worker entry (`sluice-worker.js`): the engine's configuration
 //! (`budgets`, `retry`, `aging`, `retentionMs`, `maxBodyBytes`, as in
 //! [`sluice_shared::EngineConfig`]) plus `intercept` routes (see [`crate::intercept`]).
 //! A page can replace the engine part at run time with a `configure` request; that is saved

@@ -8,7 +8,7 @@
 //! scope. Browser-only code is compiled for `wasm32` only, so `cargo test -p sluice-sw` runs
 //! the pure parts natively.
 //!
-//! # Used by `www/sw.js` (global `wasm_bindgen`, a classic worker)
+//! # Used by the worker entry `sw/js/sluice-worker.js` (global `wasm_bindgen`, a classic worker)
 //! - `start(config)`: once, after the wasm loaded, with `self.SLUICE_CONFIG`.
 //! - `on_install(event)`, `on_activate(event)`, `on_message(event)`, `on_sync(event)`: each
 //!   returns a promise for `event.waitUntil`; the message and sync ones resolve once the queue

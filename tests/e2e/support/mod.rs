@@ -91,6 +91,8 @@ pub struct Options {
     /// Call the API on an origin of its own (CORS and preflights), as real apps do: the
     /// `js` helpers send to `window.API`, which [`Harness::open_e2e`] sets.
     pub cross_origin: bool,
+    /// Serve this directory as the site instead of `www/` (an app's built files).
+    pub site: Option<PathBuf>,
 }
 
 impl Default for Options {
@@ -100,6 +102,7 @@ impl Default for Options {
             www_copy: false,
             exclusive: false,
             cross_origin: false,
+            site: None,
         }
     }
 }
@@ -114,6 +117,13 @@ impl Options {
 
     pub fn with_www_copy(mut self) -> Self {
         self.www_copy = true;
+        self
+    }
+
+    /// Serves `dir` as the site (its `/sw.js` gets the other origin's allow list as the demo's
+    /// does), instead of `www/`.
+    pub fn site(mut self, dir: PathBuf) -> Self {
+        self.site = Some(dir);
         self
     }
 
@@ -249,9 +259,11 @@ impl Harness {
         });
         let rig = Rig::start(RigOptions {
             api: options.api,
-            www: www
-                .as_ref()
-                .map_or(WwwSource::Embedded, |d| WwwSource::Dir(d.path().into())),
+            www: match (&www, options.site) {
+                (Some(copy), _) => WwwSource::Dir(copy.path().into()),
+                (None, Some(site)) => WwwSource::Dir(site),
+                (None, None) => WwwSource::Embedded,
+            },
             chromium,
             browser_log: Some(artifacts.join("chromium.log")),
             cross_origin: options.cross_origin,
