@@ -33,6 +33,9 @@ enum Command {
     /// Measure the real worker in headless Chromium against the strict API; prints a table
     /// and writes JSON.
     Bench(BenchArgs),
+    /// Forward an API's routes with the proxy's own credential, within the API's budget shared
+    /// by every instance (through Redis with --redis, else in memory).
+    Proxy(sluice::proxy::ProxyArgs),
 }
 
 #[derive(Args, Clone)]
@@ -343,6 +346,8 @@ enum MainError {
     Simulate(String),
     #[error("bench: {0}")]
     Bench(sluice::browser::Error),
+    #[error("{0}")]
+    Proxy(#[from] sluice::proxy::ProxyConfigError),
     #[error("cannot write {path}: {source}")]
     Write {
         path: PathBuf,
@@ -356,6 +361,7 @@ fn main() -> ExitCode {
         Some(Command::Serve(args)) => run(serve(args)),
         Some(Command::Simulate(args)) => simulate(args),
         Some(Command::Bench(args)) => run(bench(args)),
+        Some(Command::Proxy(args)) => run(proxy(args)),
         None => run(serve(cli.serve)),
     };
     match result {
@@ -409,6 +415,36 @@ async fn serve(args: ServeArgs) -> Result<(), MainError> {
     // No graceful shutdown: held-back ("hanging") responses would delay Ctrl-C by minutes.
     tokio::select! {
         r = axum::serve(listener, app) => r.map_err(MainError::Serve),
+        _ = tokio::signal::ctrl_c() => Ok(()),
+    }
+}
+
+async fn proxy(args: sluice::proxy::ProxyArgs) -> Result<(), MainError> {
+    let config = sluice::proxy::ProxyConfig::resolve(&args, &|name| std::env::var(name).ok())?;
+    let listener = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .map_err(|source| MainError::Bind {
+            addr: args.listen,
+            source,
+        })?;
+    let local = listener.local_addr().map_err(MainError::Serve)?;
+    let budget = match &config.redis {
+        Some(url) => format!("shared through Redis at {url}"),
+        None => "in this process's memory (one instance)".into(),
+    };
+    let credential = match &config.credential {
+        Some(c) => format!("adds its {} header", c.header),
+        None => format!(
+            "adds no credential (set {})",
+            sluice::proxy::config::CREDENTIAL_ENV
+        ),
+    };
+    println!(
+        "sluice proxy: http://{local}/ -> {}; budget {budget}; {credential}",
+        config.upstream
+    );
+    tokio::select! {
+        r = sluice::proxy::serve(listener, config) => r.map_err(MainError::Serve),
         _ = tokio::signal::ctrl_c() => Ok(()),
     }
 }
