@@ -12,7 +12,7 @@
 pub mod api;
 pub mod assets;
 pub mod bench;
-pub mod proxy;
 pub mod browser;
+pub mod proxy;
 pub mod server;
 pub mod simulate;

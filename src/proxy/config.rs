@@ -182,8 +182,8 @@ impl ProxyConfig {
                 "--upstream '{upstream}' has a query or fragment; give the base URL only"
             )));
         }
-        let upstream_scope = Scope::parse(&format!("{upstream}/"))
-            .map_err(|e| err(format!("--upstream: {e}")))?;
+        let upstream_scope =
+            Scope::parse(&format!("{upstream}/")).map_err(|e| err(format!("--upstream: {e}")))?;
         let _ = target;
 
         let budgets_in = if file.budgets.is_empty() {
@@ -264,10 +264,7 @@ impl ProxyConfig {
             allow_origins.push(t.origin());
         }
 
-        let caller_header = file
-            .caller_header
-            .as_deref()
-            .unwrap_or(&args.caller_header);
+        let caller_header = file.caller_header.as_deref().unwrap_or(&args.caller_header);
         let caller_header = HeaderName::try_from(caller_header)
             .map_err(|e| err(format!("caller header '{caller_header}': {e}")))?;
 
@@ -374,11 +371,19 @@ mod tests {
         )
         .expect("valid");
         let at = |u: &str| Target::parse(u).expect("url");
-        assert_eq!(c.budget_for(&at("http://127.0.0.1:9000/api/contacts")), Some(0));
+        assert_eq!(
+            c.budget_for(&at("http://127.0.0.1:9000/api/contacts")),
+            Some(0)
+        );
         assert_eq!(c.budget_for(&at("http://127.0.0.1:9000/apix")), None);
         assert_eq!(c.budget_for(&at("http://127.0.0.1:9000/admin")), None);
         let e = ProxyConfig::resolve(
-            &args(&["--upstream", "http://a.example", "--route", "https://b.example/"]),
+            &args(&[
+                "--upstream",
+                "http://a.example",
+                "--route",
+                "https://b.example/",
+            ]),
             &no_env,
         )
         .expect_err("a route is a path");
@@ -388,8 +393,8 @@ mod tests {
     #[test]
     fn the_credential_comes_from_the_environment_and_is_never_printed() {
         let env = |name: &str| (name == CREDENTIAL_ENV).then(|| "Bearer s3cret".to_owned());
-        let c = ProxyConfig::resolve(&args(&["--upstream", "http://a.example"]), &env)
-            .expect("valid");
+        let c =
+            ProxyConfig::resolve(&args(&["--upstream", "http://a.example"]), &env).expect("valid");
         let cred = c.credential.expect("credential");
         assert_eq!(cred.header.as_str(), "authorization");
         assert_eq!(cred.value, "Bearer s3cret");
@@ -404,22 +409,45 @@ mod tests {
                 "http:// or https://",
             ),
             (
-                &["--upstream", "http://a.example", "--lease-ms", "10", "--upstream-timeout-ms", "20"][..],
+                &[
+                    "--upstream",
+                    "http://a.example",
+                    "--lease-ms",
+                    "10",
+                    "--upstream-timeout-ms",
+                    "20",
+                ][..],
                 "must exceed",
             ),
             (
-                &["--upstream", "http://a.example", "--redis", "localhost:6379"][..],
+                &[
+                    "--upstream",
+                    "http://a.example",
+                    "--redis",
+                    "localhost:6379",
+                ][..],
                 "redis://",
             ),
             (
-                &["--upstream", "http://a.example", "--allow-origin", "https://x.example/app"][..],
+                &[
+                    "--upstream",
+                    "http://a.example",
+                    "--allow-origin",
+                    "https://x.example/app",
+                ][..],
                 "has a path",
             ),
         ] {
             let e = ProxyConfig::resolve(&args(argv), &no_env).expect_err("invalid");
             assert!(e.to_string().contains(says), "{argv:?}: {e}");
         }
-        let mut cli = vec!["proxy", "--upstream", "http://a.example", "--algorithm", "token-bucket"];
+        let mut cli = vec![
+            "proxy",
+            "--upstream",
+            "http://a.example",
+            "--algorithm",
+            "token-bucket",
+        ];
         assert!(Cli::try_parse_from(std::mem::take(&mut cli)).is_err());
     }
 

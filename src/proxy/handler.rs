@@ -66,12 +66,12 @@ impl Proxy {
             Some(url) => {
                 let names: Vec<String> = config.budgets.iter().map(|b| b.name.clone()).collect();
                 Store::Redis {
-                    redis: RedisStore::new(
+                    redis: Box::new(RedisStore::new(
                         url,
                         &config.key_prefix,
                         &names,
                         Duration::from_millis(config.redis_timeout_ms),
-                    )?,
+                    )?),
                     fallback: config
                         .fail_open
                         .then(|| MemoryStore::new(config.budgets.len())),

@@ -10,8 +10,8 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{Script, Value};
 use tokio::sync::Mutex;
 
-use super::rule::{Decision, Observation, RuleParams, Share, WaitReason, LEARNED_TTL_MS};
 use super::rule::DEFAULT_PAUSE_MS;
+use super::rule::{Decision, Observation, RuleParams, Share, WaitReason, LEARNED_TTL_MS};
 
 /// Why the shared budget could not be asked.
 #[derive(Debug, thiserror::Error)]
@@ -166,8 +166,25 @@ impl RedisStore {
         for w in &p.windows {
             call.arg(w.limit).arg(w.length_ms);
         }
-        let reply: Vec<Value> = self.bounded(call.invoke_async(&mut conn)).await?;
-        decision_from(&reply)
+        match self
+            .bounded(call.invoke_async::<Vec<Value>>(&mut conn))
+            .await
+        {
+            Ok(reply) => decision_from(&reply),
+            Err(e) => {
+                // The script may still run once Redis answers again (it was sent; a frozen
+                // Redis reads it when it thaws) and grant a lease no one will use or give
+                // back. The release goes out behind it on the same connection, so it undoes
+                // that grant at once instead of leaving the slot taken for a whole lease.
+                // (The start it logged stays counted: counting one too many is safe.)
+                let mut cmd = redis::cmd("ZREM");
+                cmd.arg(&k.leases).arg(lease_id);
+                tokio::spawn(async move {
+                    let _: redis::RedisResult<i64> = cmd.query_async(&mut conn).await;
+                });
+                Err(e)
+            }
+        }
     }
 
     pub async fn release(&self, index: usize, lease_id: &str) -> Result<(), StoreError> {

@@ -216,8 +216,8 @@ impl BudgetState {
                 u.current = 0;
                 u.bucket_start += k * fair_len;
             }
-            let used = u.previous as f64 * (1.0 - (now - u.bucket_start) / fair_len)
-                + u.current as f64;
+            let used =
+                u.previous as f64 * (1.0 - (now - u.bucket_start) / fair_len) + u.current as f64;
             if name == caller {
                 mine = *u;
                 mine_used = used;
@@ -492,7 +492,7 @@ mod tests {
             if let Decision::Granted(_) = s.acquire(&p, now, "busy", &format!("b{n}")) {
                 busy += 1;
             }
-            if (now as u64) % 250 == 0 {
+            if (now as u64).is_multiple_of(250) {
                 light_asks += 1;
                 if let Decision::Granted(_) = s.acquire(&p, now, "light", &format!("l{n}")) {
                     light += 1;

@@ -9,7 +9,7 @@ use super::rule::{Decision, Observation, RuleParams};
 pub enum Store {
     Memory(MemoryStore),
     Redis {
-        redis: RedisStore,
+        redis: Box<RedisStore>,
         /// Under `--fail-open`: decides while Redis cannot.
         fallback: Option<MemoryStore>,
     },
@@ -36,16 +36,18 @@ impl Store {
                 .acquire(index, p, caller, lease_id)
                 .map(|d| (d, Holder::Local))
                 .ok_or_else(missing),
-            Store::Redis { redis, fallback } => match redis.acquire(index, p, caller, lease_id).await {
-                Ok(d) => Ok((d, Holder::Shared)),
-                Err(e) => match fallback {
-                    Some(m) => m
-                        .acquire(index, p, caller, lease_id)
-                        .map(|d| (d, Holder::Local))
-                        .ok_or(e),
-                    None => Err(e),
-                },
-            },
+            Store::Redis { redis, fallback } => {
+                match redis.acquire(index, p, caller, lease_id).await {
+                    Ok(d) => Ok((d, Holder::Shared)),
+                    Err(e) => match fallback {
+                        Some(m) => m
+                            .acquire(index, p, caller, lease_id)
+                            .map(|d| (d, Holder::Local))
+                            .ok_or(e),
+                        None => Err(e),
+                    },
+                }
+            }
         }
     }
 
