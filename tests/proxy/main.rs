@@ -6,6 +6,7 @@
 //! upstream never sees more than its limit in any window, never answers 429, and every
 //! request is answered.
 
+mod equivalence;
 mod forwarding;
 mod support;
 
