@@ -44,15 +44,22 @@ struct BenchArgs {
     #[arg(long)]
     quick: bool,
     /// Where to write the JSON report.
-    #[arg(long, default_value = "target/bench.json")]
+    #[arg(long, default_value = DEFAULT_BENCH_OUT)]
     out: PathBuf,
     /// The Chromium to run (default: SLUICE_CHROMIUM, else chromium on PATH).
     #[arg(long)]
     chromium: Option<PathBuf>,
+    /// Measure `sluice proxy` instead: three instances on one Redis (a redis-server of its
+    /// own) and one in memory, 20 callers; JSON to target/bench-proxy.json unless --out.
+    #[arg(long)]
+    proxy: bool,
 }
 
 async fn bench(args: BenchArgs) -> Result<(), MainError> {
     use sluice::bench::{run, table, BenchOptions};
+    if args.proxy {
+        return bench_proxy(args).await;
+    }
     let options = BenchOptions {
         quick: args.quick,
         chromium: args.chromium,
@@ -76,6 +83,28 @@ async fn bench(args: BenchArgs) -> Result<(), MainError> {
     println!("\nJSON: {}", args.out.display());
     Ok(())
 }
+
+async fn bench_proxy(args: BenchArgs) -> Result<(), MainError> {
+    use sluice::proxy::bench::{run, table};
+    let report = run(args.quick, &|line| {
+        eprintln!("sluice bench --proxy: {line}")
+    })
+    .await
+    .map_err(|e| MainError::Simulate(e.to_string()))?;
+    let json =
+        serde_json::to_string_pretty(&report).map_err(|e| MainError::Simulate(e.to_string()))?;
+    let out = if args.out == std::path::Path::new(DEFAULT_BENCH_OUT) {
+        PathBuf::from("target/bench-proxy.json")
+    } else {
+        args.out
+    };
+    write_json(&out, &json)?;
+    print!("{}", table(&report));
+    println!("\nJSON: {}", out.display());
+    Ok(())
+}
+
+const DEFAULT_BENCH_OUT: &str = "target/bench.json";
 
 #[derive(Args, Clone)]
 struct SimulateArgs {

@@ -118,19 +118,29 @@ struct LeaseGuard {
     proxy: Arc<Proxy>,
     budget: usize,
     lease: String,
+    caller: String,
     holder: Holder,
+    /// When the request left for the upstream, if it did.
+    left_at: Option<Instant>,
 }
 
 impl Drop for LeaseGuard {
     fn drop(&mut self) {
-        let (proxy, budget, lease, holder) = (
+        let (proxy, budget, lease, caller, holder) = (
             self.proxy.clone(),
             self.budget,
             std::mem::take(&mut self.lease),
+            std::mem::take(&mut self.caller),
             self.holder,
         );
+        let left_ms_ago = self.left_at.map(|t| t.elapsed().as_secs_f64() * 1_000.0);
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
-            rt.spawn(async move { proxy.store.release(budget, &lease, holder).await });
+            rt.spawn(async move {
+                proxy
+                    .store
+                    .release(budget, &lease, &caller, holder, left_ms_ago)
+                    .await
+            });
         }
     }
 }
@@ -368,11 +378,13 @@ async fn forward(proxy: &Arc<Proxy>, peer: SocketAddr, req: Request) -> Response
             }
         }
     };
-    let _guard = LeaseGuard {
+    let mut guard = LeaseGuard {
         proxy: proxy.clone(),
         budget: index,
         lease,
+        caller,
         holder,
+        left_at: None,
     };
 
     let mut url = url;
@@ -395,6 +407,7 @@ async fn forward(proxy: &Arc<Proxy>, peer: SocketAddr, req: Request) -> Response
     if let Some(c) = &config.credential {
         out = out.header(&c.header, &c.value);
     }
+    guard.left_at = Some(Instant::now());
     let sent = out.body(body).send().await;
     let upstream = match sent {
         Ok(r) => r,

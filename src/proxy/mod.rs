@@ -9,13 +9,17 @@
 //! - [`rule`]: the admission rule (fresh store, pause, concurrency leases, windows, fair
 //!   shares) and its in-memory form; `lua/acquire.lua` and `lua/observe.lua` are its Redis form.
 //! - [`memory_store`], [`redis_store`]: where a budget's state lives.
+//! - [`bench`]: `sluice bench --proxy`.
+//! - [`redis_server`]: a `redis-server` of one's own, for tests and the benchmark.
 //! - [`store`]: the one door to either, with the policy for a store that fails.
 //! - [`handler`]: one request: CORS, route, caller, wait or refuse, forward with the
 //!   credential, learn from the answer, state the caller's share.
 
+pub mod bench;
 pub mod config;
 pub mod handler;
 pub mod memory_store;
+pub mod redis_server;
 pub mod redis_store;
 pub mod rule;
 pub mod store;

@@ -1,5 +1,6 @@
 //! The budget in Redis, shared by every proxy instance: one atomic Lua script per decision
-//! (`lua/acquire.lua`), on Redis's own clock, and one per upstream signal (`lua/observe.lua`).
+//! (`lua/acquire.lua`), on Redis's own clock, one per upstream signal (`lua/observe.lua`) and
+//! one when a request is over (`lua/finish.lua`).
 //!
 //! Every call is bounded by a timeout: a Redis that is down or slow must turn into a prompt
 //! "unavailable" (which the proxy answers by failing closed), never into requests piling up.
@@ -64,6 +65,7 @@ pub struct RedisStore {
     connection: Mutex<Option<ConnectionManager>>,
     acquire: Script,
     observe: Script,
+    finish: Script,
     keys: Vec<BudgetKeys>,
 }
 
@@ -86,6 +88,7 @@ impl RedisStore {
             connection: Mutex::new(None),
             acquire: Script::new(include_str!("lua/acquire.lua")),
             observe: Script::new(include_str!("lua/observe.lua")),
+            finish: Script::new(include_str!("lua/finish.lua")),
             keys: budget_names
                 .iter()
                 .map(|name| BudgetKeys::new(key_prefix, name))
@@ -187,12 +190,23 @@ impl RedisStore {
         }
     }
 
-    pub async fn release(&self, index: usize, lease_id: &str) -> Result<(), StoreError> {
+    /// Gives the lease back and moves its start to when the request left (`lua/finish.lua`).
+    pub async fn release(
+        &self,
+        index: usize,
+        lease_id: &str,
+        caller: &str,
+        left_ms_ago: Option<f64>,
+    ) -> Result<(), StoreError> {
         let k = self.keys_of(index)?;
         let mut conn = self.connection().await?;
-        let mut cmd = redis::cmd("ZREM");
-        cmd.arg(&k.leases).arg(lease_id);
-        let _: i64 = self.bounded(cmd.query_async(&mut conn)).await?;
+        let mut call = self.finish.prepare_invoke();
+        call.key(&k.log)
+            .key(&k.leases)
+            .arg(lease_id)
+            .arg(format!("{:.3}", left_ms_ago.unwrap_or(-1.0)))
+            .arg(caller);
+        let _: i64 = self.bounded(call.invoke_async(&mut conn)).await?;
         Ok(())
     }
 

@@ -14,12 +14,16 @@
 //!    decision and the upstream's count: an exact sliding log (low limits) or GCRA without
 //!    burst tolerance (high limits: one instant of state per window). Both guarantee at most
 //!    `limit` starts in any half-open window of the stretched length.
+//!    A logged start is stamped at its decision and, once its request is over, moved to when
+//!    the request left the proxy: the instance's own delays (a task scheduled late, a
+//!    connection opened) then cost nothing against the margin.
 //! 5. **Fair share** over the shortest window: every caller that asked within it is active and
 //!    is owed `floor(limit / active)` (at least 1) starts per window. A caller past its share
-//!    may borrow only what leaves every other active caller's unused share free. Usage is
-//!    estimated from two fixed buckets per caller (the current one and the one before, weighted
-//!    by its overlap with the sliding window); what is free is the exact count of the log, or
-//!    the sum of the estimates under GCRA. The limit itself is enforced exactly by 4.
+//!    may borrow only what leaves every other active caller's unused share free. Under the log
+//!    each caller's usage and what is free are counted exactly from the log (its entries name
+//!    their caller); under GCRA, which keeps no log, usage is estimated from two fixed buckets
+//!    per caller (the current one and the one before, weighted by its overlap with the sliding
+//!    window). The limit itself is enforced exactly by 4.
 //!
 //! `src/proxy/lua/acquire.lua` carries out the same rule inside Redis (atomically, on Redis's
 //! clock) for many instances; [`BudgetState::acquire`] carries it out in memory for one. The
@@ -137,11 +141,22 @@ pub struct Observation {
     pub stated_window_ms: Option<u64>,
 }
 
+/// Below this, "free" and "owed" count as equal. Both are sums of the same estimates in
+/// different orders (a caller's usage enters each with opposite signs), so exact ties are
+/// common and float rounding would break them differently here and in the script.
+pub const TIE: f64 = 1e-6;
+
 /// How long a pause lasts after a 429 that names no time.
 pub const DEFAULT_PAUSE_MS: u64 = 1_000;
 
 /// How long a limit the upstream stated stays in force after it last said so.
 pub const LEARNED_TTL_MS: u64 = 60_000;
+
+/// A start's name in the log: its lease and its caller, so that each caller's starts in the
+/// window can be counted exactly. Lease ids have no spaces; the caller is all after the first.
+pub fn log_member(lease_id: &str, caller: &str) -> String {
+    format!("{lease_id} {caller}")
+}
 
 #[derive(Clone, Copy, Debug)]
 struct CallerUsage {
@@ -158,8 +173,8 @@ pub struct BudgetState {
     /// Set by the first ask: see step 1 of the rule.
     counted_since: Option<f64>,
     paused_until: f64,
-    /// Start instants, oldest first (sliding log).
-    log: VecDeque<f64>,
+    /// Start instants, oldest first, each with its [`log_member`] (sliding log).
+    log: VecDeque<(f64, String)>,
     /// Theoretical arrival time per window (GCRA).
     tat: Vec<f64>,
     leases: HashMap<String, f64>,
@@ -207,7 +222,18 @@ impl BudgetState {
             previous: 0,
             last_ask: now,
         };
-        let mut mine_used = 0.0;
+        // Under the log, each caller's starts in the window are counted exactly from it.
+        let mut exact: HashMap<&str, u64> = HashMap::new();
+        if p.counting == Counting::Log {
+            for (at, member) in &self.log {
+                if *at > now - fair_len {
+                    if let Some((_, who)) = member.split_once(' ') {
+                        *exact.entry(who).or_default() += 1;
+                    }
+                }
+            }
+        }
+        let mut mine_used = exact.get(caller).map_or(0.0, |&n| n as f64);
         let mut active = 0u64;
         for (name, u) in self.callers.iter_mut() {
             if now >= u.bucket_start + fair_len {
@@ -216,8 +242,12 @@ impl BudgetState {
                 u.current = 0;
                 u.bucket_start += k * fair_len;
             }
-            let used =
-                u.previous as f64 * (1.0 - (now - u.bucket_start) / fair_len) + u.current as f64;
+            let used = match p.counting {
+                Counting::Log => exact.get(name.as_str()).map_or(0.0, |&n| n as f64),
+                Counting::Gcra => {
+                    u.previous as f64 * (1.0 - (now - u.bucket_start) / fair_len) + u.current as f64
+                }
+            };
             if name == caller {
                 mine = *u;
                 mine_used = used;
@@ -269,13 +299,14 @@ impl BudgetState {
                 }
                 Counting::Log => {
                     let from = now - lengths[i];
-                    let inside = self.log.iter().rev().take_while(|&&s| s > from).count() as u64;
+                    let inside =
+                        self.log.iter().rev().take_while(|(s, _)| *s > from).count() as u64;
                     if i == fair {
                         counted_in_fair_window = inside as f64;
                     }
                     if inside >= limits[i] {
                         let idx = self.log.len() - inside as usize + (inside - limits[i]) as usize;
-                        wait = wait.max(self.log[idx] + lengths[i] - now);
+                        wait = wait.max(self.log[idx].0 + lengths[i] - now);
                     }
                 }
             }
@@ -289,7 +320,7 @@ impl BudgetState {
                 .filter(|&&u| u < share_count as f64)
                 .map(|&u| share_count as f64 - u)
                 .sum();
-            if fair_limit as f64 - counted_in_fair_window - 1.0 < owed {
+            if fair_limit as f64 - counted_in_fair_window - 1.0 < owed - TIE {
                 return deny(self, fair_len / fair_limit as f64, WaitReason::FairShare);
             }
         }
@@ -301,8 +332,8 @@ impl BudgetState {
                 }
             }
             Counting::Log => {
-                self.log.push_back(now);
-                while self.log.front().is_some_and(|&s| s < now - longest) {
+                self.log.push_back((now, log_member(lease_id, caller)));
+                while self.log.front().is_some_and(|(s, _)| *s < now - longest) {
                     self.log.pop_front();
                 }
             }
@@ -314,8 +345,23 @@ impl BudgetState {
         Decision::Granted(share(mine_used + 1.0))
     }
 
-    pub fn release(&mut self, lease_id: &str) {
+    /// The request under `lease_id` is over: its lease is given back, and its start is
+    /// counted from when it left, `left_ms_ago` before `now` (see `lua/finish.lua` for why),
+    /// if that is later than the decision. `None`: it never left.
+    pub fn release(&mut self, now: f64, lease_id: &str, caller: &str, left_ms_ago: Option<f64>) {
         self.leases.remove(lease_id);
+        let Some(back) = left_ms_ago else { return };
+        let left = now - back;
+        let member = log_member(lease_id, caller);
+        let Some(pos) = self.log.iter().position(|(_, m)| *m == member) else {
+            return;
+        };
+        if left > self.log[pos].0 {
+            if let Some((_, id)) = self.log.remove(pos) {
+                let at = self.log.partition_point(|(s, _)| *s <= left);
+                self.log.insert(at, (left, id));
+            }
+        }
     }
 
     /// Applies what the upstream said (see `lua/observe.lua`); returns how long the budget
@@ -380,7 +426,7 @@ mod tests {
             let caller = callers[n % callers.len()];
             let id = format!("l{n}");
             if let Decision::Granted(_) = state.acquire(p, now, caller, &id) {
-                state.release(&id);
+                state.release(now, &id, caller, None);
                 grants.push((now, caller.to_owned()));
             }
             now += step_ms;
@@ -429,7 +475,7 @@ mod tests {
                 ..
             }
         ));
-        s.release("1");
+        s.release(t, "1", "a", None);
         assert!(matches!(s.acquire(&p, t, "a", "3"), Decision::Granted(_)));
         // Lease 2 was never released (its instance died): it expires after lease_ms.
         assert!(matches!(
@@ -439,7 +485,7 @@ mod tests {
                 ..
             }
         ));
-        s.release("3");
+        s.release(t, "3", "a", None);
         assert!(matches!(
             s.acquire(&p, t + 10_001.0, "a", "4"),
             Decision::Granted(_)

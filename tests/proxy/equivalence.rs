@@ -1,6 +1,6 @@
 //! The in-memory rule (`src/proxy/rule.rs`) and the Redis scripts (`src/proxy/lua/`) are one
-//! rule written twice: here both answer the same long sequences of asks, releases and upstream
-//! 429s, and must agree on every answer. The scripts run in a real Redis, with one change: the
+//! rule written twice: here both answer the same long sequences of asks, releases (with their
+//! starts moved to when they left) and upstream 429s, and must agree on every answer. The scripts run in a real Redis, with one change: the
 //! clock they read from `TIME` is handed in, so both sides see the same instants.
 
 use redis::{Script, Value};
@@ -9,7 +9,7 @@ use sluice::proxy::rule::{
 };
 use sluice_shared::config::Window;
 
-use crate::support::{redis_available, report, Redis};
+use crate::support::{one_at_a_time, redis_available, report, Redis};
 
 /// The script with its clock read from the last two arguments (seconds, microseconds).
 fn clocked(source: &str) -> Script {
@@ -70,6 +70,7 @@ async fn memory_rule_matches_the_lua_script() {
     if !redis_available("memory_rule_matches_the_lua_script") {
         return;
     }
+    let _turn = one_at_a_time().await;
     let server = Redis::start();
     let client = redis::Client::open(server.url()).expect("url");
     let mut conn = client
@@ -78,6 +79,7 @@ async fn memory_rule_matches_the_lua_script() {
         .expect("connect");
     let acquire = clocked(include_str!("../../src/proxy/lua/acquire.lua"));
     let observe = clocked(include_str!("../../src/proxy/lua/observe.lua"));
+    let finish = clocked(include_str!("../../src/proxy/lua/finish.lua"));
 
     let mut compared = 0;
     for (seed, counting, windows) in [
@@ -105,7 +107,7 @@ async fn memory_rule_matches_the_lua_script() {
         .collect();
         let mut rng = Rng(seed);
         let mut state = BudgetState::default();
-        let mut held: Vec<String> = Vec::new();
+        let mut held: Vec<(String, String)> = Vec::new();
         // Microseconds since the epoch, stepping unevenly.
         let mut us: u64 = 1_764_000_000_000_000 + seed * 1_000;
         for n in 0..1_500 {
@@ -114,14 +116,19 @@ async fn memory_rule_matches_the_lua_script() {
             let (secs, micros) = (us / 1_000_000, us % 1_000_000);
             let roll = rng.below(100);
             if roll < 25 && !held.is_empty() {
-                let lease = held.swap_remove(rng.below(held.len() as u64) as usize);
-                state.release(&lease);
-                let _: i64 = redis::cmd("ZREM")
-                    .arg(&keys[2])
+                let (lease, caller) = held.swap_remove(rng.below(held.len() as u64) as usize);
+                // Some requests never left; the others left a while after their decision.
+                let left_ms_ago = (roll % 5 != 0).then(|| rng.below(30_000) as f64 / 1_000.0);
+                state.release(now_ms, &lease, &caller, left_ms_ago);
+                let mut call = finish.prepare_invoke();
+                call.key(&keys[0])
+                    .key(&keys[2])
                     .arg(&lease)
-                    .query_async(&mut conn)
-                    .await
-                    .expect("zrem");
+                    .arg(format!("{:.3}", left_ms_ago.unwrap_or(-1.0)))
+                    .arg(&caller)
+                    .arg(secs)
+                    .arg(micros);
+                let _: i64 = call.invoke_async(&mut conn).await.expect("finish");
                 continue;
             }
             if roll == 99 {
@@ -184,7 +191,7 @@ async fn memory_rule_matches_the_lua_script() {
                 "seed {seed} step {n} at {now_ms}: memory {ours:?}, Redis {theirs:?}"
             );
             if ours.0 {
-                held.push(lease);
+                held.push((lease, caller));
             }
             compared += 1;
         }

@@ -6,13 +6,20 @@
 //! missing server is a failure.
 
 use std::io::{BufRead, BufReader, Write};
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 pub fn ci() -> bool {
     std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "0" && v != "false")
+}
+
+/// One heavy test at a time: each runs several processes that count time against a limit,
+/// and nine of them at once on a two-core machine measure the machine, not the proxy.
+pub async fn one_at_a_time() -> tokio::sync::MutexGuard<'static, ()> {
+    static TURN: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+    TURN.lock().await
 }
 
 /// Straight to stderr: libtest captures `eprintln!` of passing tests, and figures must be seen.
@@ -22,13 +29,7 @@ pub fn report(line: &str) {
 
 /// Whether `redis-server` can be run; skips with a message (or fails under CI) if not.
 pub fn redis_available(test: &str) -> bool {
-    let found = Command::new("redis-server")
-        .arg("--version")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if found {
+    if sluice::proxy::redis_server::installed() {
         return true;
     }
     if ci() {
@@ -40,97 +41,28 @@ pub fn redis_available(test: &str) -> bool {
     false
 }
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
-}
-
-/// One `redis-server`, without persistence: a restart is an empty Redis.
-pub struct Redis {
-    pub port: u16,
-    dir: tempfile::TempDir,
-    child: Option<Child>,
-}
+/// A test's own Redis (see `sluice::proxy::redis_server`).
+pub struct Redis(pub sluice::proxy::redis_server::RedisServer);
 
 impl Redis {
     pub fn start() -> Self {
-        let dir = tempfile::tempdir().expect("temp dir");
-        let mut r = Redis {
-            port: free_port(),
-            dir,
-            child: None,
-        };
-        r.launch();
-        r
+        Redis(sluice::proxy::redis_server::RedisServer::start().expect("redis-server starts"))
     }
 
     pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
+        self.0.url()
     }
 
-    fn launch(&mut self) {
-        let child = Command::new("redis-server")
-            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--save", "", "--appendonly", "no"])
-            .arg("--dir")
-            .arg(self.dir.path())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("redis-server starts");
-        self.child = Some(child);
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < deadline {
-            if let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", self.port)) {
-                let _ = s.set_read_timeout(Some(Duration::from_millis(200)));
-                let mut pong = [0u8; 7];
-                if s.write_all(b"PING\r\n").is_ok()
-                    && std::io::Read::read_exact(&mut s, &mut pong).is_ok()
-                    && &pong == b"+PONG\r\n"
-                {
-                    return;
-                }
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        panic!("redis-server did not answer on port {}", self.port);
-    }
-
-    fn pid(&self) -> i32 {
-        self.child.as_ref().map_or(0, |c| c.id() as i32)
-    }
-
-    /// Kills it outright (SIGKILL): all its data is gone.
-    pub fn kill(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-
-    /// A new, empty Redis on the same port.
     pub fn restart_empty(&mut self) {
-        self.kill();
-        self.launch();
+        self.0.restart_empty().expect("redis-server restarts");
     }
 
-    /// Freezes it (SIGSTOP): connections stay open and nothing is answered, as a Redis that
-    /// is overloaded or cut off.
     pub fn freeze(&self) {
-        unsafe { libc::kill(self.pid(), libc::SIGSTOP) };
+        self.0.freeze();
     }
 
     pub fn thaw(&self) {
-        unsafe { libc::kill(self.pid(), libc::SIGCONT) };
-    }
-}
-
-impl Drop for Redis {
-    fn drop(&mut self) {
-        self.thaw();
-        self.kill();
+        self.0.thaw();
     }
 }
 

@@ -44,11 +44,23 @@ if redis.call('EXISTS', KEYS[7]) == 0 then
 end
 
 -- Fair shares over the shortest window: every caller that asked within it is active; each is
--- owed floor(limit / active) starts per window. Usage is estimated from two fixed buckets (the
--- current one and the one before, weighted by its overlap with the sliding window): exact
--- enough to share, O(1) per caller. The limit itself is enforced exactly, below.
+-- owed floor(limit / active) starts per window. Usage is counted exactly from the log; under
+-- GCRA (no log) it is estimated from two fixed buckets per caller (the current one and the one
+-- before, weighted by its overlap with the sliding window). The limit itself is enforced
+-- exactly, below.
 -- (A Lua loop visits every active caller: fine for hundreds, not for millions.)
 local fair_len, fair_limit = lengths[fair], limits[fair]
+-- Under the log, each caller's starts in the window are counted exactly from it: a log entry
+-- is named '<lease id> <caller>'.
+local exact = nil
+if algorithm ~= 'gcra' then
+  exact = {}
+  local members = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. fmt(now - fair_len), '+inf')
+  for _, m in ipairs(members) do
+    local who = string.match(m, '^[^ ]* (.*)$')
+    if who then exact[who] = (exact[who] or 0) + 1 end
+  end
+end
 local records = redis.call('HGETALL', KEYS[4])
 local others, active, total = {}, 0, 0
 local mine = nil
@@ -65,7 +77,8 @@ for j = 1, #records, 2 do
       cur = 0
       ws = ws + k * fair_len
     end
-    local used = prev * (1 - (now - ws) / fair_len) + cur
+    local used
+    if exact then used = exact[name] or 0 else used = prev * (1 - (now - ws) / fair_len) + cur end
     if name == caller then
       mine = { ws = ws, cur = cur, prev = prev, used = used }
     else
@@ -76,7 +89,7 @@ for j = 1, #records, 2 do
   end
 end
 if mine == nil then
-  mine = { ws = now, cur = 0, prev = 0, used = 0 }
+  mine = { ws = now, cur = 0, prev = 0, used = (exact and exact[caller]) or 0 }
   active = active + 1
 end
 local share = math.max(1, math.floor(fair_limit / active))
@@ -133,7 +146,9 @@ if mine.used + 1 > share then
   for _, used in ipairs(others) do
     if used < share then owed = owed + (share - used) end
   end
-  if fair_limit - counted - 1 < owed then
+  -- Ties are common (the same estimates summed in different orders): 1e-6 is TIE in
+  -- rule.rs, so rounding breaks them alike here and there.
+  if fair_limit - counted - 1 < owed - 1e-6 then
     return deny(fair_len / fair_limit, 'fair-share')
   end
 end
@@ -145,7 +160,7 @@ if algorithm == 'gcra' then
   end
   redis.call('PEXPIRE', KEYS[2], math.ceil(longest) + 1000)
 else
-  redis.call('ZADD', KEYS[1], fmt(now), lease_id)
+  redis.call('ZADD', KEYS[1], fmt(now), lease_id .. ' ' .. caller)
   redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', '(' .. fmt(now - longest))
   redis.call('PEXPIRE', KEYS[1], math.ceil(longest) + 1000)
 end
