@@ -122,7 +122,10 @@ async fn three_instances_share_one_budget_fairly() {
         tally.count(200),
         tally.count(429)
     ));
-    assert!(lo >= 0.9 && hi <= 1.1, "callers beyond 10% of the fair share: {per:?}");
+    assert!(
+        lo >= 0.9 && hi <= 1.1,
+        "callers beyond 10% of the fair share: {per:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -357,4 +360,36 @@ async fn in_memory_mode_keeps_the_limit_with_nothing_installed() {
         tally.count(429)
     ));
     assert!(tally.count(200) > 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fail_open_decides_with_the_instances_own_budget_while_redis_is_frozen() {
+    let test = "fail_open_decides_with_the_instances_own_budget_while_redis_is_frozen";
+    if !redis_available(test) {
+        return;
+    }
+    let _turn = one_at_a_time().await;
+    let redis = Redis::start();
+    let (up, api) = upstream().await;
+    let mut args = shared_args(&redis, 3_000);
+    args.push("--fail-open".into());
+    let proxies = start_proxies(up, 1, &args);
+    let client = reqwest::Client::new();
+    let get = || {
+        client
+            .get(format!("http://{}/api/contacts", proxies[0].addr))
+            .header("x-sluice-caller", "one")
+            .send()
+    };
+    assert_eq!(get().await.expect("warm-up").status(), 200);
+    redis.freeze();
+    // The local budget is new: its first ask waits a window (held), then it serves.
+    let during = get().await.expect("answer");
+    redis.thaw();
+    assert_eq!(
+        during.status(),
+        200,
+        "fail-open serves while Redis is frozen"
+    );
+    assert_upstream_kept(&api, test);
 }
