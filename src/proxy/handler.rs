@@ -18,7 +18,7 @@ use tokio::time::Instant;
 use super::config::{ProxyBudget, ProxyConfig};
 use super::memory_store::MemoryStore;
 use super::redis_store::{RedisStore, StoreError};
-use super::rule::{Decision, Observation, Share, WaitReason};
+use super::rule::{Decision, Observation, Share, WaitReason, DEFAULT_PAUSE_MS};
 use super::store::{Holder, Store};
 
 /// Largest request body forwarded.
@@ -434,13 +434,16 @@ async fn forward(proxy: &Arc<Proxy>, peer: SocketAddr, req: Request) -> Response
     };
 
     if let Some(seen) = observation(budget, status.as_u16(), &headers) {
-        match proxy.store.observe(index, &budget.rule, &seen).await {
-            Ok(paused_ms) if seen.rate_limited => {
-                // The caller waits like any other: told by the proxy, not by the upstream.
-                return must_wait(budget, paused_ms, WaitReason::Paused, &share);
+        let paused_ms = match proxy.store.observe(index, &budget.rule, &seen).await {
+            Ok(ms) => ms,
+            Err(e) => {
+                eprintln!("sluice proxy: what the upstream said is not shared: {e}");
+                seen.retry_after_ms.unwrap_or(DEFAULT_PAUSE_MS)
             }
-            Ok(_) => {}
-            Err(e) => eprintln!("sluice proxy: what the upstream said is not shared: {e}"),
+        };
+        if seen.rate_limited {
+            // The caller waits like any other: told by the proxy, not by the upstream.
+            return must_wait(budget, paused_ms, WaitReason::Paused, &share);
         }
     }
 

@@ -14,6 +14,10 @@ use tokio::sync::Mutex;
 use super::rule::DEFAULT_PAUSE_MS;
 use super::rule::{Decision, Observation, RuleParams, Share, WaitReason, LEARNED_TTL_MS};
 
+/// How long after a failed connection attempt asks fail at once (the first connection only:
+/// once connected, the connection manager reconnects by itself).
+const RECONNECT_PAUSE: Duration = Duration::from_millis(500);
+
 /// Why the shared budget could not be asked.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -63,6 +67,9 @@ pub struct RedisStore {
     /// Connected on first use and kept (it reconnects by itself); `None` until Redis answered
     /// once, so a proxy started while Redis is down comes up and fails closed meanwhile.
     connection: Mutex<Option<ConnectionManager>>,
+    /// When connecting last failed: for a moment after, asks fail at once instead of each
+    /// waiting its turn at the lock for another connection timeout.
+    failed_at: std::sync::Mutex<Option<std::time::Instant>>,
     acquire: Script,
     observe: Script,
     finish: Script,
@@ -86,6 +93,7 @@ impl RedisStore {
             client,
             timeout,
             connection: Mutex::new(None),
+            failed_at: std::sync::Mutex::new(None),
             acquire: Script::new(include_str!("lua/acquire.lua")),
             observe: Script::new(include_str!("lua/observe.lua")),
             finish: Script::new(include_str!("lua/finish.lua")),
@@ -105,9 +113,17 @@ impl RedisStore {
     }
 
     async fn connection(&self) -> Result<ConnectionManager, StoreError> {
+        let recently_failed =
+            |at: &Option<std::time::Instant>| at.is_some_and(|t| t.elapsed() < RECONNECT_PAUSE);
+        if self.failed_at.lock().is_ok_and(|at| recently_failed(&at)) {
+            return Err(self.unavailable("it could not be reached a moment ago"));
+        }
         let mut slot = self.connection.lock().await;
         if let Some(c) = slot.as_ref() {
             return Ok(c.clone());
+        }
+        if self.failed_at.lock().is_ok_and(|at| recently_failed(&at)) {
+            return Err(self.unavailable("it could not be reached a moment ago"));
         }
         let config = ConnectionManagerConfig::new()
             .set_connection_timeout(self.timeout)
@@ -115,13 +131,22 @@ impl RedisStore {
             // Reconnecting is retried on the next call, not here: a request waits at most one
             // timeout for the store.
             .set_number_of_retries(0);
-        let manager = tokio::time::timeout(
+        let connected = tokio::time::timeout(
             self.timeout,
             ConnectionManager::new_with_config(self.client.clone(), config),
         )
         .await
-        .map_err(|_| self.unavailable("connecting timed out"))?
-        .map_err(|e| self.unavailable(e))?;
+        .map_err(|_| self.unavailable("connecting timed out"))
+        .and_then(|r| r.map_err(|e| self.unavailable(e)));
+        let manager = match connected {
+            Ok(m) => m,
+            Err(e) => {
+                if let Ok(mut at) = self.failed_at.lock() {
+                    *at = Some(std::time::Instant::now());
+                }
+                return Err(e);
+            }
+        };
         *slot = Some(manager.clone());
         Ok(manager)
     }

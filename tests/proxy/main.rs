@@ -393,3 +393,29 @@ async fn fail_open_decides_with_the_instances_own_budget_while_redis_is_frozen()
     );
     assert_upstream_kept(&api, test);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_redis_at_all_fails_closed_with_retry_after() {
+    let test = "no_redis_at_all_fails_closed_with_retry_after";
+    let _turn = one_at_a_time().await;
+    let (up, api) = upstream().await;
+    // A port nothing listens on.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("port");
+    let url = format!("redis://127.0.0.1:{port}");
+    let proxy = Proxy::start(up, &["--route", "/api/", "--redis", &url]);
+    let r = reqwest::Client::new()
+        .get(format!("http://{}/api/contacts", proxy.addr))
+        .send()
+        .await
+        .expect("answer");
+    assert_eq!(r.status(), 503);
+    assert_eq!(
+        r.headers().get("retry-after").and_then(|v| v.to_str().ok()),
+        Some("1")
+    );
+    assert_eq!(api.total(), 0, "nothing is sent without the shared budget");
+    report(&format!("{test}: 503 with Retry-After, nothing sent"));
+}
