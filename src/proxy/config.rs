@@ -176,7 +176,7 @@ impl ProxyConfig {
         };
 
         let upstream = args.upstream.trim_end_matches('/').to_owned();
-        let target = Target::parse(&upstream).map_err(|e| err(format!("--upstream: {e}")))?;
+        Target::parse(&upstream).map_err(|e| err(format!("--upstream: {e}")))?;
         if upstream.contains(['?', '#']) {
             return Err(err(format!(
                 "--upstream '{upstream}' has a query or fragment; give the base URL only"
@@ -184,7 +184,6 @@ impl ProxyConfig {
         }
         let upstream_scope =
             Scope::parse(&format!("{upstream}/")).map_err(|e| err(format!("--upstream: {e}")))?;
-        let _ = target;
 
         let budgets_in = if file.budgets.is_empty() {
             vec![BudgetConfig {
@@ -449,6 +448,50 @@ mod tests {
             "token-bucket",
         ];
         assert!(Cli::try_parse_from(std::mem::take(&mut cli)).is_err());
+    }
+
+    #[test]
+    fn a_config_file_names_budgets_routes_and_the_credentials_variable() {
+        let dir = tempfile::tempdir().expect("dir");
+        let path = dir.path().join("proxy.json");
+        std::fs::write(
+            &path,
+            r#"{
+              "budgets": [
+                {"name": "core", "windows": [{"limit": 10, "lengthMs": 1000}],
+                 "matchPrefixes": ["/v1/"]},
+                {"name": "search", "windows": [{"limit": 2, "lengthMs": 1000}],
+                 "algorithm": "sliding-log", "matchPrefixes": ["/v1/search"]}
+              ],
+              "allowOrigins": ["https://app.example"],
+              "credential": {"header": "x-api-key", "env": "MY_KEY"}
+            }"#,
+        )
+        .expect("write");
+        let path_text = path.to_string_lossy().into_owned();
+        let argv = [
+            "--upstream",
+            "http://a.example",
+            "--config",
+            path_text.as_str(),
+        ];
+        let env = |name: &str| (name == "MY_KEY").then(|| "k-123".to_owned());
+        let c = ProxyConfig::resolve(&args(&argv), &env).expect("valid");
+        let at = |u: &str| Target::parse(u).expect("url");
+        assert_eq!(c.budget_for(&at("http://a.example/v1/contacts")), Some(0));
+        assert_eq!(c.budget_for(&at("http://a.example/v1/search/x")), Some(1));
+        assert!(c.origin_allowed("https://app.example"));
+        let cred = c.credential.expect("credential");
+        assert_eq!(
+            (cred.header.as_str(), cred.value.to_str().ok()),
+            ("x-api-key", Some("k-123"))
+        );
+
+        let e = ProxyConfig::resolve(&args(&argv), &no_env).expect_err("no variable");
+        assert!(e.to_string().contains("MY_KEY"), "{e}");
+        std::fs::write(&path, r#"{"budget": []}"#).expect("write");
+        let e = ProxyConfig::resolve(&args(&argv), &no_env).expect_err("unknown field");
+        assert!(e.to_string().contains("budget"), "{e}");
     }
 
     #[test]
