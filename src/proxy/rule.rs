@@ -223,12 +223,19 @@ impl BudgetState {
             last_ask: now,
         };
         // Under the log, each caller's starts in the window are counted exactly from it.
+        // A caller turned away for its share may ask again when anything this step reads
+        // changes: a start leaving the window or another caller going inactive (under GCRA,
+        // which has no log: after one interval).
         let mut exact: HashMap<&str, u64> = HashMap::new();
+        let mut next_change: Option<f64> = None;
         if p.counting == Counting::Log {
             for (at, member) in &self.log {
                 if *at > now - fair_len {
                     if let Some((_, who)) = member.split_once(' ') {
                         *exact.entry(who).or_default() += 1;
+                    }
+                    if next_change.is_none() {
+                        next_change = Some(*at + fair_len);
                     }
                 }
             }
@@ -253,6 +260,12 @@ impl BudgetState {
                 mine_used = used;
             } else {
                 others.push(used);
+                if p.counting == Counting::Log {
+                    let inactive_at = u.last_ask + fair_len;
+                    if next_change.is_none_or(|n| inactive_at < n) {
+                        next_change = Some(inactive_at);
+                    }
+                }
             }
             active += 1;
             total += used;
@@ -321,7 +334,8 @@ impl BudgetState {
                 .map(|&u| share_count as f64 - u)
                 .sum();
             if fair_limit as f64 - counted_in_fair_window - 1.0 < owed - TIE {
-                return deny(self, fair_len / fair_limit as f64, WaitReason::FairShare);
+                let again = next_change.map_or(fair_len / fair_limit as f64, |n| n - now);
+                return deny(self, again, WaitReason::FairShare);
             }
         }
 

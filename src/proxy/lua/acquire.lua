@@ -52,13 +52,17 @@ end
 local fair_len, fair_limit = lengths[fair], limits[fair]
 -- Under the log, each caller's starts in the window are counted exactly from it: a log entry
 -- is named '<lease id> <caller>'.
-local exact = nil
+-- A caller turned away for its share may ask again when anything the step reads changes: a
+-- start leaving the window or another caller going inactive (under GCRA: after one interval).
+local exact, next_change = nil, nil
 if algorithm ~= 'gcra' then
   exact = {}
-  local members = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. fmt(now - fair_len), '+inf')
-  for _, m in ipairs(members) do
-    local who = string.match(m, '^[^ ]* (.*)$')
+  local members = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. fmt(now - fair_len), '+inf',
+    'WITHSCORES')
+  for j = 1, #members, 2 do
+    local who = string.match(members[j], '^[^ ]* (.*)$')
     if who then exact[who] = (exact[who] or 0) + 1 end
+    if j == 1 then next_change = tonumber(members[j + 1]) + fair_len end
   end
 end
 local records = redis.call('HGETALL', KEYS[4])
@@ -83,6 +87,9 @@ for j = 1, #records, 2 do
       mine = { ws = ws, cur = cur, prev = prev, used = used }
     else
       others[#others + 1] = used
+      if exact and (next_change == nil or last + fair_len < next_change) then
+        next_change = last + fair_len
+      end
     end
     active = active + 1
     total = total + used
@@ -149,7 +156,9 @@ if mine.used + 1 > share then
   -- Ties are common (the same estimates summed in different orders): 1e-6 is TIE in
   -- rule.rs, so rounding breaks them alike here and there.
   if fair_limit - counted - 1 < owed - 1e-6 then
-    return deny(fair_len / fair_limit, 'fair-share')
+    local again = fair_len / fair_limit
+    if next_change then again = next_change - now end
+    return deny(again, 'fair-share')
   end
 end
 
