@@ -18,8 +18,9 @@ use tokio::time::Instant;
 use super::config::{ProxyBudget, ProxyConfig};
 use super::memory_store::MemoryStore;
 use super::redis_store::{RedisStore, StoreError};
-use super::rule::{Decision, Observation, Share, WaitReason, DEFAULT_PAUSE_MS};
+use super::rule::{Decision, Observation, RuleParams, Share, WaitReason, DEFAULT_PAUSE_MS};
 use super::store::{Holder, Store};
+use sluice_shared::round_trips::RoundTrips;
 
 /// Largest request body forwarded.
 const MAX_BODY_BYTES: usize = 8 * 1024 * 1024;
@@ -57,6 +58,11 @@ pub struct Proxy {
     /// Names this instance's leases, so two instances never pick the same id.
     instance: String,
     next_lease: AtomicU64,
+    /// Per budget: this instance's round trips, from decision to answer (`shared`'s model of
+    /// where a request can have reached the server, and the margin for those under way).
+    trips: Vec<std::sync::Mutex<RoundTrips>>,
+    /// The origin of `trips`' instants.
+    epoch: Instant,
 }
 
 impl Proxy {
@@ -85,13 +91,51 @@ impl Proxy {
             .redirect(reqwest::redirect::Policy::none())
             .build()
             .map_err(|e| StoreError::Malformed(format!("cannot build the HTTP client: {e}")))?;
+        let trips = config
+            .budgets
+            .iter()
+            .map(|_| std::sync::Mutex::new(RoundTrips::default()))
+            .collect();
         Ok(Self {
             config,
             store,
             client,
             instance: instance_id(),
             next_lease: AtomicU64::new(0),
+            trips,
+            epoch: Instant::now(),
         })
+    }
+
+    /// The budget's rule with the windows stretched by the larger of `--margin-ms` and what
+    /// this instance's round trips call for.
+    fn rule_for(&self, index: usize, budget: &ProxyBudget) -> RuleParams {
+        let measured = self
+            .trips
+            .get(index)
+            .and_then(|t| t.lock().ok().and_then(|t| t.margin()))
+            .unwrap_or(0);
+        RuleParams {
+            margin_ms: budget.rule.margin_ms.max(measured),
+            ..budget.rule.clone()
+        }
+    }
+
+    /// Records the trip of a request decided at `decided` and answered at `answered`, and
+    /// returns the latest instant it can have reached the upstream.
+    fn arrived_by(&self, index: usize, decided: Instant, answered: Instant) -> Instant {
+        let ms = |t: Instant| t.saturating_duration_since(self.epoch).as_millis() as u64;
+        let (d, a) = (ms(decided), ms(answered));
+        let Some(Ok(mut trips)) = self.trips.get(index).map(|t| t.lock()) else {
+            return answered;
+        };
+        trips.record(a.saturating_sub(d));
+        let at = trips.arrived_by(d, a);
+        // Never later than the answer, whole milliseconds rounded down: only ever earlier
+        // than `answered` by what the model allows.
+        answered
+            .checked_sub(Duration::from_millis(a.saturating_sub(at)))
+            .unwrap_or(answered)
     }
 
     fn lease_id(&self) -> String {
@@ -120,8 +164,8 @@ struct LeaseGuard {
     lease: String,
     caller: String,
     holder: Holder,
-    /// When the request left for the upstream, if it did.
-    left_at: Option<Instant>,
+    /// Where its start is to be counted (see `lua/finish.lua`), once it left.
+    counted_at: Option<Instant>,
 }
 
 impl Drop for LeaseGuard {
@@ -133,12 +177,14 @@ impl Drop for LeaseGuard {
             std::mem::take(&mut self.caller),
             self.holder,
         );
-        let left_ms_ago = self.left_at.map(|t| t.elapsed().as_secs_f64() * 1_000.0);
+        let counted_ms_ago = self
+            .counted_at
+            .map(|t| Instant::now().saturating_duration_since(t).as_secs_f64() * 1_000.0);
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
             rt.spawn(async move {
                 proxy
                     .store
-                    .release(budget, &lease, &caller, holder, left_ms_ago)
+                    .release(budget, &lease, &caller, holder, counted_ms_ago)
                     .await
             });
         }
@@ -345,13 +391,10 @@ async fn forward(proxy: &Arc<Proxy>, peer: SocketAddr, req: Request) -> Response
     // Ask until granted, holding the request while the wait fits in --max-wait-ms.
     let lease = proxy.lease_id();
     let deadline = Instant::now() + Duration::from_millis(config.max_wait_ms);
-    let (share, holder) = loop {
-        match proxy
-            .store
-            .acquire(index, &budget.rule, &caller, &lease)
-            .await
-        {
-            Ok((Decision::Granted(share), holder)) => break (share, holder),
+    let (share, holder, decided_at) = loop {
+        let rule = proxy.rule_for(index, budget);
+        match proxy.store.acquire(index, &rule, &caller, &lease).await {
+            Ok((Decision::Granted(share), holder)) => break (share, holder, Instant::now()),
             Ok((
                 Decision::Wait {
                     wait_ms,
@@ -384,7 +427,7 @@ async fn forward(proxy: &Arc<Proxy>, peer: SocketAddr, req: Request) -> Response
         lease,
         caller,
         holder,
-        left_at: None,
+        counted_at: None,
     };
 
     let mut url = url;
@@ -407,11 +450,15 @@ async fn forward(proxy: &Arc<Proxy>, peer: SocketAddr, req: Request) -> Response
     if let Some(c) = &config.credential {
         out = out.header(&c.header, &c.value);
     }
-    guard.left_at = Some(Instant::now());
     let sent = out.body(body).send().await;
     let upstream = match sent {
-        Ok(r) => r,
+        Ok(r) => {
+            guard.counted_at = Some(proxy.arrived_by(index, decided_at, Instant::now()));
+            r
+        }
         Err(e) => {
+            // It may have arrived any time until now.
+            guard.counted_at = Some(Instant::now());
             let (status, error) = if e.is_timeout() {
                 (StatusCode::GATEWAY_TIMEOUT, "upstream-timeout")
             } else {
@@ -442,6 +489,11 @@ async fn forward(proxy: &Arc<Proxy>, peer: SocketAddr, req: Request) -> Response
             }
         };
         if seen.rate_limited {
+            // Our own timing may explain it (an arrival that trailed its decision by more than
+            // the margin allowed): widen this instance's margin for a while.
+            if let Some(Ok(mut trips)) = proxy.trips.get(index).map(|t| t.lock()) {
+                trips.widen();
+            }
             // The caller waits like any other: told by the proxy, not by the upstream.
             return must_wait(budget, paused_ms, WaitReason::Paused, &share);
         }

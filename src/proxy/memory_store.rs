@@ -47,9 +47,9 @@ impl MemoryStore {
         self.with(index, |s| s.acquire(p, now, caller, lease_id))
     }
 
-    pub fn release(&self, index: usize, lease_id: &str, caller: &str, left_ms_ago: Option<f64>) {
+    pub fn release(&self, index: usize, lease_id: &str, caller: &str, counted_ms_ago: Option<f64>) {
         let now = now_ms();
-        self.with(index, |s| s.release(now, lease_id, caller, left_ms_ago));
+        self.with(index, |s| s.release(now, lease_id, caller, counted_ms_ago));
     }
 
     pub fn observe(&self, index: usize, p: &RuleParams, seen: &Observation) -> Option<u64> {

@@ -221,7 +221,7 @@ impl RedisStore {
         index: usize,
         lease_id: &str,
         caller: &str,
-        left_ms_ago: Option<f64>,
+        counted_ms_ago: Option<f64>,
     ) -> Result<(), StoreError> {
         let k = self.keys_of(index)?;
         let mut conn = self.connection().await?;
@@ -229,7 +229,7 @@ impl RedisStore {
         call.key(&k.log)
             .key(&k.leases)
             .arg(lease_id)
-            .arg(format!("{:.3}", left_ms_ago.unwrap_or(-1.0)))
+            .arg(format!("{:.3}", counted_ms_ago.unwrap_or(-1.0)))
             .arg(caller);
         let _: i64 = self.bounded(call.invoke_async(&mut conn)).await?;
         Ok(())

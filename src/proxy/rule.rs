@@ -14,9 +14,12 @@
 //!    decision and the upstream's count: an exact sliding log (low limits) or GCRA without
 //!    burst tolerance (high limits: one instant of state per window). Both guarantee at most
 //!    `limit` starts in any half-open window of the stretched length.
-//!    A logged start is stamped at its decision and, once its request is over, moved to when
-//!    the request left the proxy: the instance's own delays (a task scheduled late, a
-//!    connection opened) then cost nothing against the margin.
+//!    A logged start is stamped at its decision and, once its request is answered, moved to
+//!    the latest instant it can have reached the upstream (its answer less the fastest trip
+//!    measured, `shared`'s `RoundTrips::arrived_by`), or to its end when it failed. Each
+//!    instance stretches the windows by the larger of `--margin-ms` and the margin its own
+//!    round trips call for (`RoundTrips::margin`, measured from the decision, so the
+//!    instance's own delays count), widened after an upstream 429.
 //! 5. **Fair share** over the shortest window: every caller that asked within it is active and
 //!    is owed `floor(limit / active)` (at least 1) starts per window. A caller past its share
 //!    may borrow only what leaves every other active caller's unused share free. Under the log
@@ -347,7 +350,13 @@ impl BudgetState {
             }
             Counting::Log => {
                 self.log.push_back((now, log_member(lease_id, caller)));
-                while self.log.front().is_some_and(|(s, _)| *s < now - longest) {
+                // Kept for twice the longest window: instances stretch windows by margins of
+                // their own.
+                while self
+                    .log
+                    .front()
+                    .is_some_and(|(s, _)| *s < now - 2.0 * longest)
+                {
                     self.log.pop_front();
                 }
             }
@@ -360,11 +369,11 @@ impl BudgetState {
     }
 
     /// The request under `lease_id` is over: its lease is given back, and its start is
-    /// counted from when it left, `left_ms_ago` before `now` (see `lua/finish.lua` for why),
-    /// if that is later than the decision. `None`: it never left.
-    pub fn release(&mut self, now: f64, lease_id: &str, caller: &str, left_ms_ago: Option<f64>) {
+    /// counted `counted_ms_ago` before `now` (see `lua/finish.lua`) if that is later than the
+    /// decision. `None`: it never left, and counts where it was decided.
+    pub fn release(&mut self, now: f64, lease_id: &str, caller: &str, counted_ms_ago: Option<f64>) {
         self.leases.remove(lease_id);
-        let Some(back) = left_ms_ago else { return };
+        let Some(back) = counted_ms_ago else { return };
         let left = now - back;
         let member = log_member(lease_id, caller);
         let Some(pos) = self.log.iter().position(|(_, m)| *m == member) else {

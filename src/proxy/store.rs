@@ -53,24 +53,25 @@ impl Store {
 
     /// Gives a lease back. A release that fails leaves the lease to expire: that is what the
     /// lease time is for, so the error is only reported.
-    /// `left_ms_ago`: how long ago the request left for the upstream (`None`: it never did).
+    /// `counted_ms_ago`: how long before now the request is to be counted (`None`: it never
+    /// left, and counts where it was decided).
     pub async fn release(
         &self,
         index: usize,
         lease_id: &str,
         caller: &str,
         holder: Holder,
-        left_ms_ago: Option<f64>,
+        counted_ms_ago: Option<f64>,
     ) {
         match (self, holder) {
-            (Store::Memory(m), _) => m.release(index, lease_id, caller, left_ms_ago),
+            (Store::Memory(m), _) => m.release(index, lease_id, caller, counted_ms_ago),
             (Store::Redis { fallback, .. }, Holder::Local) => {
                 if let Some(m) = fallback {
-                    m.release(index, lease_id, caller, left_ms_ago);
+                    m.release(index, lease_id, caller, counted_ms_ago);
                 }
             }
             (Store::Redis { redis, .. }, Holder::Shared) => {
-                if let Err(e) = redis.release(index, lease_id, caller, left_ms_ago).await {
+                if let Err(e) = redis.release(index, lease_id, caller, counted_ms_ago).await {
                     eprintln!("sluice proxy: a lease is left to expire: {e}");
                 }
             }

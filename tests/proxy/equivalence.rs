@@ -118,14 +118,14 @@ async fn memory_rule_matches_the_lua_script() {
             if roll < 25 && !held.is_empty() {
                 let (lease, caller) = held.swap_remove(rng.below(held.len() as u64) as usize);
                 // Some requests never left; the others left a while after their decision.
-                let left_ms_ago =
+                let counted_ms_ago =
                     (!roll.is_multiple_of(5)).then(|| rng.below(30_000) as f64 / 1_000.0);
-                state.release(now_ms, &lease, &caller, left_ms_ago);
+                state.release(now_ms, &lease, &caller, counted_ms_ago);
                 let mut call = finish.prepare_invoke();
                 call.key(&keys[0])
                     .key(&keys[2])
                     .arg(&lease)
-                    .arg(format!("{:.3}", left_ms_ago.unwrap_or(-1.0)))
+                    .arg(format!("{:.3}", counted_ms_ago.unwrap_or(-1.0)))
                     .arg(&caller)
                     .arg(secs)
                     .arg(micros);

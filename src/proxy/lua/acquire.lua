@@ -170,8 +170,9 @@ if algorithm == 'gcra' then
   redis.call('PEXPIRE', KEYS[2], math.ceil(longest) + 1000)
 else
   redis.call('ZADD', KEYS[1], fmt(now), lease_id .. ' ' .. caller)
-  redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', '(' .. fmt(now - longest))
-  redis.call('PEXPIRE', KEYS[1], math.ceil(longest) + 1000)
+  -- Kept for twice the longest window: instances stretch windows by margins of their own.
+  redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', '(' .. fmt(now - 2 * longest))
+  redis.call('PEXPIRE', KEYS[1], math.ceil(2 * longest) + 1000)
 end
 redis.call('ZADD', KEYS[3], fmt(now + lease_ms), lease_id)
 redis.call('PEXPIRE', KEYS[3], lease_ms + 1000)

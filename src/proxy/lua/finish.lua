@@ -1,11 +1,12 @@
--- A request is over: give its lease back, and count its start in the log from the moment it
--- left the proxy rather than from the decision. Between the two lies this instance's own
--- delay (a task scheduled late, a connection opened), which may be much longer than the
--- margin and differ from one request to the next; after it, only the network's spread remains,
--- which the margin covers. A start only ever moves later (GT), so the count never loosens.
+-- A request is over: give its lease back, and count its start in the log where it can have
+-- reached the upstream at the latest (its answer less the fastest trip the instance measured;
+-- its end when it failed), rather than at the decision: between the decision and the arrival
+-- lie the instance's own delays (a task scheduled late, a connection opened) and the
+-- network's, which may be longer than the margin. A start only ever moves later (GT), so the
+-- count never loosens.
 --
--- KEYS: 1 log, 2 leases. ARGV: 1 lease id, 2 ms since the request left (-1: it never left),
--- 3 the caller (a log entry is named '<lease id> <caller>').
+-- KEYS: 1 log, 2 leases. ARGV: 1 lease id, 2 how many ms before now to count it (-1: it
+-- never left; it stays where it was decided), 3 the caller (an entry is '<lease id> <caller>').
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000
