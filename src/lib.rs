@@ -8,11 +8,13 @@
 //! - [`simulate`]: the engine against the simulated strict server (`sluice simulate`).
 //! - [`browser`]: headless Chromium driven over CDP against this server (tests and bench).
 //! - [`bench`]: the real worker in headless Chromium against the strict API (`sluice bench`).
+//! - [`proxy`]: `sluice proxy`, one upstream budget shared by many browsers and instances.
 
 pub mod api;
 pub mod assets;
 pub mod bench;
 pub mod browser;
 pub mod package;
+pub mod proxy;
 pub mod server;
 pub mod simulate;

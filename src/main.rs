@@ -37,6 +37,9 @@ enum Command {
     /// Write the package an app installs (`npm install DIR`): the worker entry and its wasm,
     /// the page client with its TypeScript declarations, and package.json.
     Build(BuildArgs),
+    /// Forward an API's routes with the proxy's own credential, within the API's budget shared
+    /// by every instance (through Redis with --redis, else in memory).
+    Proxy(sluice::proxy::ProxyArgs),
 }
 
 #[derive(Args, Clone)]
@@ -72,15 +75,22 @@ struct BenchArgs {
     #[arg(long)]
     quick: bool,
     /// Where to write the JSON report.
-    #[arg(long, default_value = "target/bench.json")]
+    #[arg(long, default_value = DEFAULT_BENCH_OUT)]
     out: PathBuf,
     /// The Chromium to run (default: SLUICE_CHROMIUM, else chromium on PATH).
     #[arg(long)]
     chromium: Option<PathBuf>,
+    /// Measure `sluice proxy` instead: three instances on one Redis (a redis-server of its
+    /// own) and one in memory, 20 callers; JSON to target/bench-proxy.json unless --out.
+    #[arg(long)]
+    proxy: bool,
 }
 
 async fn bench(args: BenchArgs) -> Result<(), MainError> {
     use sluice::bench::{run, table, BenchOptions};
+    if args.proxy {
+        return bench_proxy(args).await;
+    }
     let options = BenchOptions {
         quick: args.quick,
         chromium: args.chromium,
@@ -104,6 +114,28 @@ async fn bench(args: BenchArgs) -> Result<(), MainError> {
     println!("\nJSON: {}", args.out.display());
     Ok(())
 }
+
+async fn bench_proxy(args: BenchArgs) -> Result<(), MainError> {
+    use sluice::proxy::bench::{run, table};
+    let report = run(args.quick, &|line| {
+        eprintln!("sluice bench --proxy: {line}")
+    })
+    .await
+    .map_err(|e| MainError::Simulate(e.to_string()))?;
+    let json =
+        serde_json::to_string_pretty(&report).map_err(|e| MainError::Simulate(e.to_string()))?;
+    let out = if args.out == std::path::Path::new(DEFAULT_BENCH_OUT) {
+        PathBuf::from("target/bench-proxy.json")
+    } else {
+        args.out
+    };
+    write_json(&out, &json)?;
+    print!("{}", table(&report));
+    println!("\nJSON: {}", out.display());
+    Ok(())
+}
+
+const DEFAULT_BENCH_OUT: &str = "target/bench.json";
 
 #[derive(Args, Clone)]
 struct SimulateArgs {
@@ -376,6 +408,8 @@ enum MainError {
     Package(String),
     #[error("bench: {0}")]
     Bench(sluice::browser::Error),
+    #[error("{0}")]
+    Proxy(#[from] sluice::proxy::ProxyConfigError),
     #[error("cannot write {path}: {source}")]
     Write {
         path: PathBuf,
@@ -390,6 +424,7 @@ fn main() -> ExitCode {
         Some(Command::Simulate(args)) => simulate(args),
         Some(Command::Bench(args)) => run(bench(args)),
         Some(Command::Build(args)) => build(args),
+        Some(Command::Proxy(args)) => run(proxy(args)),
         None => run(serve(cli.serve)),
     };
     match result {
@@ -443,6 +478,36 @@ async fn serve(args: ServeArgs) -> Result<(), MainError> {
     // No graceful shutdown: held-back ("hanging") responses would delay Ctrl-C by minutes.
     tokio::select! {
         r = axum::serve(listener, app) => r.map_err(MainError::Serve),
+        _ = tokio::signal::ctrl_c() => Ok(()),
+    }
+}
+
+async fn proxy(args: sluice::proxy::ProxyArgs) -> Result<(), MainError> {
+    let config = sluice::proxy::ProxyConfig::resolve(&args, &|name| std::env::var(name).ok())?;
+    let listener = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .map_err(|source| MainError::Bind {
+            addr: args.listen,
+            source,
+        })?;
+    let local = listener.local_addr().map_err(MainError::Serve)?;
+    let budget = match &config.redis {
+        Some(url) => format!("shared through Redis at {url}"),
+        None => "in this process's memory (one instance)".into(),
+    };
+    let credential = match &config.credential {
+        Some(c) => format!("adds its {} header", c.header),
+        None => format!(
+            "adds no credential (set {})",
+            sluice::proxy::config::CREDENTIAL_ENV
+        ),
+    };
+    println!(
+        "sluice proxy: http://{local}/ -> {}; budget {budget}; {credential}",
+        config.upstream
+    );
+    tokio::select! {
+        r = sluice::proxy::serve(listener, config) => r.map_err(MainError::Serve),
         _ = tokio::signal::ctrl_c() => Ok(()),
     }
 }
