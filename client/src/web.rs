@@ -126,7 +126,10 @@ export interface JobUpdate {
   id: string; state: JobState; lane: Lane; key: string | null; groupId: string | null;
   budget: string; attempts: number; notBefore: number; coalesced: number;
   lastError: JobError | null;
+  /** Only in the update of the tab that enqueued the job, and in answers to `jobs`. */
   outcome: { status: number; headers: [string, string][]; body: string } | null;
+  /** True in a broadcast to another tab: the outcome and the server's words are left out. */
+  withheld: boolean;
 }
 export interface RateWindow { limit: number; lengthMs: number; }
 export interface BudgetStatus {
@@ -165,6 +168,8 @@ export interface EngineConfig {
   maxBodyBytes?: number;
   /** Where jobs may go; read from the worker script only (a page's is ignored). */
   allow?: string[];
+  /** Clear a job's request headers when it fails for good (its record stays). Default false. */
+  dropFailedHeaders?: boolean;
 }
 /** What subscribers receive: every job-state and status broadcast of the worker. */
 export type WorkerBroadcast =

@@ -160,6 +160,10 @@ pub struct EngineConfig {
     /// Only the worker script's configuration sets it (the worker pins a page's to the
     /// script's); empty means the script's budgets' `matchPrefixes`.
     pub allow: Vec<String>,
+    /// Clear a job's request headers (an `Authorization` among them) when it fails for
+    /// good; its record, error and body stay until dismissed. A retry of it then goes
+    /// without them. Done and cancelled jobs never keep theirs (see `Engine::finish`).
+    pub drop_failed_headers: bool,
 }
 
 impl Default for EngineConfig {
@@ -171,6 +175,7 @@ impl Default for EngineConfig {
             retention_ms: 3_600_000,
             max_body_bytes: 1 << 20,
             allow: vec![],
+            drop_failed_headers: false,
         }
     }
 }
@@ -221,6 +226,7 @@ crate::json_struct!(EngineConfig [default] {
     retention_ms: "retentionMs",
     max_body_bytes: "maxBodyBytes",
     allow: "allow",
+    drop_failed_headers: "dropFailedHeaders",
 });
 
 /// A configuration that cannot work, with what to change.

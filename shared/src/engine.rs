@@ -1570,6 +1570,17 @@ impl Engine {
         if error.is_some() {
             job.last_error = error;
         }
+        // What it sent (an `Authorization` header, the body) is never sent again once it is
+        // done or cancelled, so it does not stay in storage for the retention time; a failed
+        // job keeps it for a retry unless the configuration says otherwise.
+        match state {
+            JobState::Done | JobState::Cancelled => {
+                job.headers = Vec::new();
+                job.body = None;
+            }
+            JobState::Failed if self.config.drop_failed_headers => job.headers = Vec::new(),
+            _ => {}
+        }
         if matches!(state, JobState::Done | JobState::Failed) {
             self.finished_jobs += 1;
             self.finished_attempts += job.attempts as u64;

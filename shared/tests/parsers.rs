@@ -15,9 +15,30 @@ use sluice_shared::protocol::{decode_request, Envelope};
 /// almost-right input far more often than uniformly random bytes would reach it.
 fn near_json() -> impl Strategy<Value = String> {
     const PIECES: [&str; 24] = [
-        "{", "}", "[", "]", ",", ":", "\"", "\\", "\\u00e9", "\\ud800", "null", "true", "false",
-        "0", "-1", "1e999", "12.5", "\"type\"", "\"enqueue\"", "\"job\"", "\"url\"",
-        "\"https://api.example/x\"", "\"requestId\"", " ",
+        "{",
+        "}",
+        "[",
+        "]",
+        ",",
+        ":",
+        "\"",
+        "\\",
+        "\\u00e9",
+        "\\ud800",
+        "null",
+        "true",
+        "false",
+        "0",
+        "-1",
+        "1e999",
+        "12.5",
+        "\"type\"",
+        "\"enqueue\"",
+        "\"job\"",
+        "\"url\"",
+        "\"https://api.example/x\"",
+        "\"requestId\"",
+        " ",
     ];
     prop::collection::vec(
         prop_oneof![
@@ -39,13 +60,25 @@ fn request_like() -> impl Strategy<Value = String> {
         Just("{}".to_owned()),
         Just(r#"{"url":"https://api.example/x","method":"POST","body":"{}"}"#.to_owned()),
     ];
-    let kind = prop::sample::select(&[
-        "enqueue", "enqueueMany", "cancel", "retry", "dismiss", "configure", "snapshot", "jobs",
-        "keepAlive", "launch",
-    ][..]);
-    let field = prop::sample::select(&[
-        "job", "jobs", "groupId", "target", "id", "config", "ids", "extra",
-    ][..]);
+    let kind = prop::sample::select(
+        &[
+            "enqueue",
+            "enqueueMany",
+            "cancel",
+            "retry",
+            "dismiss",
+            "configure",
+            "snapshot",
+            "jobs",
+            "keepAlive",
+            "launch",
+        ][..],
+    );
+    let field = prop::sample::select(
+        &[
+            "job", "jobs", "groupId", "target", "id", "config", "ids", "extra",
+        ][..],
+    );
     (kind, prop::collection::vec((field, value), 0..4)).prop_map(|(kind, fields)| {
         let mut text = format!(r#"{{"requestId":"r1","type":"{kind}""#);
         for (name, value) in fields {

@@ -1499,3 +1499,34 @@ fn request_options_reach_the_request_and_are_checked_at_enqueue() {
         assert!(err.contains(says), "{err}");
     }
 }
+
+/// What a job sent (an `Authorization` header, its body) does not stay in storage once it
+/// can never be sent again: a done job keeps its outcome only, and with `dropFailedHeaders`
+/// a job that failed for good keeps its record, error and body but not its headers.
+#[test]
+fn a_finished_jobs_credentials_do_not_stay_at_rest() {
+    let with_token = |n| JobSpec {
+        headers: vec![("Authorization".into(), "Bearer s3cret".into())],
+        ..post(n)
+    };
+    let config = EngineConfig {
+        budgets: vec![burst(budget(10, 1_000, 4))],
+        drop_failed_headers: true,
+        ..EngineConfig::default()
+    };
+    let mut e = Engine::new(config, Rng::seeded(3)).unwrap();
+    let done = e.enqueue(with_token(1), 0).unwrap().id;
+    let refused = e.enqueue(with_token(2), 0).unwrap().id;
+    for t in drain(&mut e, 0) {
+        let status = if t.job_id == done { 201 } else { 400 };
+        e.on_response(&t.job_id, with_headers(status, &[]), 30);
+    }
+    let done = e.job(&done).expect("kept for its retention time");
+    assert_eq!(done.state, JobState::Done);
+    assert!(done.headers.is_empty() && done.body.is_none(), "{done:?}");
+    assert!(done.outcome.is_some());
+    let refused = e.job(&refused).expect("kept until dismissed");
+    assert_eq!(refused.state, JobState::Failed);
+    assert!(refused.headers.is_empty(), "{refused:?}");
+    assert!(refused.body.is_some() && refused.last_error.is_some());
+}
