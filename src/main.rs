@@ -46,13 +46,34 @@ struct BenchArgs {
     /// The Chromium to run (default: SLUICE_CHROMIUM, else chromium on PATH).
     #[arg(long)]
     chromium: Option<PathBuf>,
+    /// Also measure Bottleneck and p-queue beside Sluice on the cross-origin bulk run (install
+    /// them first: `npm ci --prefix bench/peers`).
+    #[arg(long)]
+    peers: bool,
+    /// Runs of each client with --peers (default 3 with --quick, 5 otherwise).
+    #[arg(long, requires = "peers", value_parser = clap::value_parser!(u16).range(1..))]
+    peer_runs: Option<u16>,
+    /// Creates per run with --peers (default 2000).
+    #[arg(long, requires = "peers", value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    peer_jobs: Option<u32>,
+    /// Where the peers are installed (the directory with their package.json and
+    /// node_modules; default bench/peers).
+    #[arg(long, requires = "peers")]
+    peers_dir: Option<PathBuf>,
 }
 
 async fn bench(args: BenchArgs) -> Result<(), MainError> {
+    use sluice::bench::peers::PeerOptions;
     use sluice::bench::{run, table, BenchOptions};
     let options = BenchOptions {
         quick: args.quick,
         chromium: args.chromium,
+        peers: args.peers,
+        peer_options: PeerOptions {
+            runs: args.peer_runs.map(usize::from),
+            jobs: args.peer_jobs.map(|n| n as usize),
+            dir: args.peers_dir,
+        },
     };
     let report = run(&options, &|line| eprintln!("sluice bench: {line}"))
         .await
@@ -342,7 +363,7 @@ enum MainError {
     #[error("simulation: {0}")]
     Simulate(String),
     #[error("bench: {0}")]
-    Bench(sluice::browser::Error),
+    Bench(sluice::bench::BenchError),
     #[error("cannot write {path}: {source}")]
     Write {
         path: PathBuf,
