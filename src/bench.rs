@@ -18,7 +18,6 @@
 //! - **enqueueMany of 10,000**: until the call resolved (all saved).
 //! - **cold start**: a stopped worker holding those jobs, from the event that wakes it to its
 //!   first request's arrival.
-//!
 //! - **peers** (`--peers`, [`peers`]): the cross-origin bulk run again, several times, for
 //!   Sluice and for other rate limiters driven from a page, side by side.
 //!

@@ -88,9 +88,13 @@ impl Client {
     pub fn settings(self) -> &'static str {
         match self {
             Client::Sluice => "budget 100 per 1000 ms, concurrency 4 (the worker)",
-            Client::Bottleneck => "minTime 10 ms, maxConcurrent 4; 429 retried by its 'failed' event",
+            Client::Bottleneck => {
+                "minTime 10 ms, maxConcurrent 4; a 429 retried after Retry-After by its \
+                 'failed' event"
+            }
             Client::PQueue => {
-                "intervalCap 100, interval 1000, concurrency 4, strict; 429 re-added after Retry-After"
+                "intervalCap 100, interval 1000, concurrency 4, strict; a 429 added again after \
+                 Retry-After"
             }
         }
     }
