@@ -18,6 +18,8 @@
 //! - **enqueueMany of 10,000**: until the call resolved (all saved).
 //! - **cold start**: a stopped worker holding those jobs, from the event that wakes it to its
 //!   first request's arrival.
+//! - **peers** (`--peers`, [`peers`]): the cross-origin bulk run again, several times, for
+//!   Sluice and for other rate limiters driven from a page, side by side.
 //!
 //! Every figure comes with how busy the rest of the machine was meanwhile: on a shared
 //! two-core machine, a compiler running beside the browser shows up as a slow worker.
@@ -32,13 +34,34 @@ use crate::api::{ApiConfig, Arrival};
 use crate::browser::load::{CpuSample, CpuUse};
 use crate::browser::{self, Error, Rig, RigOptions, Tab};
 
+pub mod peers;
+
 /// What to run.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Default)]
 pub struct BenchOptions {
-    /// A smaller, faster run for smoke tests: the same measurements on fewer jobs.
+    /// A smaller, faster run for smoke tests: the same measurements on fewer jobs (and fewer
+    /// runs of each peer).
     pub quick: bool,
     /// Chromium to run; found on `PATH` (or `SLUICE_CHROMIUM`) if `None`.
     pub chromium: Option<PathBuf>,
+    /// Also measure other rate limiters beside Sluice ([`peers`]).
+    pub peers: bool,
+    /// What the peer comparison runs: sizes and where the peers are installed.
+    pub peer_options: peers::PeerOptions,
+}
+
+/// Why the bench could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum BenchError {
+    #[error(transparent)]
+    Browser(#[from] Error),
+    #[error(
+        "the peers to measure beside Sluice are not installed ({missing}): run \
+         `npm ci --prefix bench/peers`"
+    )]
+    PeersNotInstalled { missing: String },
+    #[error("{0}")]
+    Io(String),
 }
 
 /// How big each measurement is.
@@ -93,6 +116,8 @@ pub struct BulkResult {
     pub cross_origin: bool,
     /// CORS preflights the API answered during the run.
     pub preflights: u64,
+    /// Requests that arrived at the API, 429s included (not preflights).
+    pub requests: usize,
     /// First arrival to last response, in seconds.
     pub finish_s: f64,
     /// `(jobs - 1) / limit + latency`: every start exactly one token apart.
@@ -216,12 +241,21 @@ pub struct Report {
     pub interactive: InteractiveResult,
     pub cold_start: ColdStartResult,
     pub targets: Vec<TargetCheck>,
+    /// With `--peers`: Sluice and other rate limiters on the same workload.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub peers: Option<peers::PeersReport>,
     pub seconds: f64,
 }
 
 /// Runs every measurement; `progress` hears what is going on.
-pub async fn run(options: &BenchOptions, progress: &dyn Fn(&str)) -> Result<Report, Error> {
+pub async fn run(options: &BenchOptions, progress: &dyn Fn(&str)) -> Result<Report, BenchError> {
     let started = Instant::now();
+    // Before minutes of measuring, not after: the peers must be installed.
+    let peer_files = if options.peers {
+        Some(peers::PeerFiles::find(&options.peer_options)?)
+    } else {
+        None
+    };
     let sizes = Sizes::for_options(options);
     let mut bulk = Vec::new();
     for (jobs, latency_ms, cross_origin) in [
@@ -255,6 +289,10 @@ pub async fn run(options: &BenchOptions, progress: &dyn Fn(&str)) -> Result<Repo
     ));
     let cold_start = run_cold_start(options, sizes.many_jobs).await?;
     let targets = check_targets(&bulk, &enqueue, &interactive, &cold_start);
+    let peers = match &peer_files {
+        Some(files) => Some(peers::run_with(options, files, progress).await?),
+        None => None,
+    };
     Ok(Report {
         quick: options.quick,
         sizes,
@@ -267,6 +305,7 @@ pub async fn run(options: &BenchOptions, progress: &dyn Fn(&str)) -> Result<Repo
         interactive,
         cold_start,
         targets,
+        peers,
         seconds: started.elapsed().as_secs_f64(),
     })
 }
@@ -288,6 +327,15 @@ const ANSWER_JITTER_MS: u64 = 10;
 
 async fn rig(options: &BenchOptions, latency_ms: u64) -> Result<Rig, Error> {
     rig_at(options, api(latency_ms), false).await
+}
+
+/// The API of the cross-origin bulk run: latency and jitter both ways, where users are.
+fn cross_origin_api(latency_ms: u64) -> ApiConfig {
+    ApiConfig {
+        jitter_ms: ANSWER_JITTER_MS,
+        arrival_jitter_ms: ARRIVAL_JITTER_MS,
+        ..api(latency_ms)
+    }
 }
 
 async fn rig_at(options: &BenchOptions, api: ApiConfig, cross_origin: bool) -> Result<Rig, Error> {
@@ -336,11 +384,11 @@ async fn run_bulk(
     latency_ms: u64,
     cross_origin: bool,
 ) -> Result<BulkResult, Error> {
-    let mut config = api(latency_ms);
-    if cross_origin {
-        config.jitter_ms = ANSWER_JITTER_MS;
-        config.arrival_jitter_ms = ARRIVAL_JITTER_MS;
-    }
+    let config = if cross_origin {
+        cross_origin_api(latency_ms)
+    } else {
+        api(latency_ms)
+    };
     let rig = rig_at(options, config, cross_origin).await?;
     let tab = rig.open_driver("").await?;
     configure_for(&tab, &format!("'{}'", rig.api_origin)).await?;
@@ -359,12 +407,8 @@ async fn run_bulk(
         )
         .await?;
     let cpu = cpu_use(cpu, &rig);
-    let arrivals = rig.api.arrivals();
     let stats = rig.api.stats();
-    let (Some(first), Some(last)) = (arrivals.first(), arrivals.last()) else {
-        return Err(Error::Server("no request arrived".into()));
-    };
-    let finish_s = (last.at_ms + latency_ms as f64 - first.at_ms) / 1000.0;
+    let finish_s = finish_time_s(&rig.api.arrivals(), latency_ms)?;
     let latency_s = latency_ms as f64 / 1000.0;
     let ideal_s = (jobs as f64 - 1.0) / f64::from(LIMIT) + latency_s;
     let bound_s = ideal_s.max(jobs as f64 * latency_s / f64::from(CONCURRENCY));
@@ -373,6 +417,7 @@ async fn run_bulk(
         latency_ms,
         cross_origin,
         preflights: rig.api.preflights(),
+        requests: stats.total,
         finish_s,
         ideal_s,
         bound_s,
@@ -384,6 +429,14 @@ async fn run_bulk(
         page_s: page_ms / 1000.0,
         cpu,
     })
+}
+
+/// From the first arrival to the last one's response (its latency after it), in seconds.
+fn finish_time_s(arrivals: &[Arrival], latency_ms: u64) -> Result<f64, Error> {
+    let (Some(first), Some(last)) = (arrivals.first(), arrivals.last()) else {
+        return Err(Error::Server("no request arrived".into()));
+    };
+    Ok((last.at_ms + latency_ms as f64 - first.at_ms) / 1000.0)
 }
 
 async fn run_acks(options: &BenchOptions, n: usize) -> Result<AckResult, Error> {
@@ -861,6 +914,10 @@ pub fn table(r: &Report) -> String {
             t.target
         ));
     }
+    if let Some(p) = &r.peers {
+        s.push('\n');
+        s.push_str(&peers::table(p));
+    }
     s
 }
 
@@ -883,12 +940,9 @@ mod tests {
     fn quick_runs_are_smaller() {
         let quick = Sizes::for_options(&BenchOptions {
             quick: true,
-            chromium: None,
+            ..BenchOptions::default()
         });
-        let full = Sizes::for_options(&BenchOptions {
-            quick: false,
-            chromium: None,
-        });
+        let full = Sizes::for_options(&BenchOptions::default());
         assert!(quick.bulk_jobs < full.bulk_jobs);
         assert_eq!(full.bulk_jobs, 2_000);
         assert_eq!(full.many_jobs, 10_000);

@@ -70,6 +70,7 @@ fn build(args: BuildArgs) -> Result<(), MainError> {
 }
 
 #[derive(Args, Clone)]
+#[command(group(clap::ArgGroup::new("peer_mode").args(["peers", "peers_only"])))]
 struct BenchArgs {
     /// A smaller run (fewer jobs) that takes well under a minute.
     #[arg(long)]
@@ -84,9 +85,27 @@ struct BenchArgs {
     /// own) and one in memory, 20 callers; JSON to target/bench-proxy.json unless --out.
     #[arg(long)]
     proxy: bool,
+    /// Also measure Bottleneck and p-queue beside Sluice on the cross-origin bulk run (install
+    /// them first: `npm ci --prefix bench/peers`).
+    #[arg(long)]
+    peers: bool,
+    /// Only the comparison of --peers, without the other measurements (its JSON has `peers`).
+    #[arg(long)]
+    peers_only: bool,
+    /// Runs of each client with --peers (default 3 with --quick, 5 otherwise).
+    #[arg(long, requires = "peer_mode", value_parser = clap::value_parser!(u16).range(1..))]
+    peer_runs: Option<u16>,
+    /// Creates per run with --peers (default 2000).
+    #[arg(long, requires = "peer_mode", value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    peer_jobs: Option<u32>,
+    /// Where the peers are installed (the directory with their package.json and
+    /// node_modules; default bench/peers).
+    #[arg(long, requires = "peer_mode")]
+    peers_dir: Option<PathBuf>,
 }
 
 async fn bench(args: BenchArgs) -> Result<(), MainError> {
+    use sluice::bench::peers::{self, PeerOptions};
     use sluice::bench::{run, table, BenchOptions};
     if args.proxy {
         return bench_proxy(args).await;
@@ -94,12 +113,34 @@ async fn bench(args: BenchArgs) -> Result<(), MainError> {
     let options = BenchOptions {
         quick: args.quick,
         chromium: args.chromium,
+        peers: args.peers || args.peers_only,
+        peer_options: PeerOptions {
+            runs: args.peer_runs.map(usize::from),
+            jobs: args.peer_jobs.map(|n| n as usize),
+            dir: args.peers_dir,
+        },
     };
-    let report = run(&options, &|line| eprintln!("sluice bench: {line}"))
-        .await
-        .map_err(MainError::Bench)?;
-    let json =
-        serde_json::to_string_pretty(&report).map_err(|e| MainError::Simulate(e.to_string()))?;
+    let progress = |line: &str| eprintln!("sluice bench: {line}");
+    let (json, text) = if args.peers_only {
+        let report = peers::run(&options, &progress)
+            .await
+            .map_err(MainError::Bench)?;
+        // The shape of the whole report's JSON, with only its `peers`.
+        #[derive(serde::Serialize)]
+        struct PeersOnly<'a> {
+            quick: bool,
+            peers: &'a peers::PeersReport,
+        }
+        let json = PeersOnly {
+            quick: options.quick,
+            peers: &report,
+        };
+        (serde_json::to_string_pretty(&json), peers::table(&report))
+    } else {
+        let report = run(&options, &progress).await.map_err(MainError::Bench)?;
+        (serde_json::to_string_pretty(&report), table(&report))
+    };
+    let json = json.map_err(|e| MainError::Simulate(e.to_string()))?;
     if let Some(dir) = args.out.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).map_err(|source| MainError::Write {
             path: dir.to_path_buf(),
@@ -110,7 +151,7 @@ async fn bench(args: BenchArgs) -> Result<(), MainError> {
         path: args.out.clone(),
         source,
     })?;
-    print!("{}", table(&report));
+    print!("{text}");
     println!("\nJSON: {}", args.out.display());
     Ok(())
 }
@@ -407,7 +448,7 @@ enum MainError {
     #[error("build: {0}")]
     Package(String),
     #[error("bench: {0}")]
-    Bench(sluice::browser::Error),
+    Bench(sluice::bench::BenchError),
     #[error("{0}")]
     Proxy(#[from] sluice::proxy::ProxyConfigError),
     #[error("cannot write {path}: {source}")]

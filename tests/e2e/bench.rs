@@ -1,26 +1,35 @@
-//! `sluice bench --quick` end to end, so that the bench cannot rot unnoticed. Its figures are
-//! not judged here (a shared test machine is no place for that): only that every measurement
-//! ran and produced sane numbers.
+//! `sluice bench --quick` and `sluice bench --peers` end to end, so that the bench cannot rot
+//! unnoticed. Their figures are not judged here (a shared test machine is no place for that):
+//! only that every measurement ran and produced sane numbers, and the safety facts.
 
+use sluice::bench::peers::{self, Client, PeerFiles, PeerOptions};
 use sluice::bench::{run, table, BenchOptions};
 
-use crate::support::{report, Turn};
+use crate::support::{ci, report, Turn};
+
+/// Whether a browser and the wasm bundles are here; skips (or fails under CI) without them.
+fn can_run(test: &str) -> bool {
+    if sluice::browser::find_chromium().is_some() && sluice::browser::wasm_built() {
+        return true;
+    }
+    // The e2e harness skips (or fails under CI) for these; the other tests say so.
+    if ci() {
+        panic!("no Chromium or no wasm bundles (CI is set)");
+    }
+    report(&format!("SKIPPED {test}: no Chromium or no wasm"));
+    false
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bench_quick_runs_every_measurement() {
-    if sluice::browser::find_chromium().is_none() || !sluice::browser::wasm_built() {
-        // The e2e harness skips (or fails under CI) for these; the other tests say so.
-        if std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "0" && v != "false") {
-            panic!("no Chromium or no wasm bundles (CI is set)");
-        }
-        report("SKIPPED bench_quick_runs_every_measurement: no Chromium or no wasm");
+    if !can_run("bench_quick_runs_every_measurement") {
         return;
     }
     // Alone: it runs several browsers one after another and measures time.
     let _turn = Turn::take(true).await;
     let options = BenchOptions {
         quick: true,
-        chromium: None,
+        ..BenchOptions::default()
     };
     let result = tokio::time::timeout(
         std::time::Duration::from_secs(120),
@@ -56,4 +65,81 @@ async fn bench_quick_runs_every_measurement() {
             "{key} missing from the JSON report"
         );
     }
+}
+
+/// One short run of each client of `sluice bench --peers` (300 creates instead of 2,000, so
+/// that CI stays fast): each ran through the page or the worker, the server counted its
+/// requests and preflights, and its finish time is a time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bench_peers_runs_each_client_once() {
+    if !can_run("bench_peers_runs_each_client_once") {
+        return;
+    }
+    let options = BenchOptions {
+        quick: true,
+        peers: true,
+        peer_options: PeerOptions {
+            runs: Some(1),
+            jobs: Some(300),
+            dir: None,
+        },
+        ..BenchOptions::default()
+    };
+    let files = match PeerFiles::find(&options.peer_options) {
+        Ok(files) => files,
+        Err(e) if ci() => panic!("{e} (.ci/run installs them)"),
+        Err(e) => {
+            report(&format!("SKIPPED bench_peers_runs_each_client_once: {e}"));
+            return;
+        }
+    };
+    // Alone: it runs browsers one after another and measures time.
+    let _turn = Turn::take(true).await;
+    let result = tokio::time::timeout(
+        std::time::Duration::from_secs(120),
+        peers::run_with(&options, &files, &|line| report(&format!("bench: {line}"))),
+    )
+    .await
+    .expect("one run of each peer took over 2 minutes");
+    let r = result.unwrap_or_else(|e| panic!("bench --peers failed: {e}"));
+    report(&peers::table(&r));
+    let clients: Vec<Client> = r.clients.iter().map(|c| c.client).collect();
+    assert_eq!(clients, Client::ALL);
+    for c in &r.clients {
+        assert_eq!(c.runs.len(), 1, "{}", c.label);
+        for run in &c.runs {
+            let label = &c.label;
+            assert!(
+                run.requests >= r.jobs,
+                "{label}: {} requests for {} creates",
+                run.requests,
+                r.jobs
+            );
+            assert!(
+                run.finish_s.is_finite() && run.finish_s > 0.0,
+                "{label}: {run:?}"
+            );
+            assert!(
+                run.page_s.is_finite() && run.page_s > 0.0,
+                "{label}: {run:?}"
+            );
+            // A JSON POST to another origin: a fresh browser asks first.
+            assert!(
+                run.preflights >= 1,
+                "{label}: no preflight counted: {run:?}"
+            );
+            assert!(c.share_of_limit.median.is_finite(), "{label}: {c:?}");
+        }
+    }
+    // Sluice's promise, told the limit: none over it.
+    for run in &r.clients[0].runs {
+        assert_eq!(run.rate_limited, 0, "sluice: {run:?}");
+        assert!(run.max_in_window <= 100, "sluice: {run:?}");
+    }
+    let json = serde_json::to_value(&r).expect("JSON");
+    assert_eq!(
+        json["clients"].as_array().map(Vec::len),
+        Some(3),
+        "the clients in the JSON report: {json}"
+    );
 }

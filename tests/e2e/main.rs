@@ -8,9 +8,10 @@
 //! (idempotency of a create whose answer is lost, coalescing, per-key order, lanes and aging),
 //! `resilience` (reload, three tabs, a worker killed five times, offline with and without
 //! Background Sync, every tab closed, a new worker version), `input` (bad input, intercepted
-//! `fetch`), `bench` (`sluice bench --quick` end to end). Issue 5's demo page, as a visitor
-//! meets it (screenshots, the live region, keyboard use, axe-core), in `demo`. The example app
-//! an app developer would make (`examples/vite-app`, the installed package), in `package`.
+//! `fetch`), `bench` (`sluice bench --quick` and `--peers` end to end). Issue 5's demo page, as
+//! a visitor meets it (screenshots, the live region, keyboard use, axe-core), in `demo`. The
+//! example app an app developer would make (`examples/vite-app`, the installed package), in
+//! `package`.
 //!
 //! Run: `cargo test --test e2e` (timings and measured figures are printed). Without Chromium
 //! they skip, unless `CI` is set. Tests that measure time run alone (`Options::exclusive`).
