@@ -15,10 +15,11 @@
 //!   `100, 100;w=60`, or paired with the old-form `RateLimit-Policy: 100;w=60`.
 //! - `RateLimit-Policy` alone.
 //! - `X-RateLimit-Limit / -Remaining / -Reset / -Used / -Resource` (GitHub and most others).
+//! - `X-Rate-Limit-Limit / -Remaining / -Reset` (Twitter/X and its imitators).
 //! - `X-Shopify-Shop-Api-Call-Limit: 32/40`.
 //!
-//! And for how long to back off: `Retry-After`, else (once the response is a rate limit) the
-//! reset of the quotas above.
+//! And for how long to back off: `Retry-After`, then (once the response is a rate limit)
+//! `X-RateLimit-Retry-After`, then the reset of the quotas above.
 //!
 //! Everything here reads text from the network, so nothing may panic: numbers are parsed by hand
 //! (no floats, no signs), arithmetic saturates, and every duration is capped before it leaves.
@@ -75,6 +76,7 @@ pub struct ServerSignal {
     /// with no requests remaining.
     pub rate_limited: bool,
     /// How long to wait, from `Retry-After` (either form, skew-corrected), from the response.
+    /// When rate limited without one: from `X-RateLimit-Retry-After`, else the quota's reset.
     pub retry_after_ms: Option<DurationMs>,
     /// The current quota, from the first adapter that understood the headers.
     pub quota: Option<Quota>,
@@ -98,6 +100,7 @@ pub fn read_signal(status: u16, headers: &[(String, String)], now: Millis) -> Se
         ietf_draft_counters(&h, &policies, base),
         ietf_policies_alone(&policies),
         x_ratelimit(&h, base),
+        x_rate_limit(&h, base),
         shopify(&h),
     ];
     let mut matched = quotas.iter().flatten();
@@ -122,12 +125,14 @@ pub fn read_signal(status: u16, headers: &[(String, String)], now: Millis) -> Se
         }
         // Told to stop but not for how long: the quota's reset is the server's own answer.
         // The exhausted quota's reset is the one that matters, if several were reported.
-        quotas
-            .iter()
-            .flatten()
-            .find(|q| q.remaining == Some(0) && q.reset_after_ms.is_some())
-            .or_else(|| quotas.iter().flatten().find(|q| q.reset_after_ms.is_some()))
-            .and_then(|q| q.reset_after_ms)
+        x_ratelimit_retry_after(&h, base).or_else(|| {
+            quotas
+                .iter()
+                .flatten()
+                .find(|q| q.remaining == Some(0) && q.reset_after_ms.is_some())
+                .or_else(|| quotas.iter().flatten().find(|q| q.reset_after_ms.is_some()))
+                .and_then(|q| q.reset_after_ms)
+        })
     });
 
     ServerSignal {
@@ -166,6 +171,23 @@ fn retry_after(h: &Headers, server_date: Option<Millis>, now: Millis) -> Option<
             at.saturating_sub(server_date.unwrap_or(now))
                 .min(MAX_WAIT_MS),
         )
+    })
+}
+
+/// `X-RateLimit-Retry-After`: the back-off, spelled like the quota headers beside it. Seen as
+/// delta seconds, epoch seconds and epoch milliseconds (`parse_reset` tells them apart), and as
+/// an HTTP-date.
+///
+/// Why: some servers send it instead of `Retry-After` on their 429s; it beats a reset inferred
+/// from the quota because it is the server's own instruction. Read only for a response that is
+/// already a rate limit, unlike `Retry-After`: the name is a vendor's, not a standard's, so it
+/// does not turn a 403 or a 503 into one, and `Retry-After` still wins where both are sent.
+fn x_ratelimit_retry_after(h: &Headers, base: Millis) -> Option<DurationMs> {
+    h.first_parsed("x-ratelimit-retry-after", |v| {
+        parse_reset(v, base).or_else(|| {
+            let at = parse_http_date_ms(v)?;
+            Some(at.saturating_sub(base).min(MAX_WAIT_MS))
+        })
     })
 }
 
@@ -291,6 +313,15 @@ fn ietf_policies_alone(policies: &[Policy]) -> Option<Quota> {
 /// numbers are for the bucket this request used, which is what matters here.
 fn x_ratelimit(h: &Headers, base: Millis) -> Option<Quota> {
     counters(h, "x-ratelimit-", base)
+}
+
+/// `X-Rate-Limit-Limit / -Remaining / -Reset`, with a second hyphen.
+///
+/// Why: Twitter/X spells the convention this way (its reset an epoch, told apart from a delta by
+/// `parse_reset` as for X-RateLimit), and a 429 carrying only `X-Rate-Limit-Reset` still says
+/// when to come back.
+fn x_rate_limit(h: &Headers, base: Millis) -> Option<Quota> {
+    counters(h, "x-rate-limit-", base)
 }
 
 /// `X-Shopify-Shop-Api-Call-Limit: 32/40`: 32 of a 40-call leaky bucket used.
@@ -1226,6 +1257,44 @@ mod tests {
     }
 
     #[test]
+    fn older_ietf_triple_reset_is_the_back_off_of_a_bare_429() {
+        // Draft 0-6 style, as still sent by many gateways (e.g. express-rate-limit's
+        // `standardHeaders: 'draft-6'`): delta-second reset, no Retry-After.
+        let s = read(
+            429,
+            &[
+                ("RateLimit-Limit", "100"),
+                ("RateLimit-Remaining", "0"),
+                ("RateLimit-Reset", "50"),
+            ],
+            SERVER_NOW,
+        );
+        assert!(s.rate_limited);
+        assert_eq!(s.retry_after_ms, Some(50 * SECOND));
+        assert_eq!(
+            s.quota,
+            Some(Quota {
+                limit: Some(100),
+                remaining: Some(0),
+                reset_after_ms: Some(50 * SECOND),
+                window_ms: None,
+                windows: vec![],
+            })
+        );
+        // Retry-After still wins when present.
+        let s = read(
+            429,
+            &[
+                ("RateLimit-Remaining", "0"),
+                ("RateLimit-Reset", "50"),
+                ("Retry-After", "20"),
+            ],
+            0,
+        );
+        assert_eq!(s.retry_after_ms, Some(20 * SECOND));
+    }
+
+    #[test]
     fn older_ietf_limit_list_policies_all_become_windows() {
         let q = quota(
             200,
@@ -1239,6 +1308,106 @@ mod tests {
         assert_eq!(q.limit, Some(10));
         assert_eq!(q.window_ms, Some(SECOND));
         assert_eq!(q.windows, vec![win(10, 1), win(1000, 3600)]);
+    }
+
+    #[test]
+    fn x_ratelimit_retry_after_backs_off_a_429_without_retry_after() {
+        // It beats the quota's reset: it is the server's instruction, the reset an inference.
+        let s = read(
+            429,
+            &[
+                ("X-RateLimit-Limit", "60"),
+                ("X-RateLimit-Remaining", "0"),
+                ("X-RateLimit-Reset", "60"),
+                ("X-RateLimit-Retry-After", "30"),
+            ],
+            0,
+        );
+        assert!(s.rate_limited);
+        assert_eq!(s.retry_after_ms, Some(30 * SECOND));
+        // Retry-After beats it.
+        let s = read(
+            429,
+            &[("X-RateLimit-Retry-After", "30"), ("Retry-After", "5")],
+            0,
+        );
+        assert_eq!(s.retry_after_ms, Some(5 * SECOND));
+    }
+
+    #[test]
+    fn x_ratelimit_retry_after_epochs_and_dates_are_measured_from_the_server_date() {
+        let date = http_date(SERVER_NOW);
+        let client = SERVER_NOW + 3 * MINUTE;
+        let epoch_s = (SERVER_NOW / SECOND + 45).to_string();
+        let epoch_ms = (SERVER_NOW + 45 * SECOND).to_string();
+        let at = http_date(SERVER_NOW + 45 * SECOND);
+        for v in [epoch_s.as_str(), epoch_ms.as_str(), at.as_str(), "45"] {
+            let s = read(
+                429,
+                &[("x-ratelimit-retry-after", v), ("Date", &date)],
+                client,
+            );
+            assert_eq!(s.retry_after_ms, Some(45 * SECOND), "{v}");
+        }
+        let s = read(429, &[("X-RateLimit-Retry-After", "99999999")], 0);
+        assert_eq!(s.retry_after_ms, Some(MAX_WAIT_MS));
+    }
+
+    #[test]
+    fn x_ratelimit_retry_after_alone_does_not_make_a_rate_limit() {
+        for status in [200, 403, 503] {
+            let s = read(status, &[("X-RateLimit-Retry-After", "30")], 0);
+            assert!(!s.rate_limited, "{status}");
+            assert_eq!(s.retry_after_ms, None, "{status}");
+        }
+        let s = read(429, &[("X-RateLimit-Retry-After", "soon")], 0);
+        assert!(s.rate_limited);
+        assert_eq!(s.retry_after_ms, None);
+    }
+
+    #[test]
+    fn x_rate_limit_family_like_twitter() {
+        // Twitter/X v1.1 and v2: epoch-second reset, client clock fast by three minutes.
+        let date = http_date(SERVER_NOW);
+        let reset = (SERVER_NOW / SECOND + 900).to_string();
+        let s = read(
+            429,
+            &[
+                ("x-rate-limit-limit", "900"),
+                ("x-rate-limit-remaining", "0"),
+                ("x-rate-limit-reset", &reset),
+                ("date", &date),
+            ],
+            SERVER_NOW + 3 * MINUTE,
+        );
+        assert!(s.rate_limited);
+        assert_eq!(s.retry_after_ms, Some(900 * SECOND));
+        assert_eq!(
+            s.quota,
+            Some(Quota {
+                limit: Some(900),
+                remaining: Some(0),
+                reset_after_ms: Some(900 * SECOND),
+                window_ms: None,
+                windows: vec![],
+            })
+        );
+        // Only the reset, as a delta: still the back-off of a 429, and Retry-After still wins.
+        let s = read(429, &[("X-Rate-Limit-Reset", "42")], 0);
+        assert_eq!(s.retry_after_ms, Some(42 * SECOND));
+        let s = read(
+            429,
+            &[("X-Rate-Limit-Reset", "42"), ("Retry-After", "7")],
+            0,
+        );
+        assert_eq!(s.retry_after_ms, Some(7 * SECOND));
+        // X-RateLimit, the commoner spelling, is preferred when both are sent.
+        let q = quota(
+            200,
+            &[("X-Rate-Limit-Limit", "900"), ("X-RateLimit-Limit", "60")],
+            0,
+        );
+        assert_eq!(q.limit, Some(60));
     }
 
     // --- GitHub -------------------------------------------------------------------------
@@ -1790,6 +1959,9 @@ mod tests {
                 ("X-Shopify-Shop-Api-Call-Limit", "32/"),
                 ("Retry-After", "-60"),
                 ("Date", "not a date"),
+                ("X-RateLimit-Retry-After", "-30"),
+                ("X-Rate-Limit-Limit", "0x10"),
+                ("X-Rate-Limit-Reset", "soon"),
             ],
             SERVER_NOW,
         );
@@ -1851,6 +2023,10 @@ mod tests {
         "x-ratelimit-used",
         "x-ratelimit-resource",
         "X-Shopify-Shop-Api-Call-Limit",
+        "X-RateLimit-Retry-After",
+        "X-Rate-Limit-Limit",
+        "x-rate-limit-remaining",
+        "X-Rate-Limit-Reset",
     ];
 
     fn name() -> impl Strategy<Value = String> {
@@ -2009,6 +2185,46 @@ mod tests {
                 limit: u32::try_from(q).unwrap_or(u32::MAX),
                 length_ms: w * SECOND,
             }]);
+        }
+
+        #[test]
+        fn x_ratelimit_retry_after_of_any_text_never_beats_retry_after(
+            v in prop_oneof![any::<String>(), "[0-9]{0,25}(\\.[0-9]{0,4})?"],
+            secs in 0u64..200_000,
+            now in any::<u64>(),
+        ) {
+            let s = read_signal(429, &hs(&[("X-RateLimit-Retry-After", &v)]), now);
+            prop_assert!(s.retry_after_ms.is_none_or(|ms| ms <= MAX_WAIT_MS));
+            let retry = secs.to_string();
+            let s = read_signal(
+                429,
+                &hs(&[("X-RateLimit-Retry-After", &v), ("Retry-After", &retry)]),
+                now,
+            );
+            prop_assert_eq!(s.retry_after_ms, Some((secs * SECOND).min(MAX_WAIT_MS)));
+        }
+
+        #[test]
+        fn x_rate_limit_of_any_text_never_panics_and_reads_any_counts(
+            reset in prop_oneof![any::<String>(), "[0-9]{0,25}(\\.[0-9]{0,4})?"],
+            limit in any::<u64>(),
+            remaining in any::<u64>(),
+            now in any::<u64>(),
+        ) {
+            let (l, r) = (limit.to_string(), remaining.to_string());
+            let s = read_signal(
+                429,
+                &hs(&[
+                    ("X-Rate-Limit-Limit", &l),
+                    ("X-Rate-Limit-Remaining", &r),
+                    ("X-Rate-Limit-Reset", &reset),
+                ]),
+                now,
+            );
+            prop_assert!(s.retry_after_ms.is_none_or(|ms| ms <= MAX_WAIT_MS));
+            let q = s.quota.expect("a quota");
+            prop_assert_eq!((q.limit, q.remaining), (Some(limit), Some(remaining)));
+            prop_assert!(q.reset_after_ms.is_none_or(|ms| ms <= MAX_WAIT_MS));
         }
 
         #[test]
