@@ -294,10 +294,29 @@ impl BudgetState {
         now: Millis,
     ) {
         let request_started = trip.started;
+        // A limit stated without its length (`X-RateLimit-Limit` alone) is read against the
+        // shortest window; then only a stricter limit is news: an equal or looser one read
+        // against a guessed window would be no evidence of anything.
         let stated_window = quota
             .window_ms
             .or_else(|| self.shortest_window().map(|w| w.length_ms));
-        if let (Some(limit), Some(window_ms)) = (quota.limit, stated_window) {
+        let reported = match (quota.limit, stated_window) {
+            (Some(limit), Some(length_ms)) => {
+                let news = quota.window_ms.is_some()
+                    || self
+                        .shortest_window()
+                        .is_some_and(|w| limit < u64::from(w.limit));
+                news.then_some((limit, length_ms))
+            }
+            _ => None,
+        };
+        // Every policy the server declared is enforced by it, not only the one reported on;
+        // the reported one goes last so that it is the one kept for its length.
+        let declared = quota
+            .windows
+            .iter()
+            .map(|w| (u64::from(w.limit), w.length_ms));
+        for (limit, window_ms) in declared.chain(reported) {
             let ceiling = configured
                 .iter()
                 .filter(|w| w.length_ms.abs_diff(window_ms) * 10 <= window_ms)
@@ -305,26 +324,21 @@ impl BudgetState {
                 .min()
                 .unwrap_or(u64::MAX);
             let limit = limit.min(ceiling);
-            // Without a stated length, only a stricter limit is news: an equal or looser one
-            // read against a guessed window would be no evidence of anything.
-            let news = quota.window_ms.is_some()
-                || self
-                    .shortest_window()
-                    .is_some_and(|w| limit < u64::from(w.limit));
-            if limit > 0 && window_ms > 0 && news {
-                let window = Window {
-                    limit: limit.min(u32::MAX as u64) as u32,
-                    length_ms: window_ms,
-                };
-                if !self.limiter.windows().contains(&window) {
-                    let pacing = self.limiter.is_paced();
-                    self.limiter.retune(window);
-                    self.limiter.set_pacing(pacing);
-                    // Remember it the way the limiter does: one window per length (within 10%).
-                    self.learned
-                        .retain(|w| w.length_ms.abs_diff(window_ms) * 10 > window_ms);
-                    self.learned.push(window);
-                }
+            if limit == 0 || window_ms == 0 {
+                continue;
+            }
+            let window = Window {
+                limit: limit.min(u32::MAX as u64) as u32,
+                length_ms: window_ms,
+            };
+            if !self.limiter.windows().contains(&window) {
+                let pacing = self.limiter.is_paced();
+                self.limiter.retune(window);
+                self.limiter.set_pacing(pacing);
+                // Remember it the way the limiter does: one window per length (within 10%).
+                self.learned
+                    .retain(|w| w.length_ms.abs_diff(window_ms) * 10 > window_ms);
+                self.learned.push(window);
             }
         }
         if let (Some(reset_after), Algorithm::FixedWindow) =
@@ -631,6 +645,47 @@ mod tests {
         // Applied n times, it halves.
         let halved = (0..200).fold(1.0, |v, _| v * half_life_factor(200.0));
         assert!((halved - 0.5).abs() < 1e-12, "{halved}");
+    }
+
+    #[test]
+    fn apply_quota_learns_every_declared_window() {
+        let config = BudgetConfig {
+            name: "b".into(),
+            windows: vec![Window {
+                limit: 10,
+                length_ms: 1_000,
+            }],
+            ..BudgetConfig::default()
+        };
+        let mut state = BudgetState::new(&config, &RetryConfig::default()).unwrap();
+        let burst = Window {
+            limit: 100,
+            length_ms: 60_000,
+        };
+        let daily = Window {
+            limit: 1_000,
+            length_ms: 86_400_000,
+        };
+        // A burst and a daily policy, reported on the daily one.
+        let quota = Quota {
+            limit: Some(1_000),
+            remaining: Some(5),
+            reset_after_ms: Some(7_200_000),
+            window_ms: Some(86_400_000),
+            windows: vec![burst, daily],
+        };
+        let trip = Trip {
+            started: 1_000,
+            arrived_by: 1_010,
+        };
+        state.apply_quota(&quota, trip, 0, &config.windows, 1_020);
+        for w in [burst, daily] {
+            assert!(state.limiter.windows().contains(&w), "{w:?}");
+        }
+        assert_eq!(state.learned, vec![burst, daily]);
+        // The same declaration again learns nothing twice.
+        state.apply_quota(&quota, trip, 0, &config.windows, 1_030);
+        assert_eq!(state.learned, vec![burst, daily]);
     }
 
     #[test]

@@ -4,6 +4,23 @@
 //! long to back off) in half a dozen spellings. Each adapter below reads one spelling and yields
 //! the one `Quota` shape, so the engine never has to know which vendor it is talking to.
 //!
+//! The spellings read, in the order their quota is preferred (see `read_signal`):
+//!
+//! - `RateLimit: "default";r=50;t=30` with `RateLimit-Policy: "default";q=100;w=60`: the IETF
+//!   structured fields (draft-ietf-httpapi-ratelimit-headers 7 to 12). Policy parameters `q`
+//!   (quota), `qu` (quota unit), `w` (window), `pk` (partition key, not needed here); limit
+//!   parameters `r` (remaining; `a`, "available", in later drafts), `t` (reset) and `w`.
+//! - `RateLimit: limit=100, remaining=50, reset=5`: the older combined dictionary.
+//! - `RateLimit-Limit / -Remaining / -Reset` (drafts 0 to 6), the limit optionally a list
+//!   `100, 100;w=60`, or paired with the old-form `RateLimit-Policy: 100;w=60`.
+//! - `RateLimit-Policy` alone.
+//! - `X-RateLimit-Limit / -Remaining / -Reset / -Used / -Resource` (GitHub and most others).
+//! - `X-Rate-Limit-Limit / -Remaining / -Reset` (Twitter/X and its imitators).
+//! - `X-Shopify-Shop-Api-Call-Limit: 32/40`.
+//!
+//! And for how long to back off: `Retry-After`, then (once the response is a rate limit)
+//! `X-RateLimit-Retry-After`, then the reset of the quotas above.
+//!
 //! Everything here reads text from the network, so nothing may panic: numbers are parsed by hand
 //! (no floats, no signs), arithmetic saturates, and every duration is capped before it leaves.
 
@@ -11,6 +28,7 @@ use std::cmp::Ordering;
 
 use serde::{Deserialize, Serialize};
 
+use crate::config::Window;
 use crate::time::{DurationMs, Millis};
 
 /// The longest wait (`retry_after_ms`, `reset_after_ms`) a response can impose. A server that
@@ -43,6 +61,12 @@ pub struct Quota {
     pub reset_after_ms: Option<DurationMs>,
     /// Length of the quota's window, where the server says it.
     pub window_ms: Option<DurationMs>,
+    /// Every request-count policy the server declared, `limit` per `window_ms` among them when
+    /// it came from a declaration. A server with a burst and a daily policy enforces both, so
+    /// the limiter has to keep to both, while the fields above describe only the one closest to
+    /// blocking us.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub windows: Vec<Window>,
 }
 
 /// Everything rate-related read from one response.
@@ -52,6 +76,7 @@ pub struct ServerSignal {
     /// with no requests remaining.
     pub rate_limited: bool,
     /// How long to wait, from `Retry-After` (either form, skew-corrected), from the response.
+    /// When rate limited without one: from `X-RateLimit-Retry-After`, else the quota's reset.
     pub retry_after_ms: Option<DurationMs>,
     /// The current quota, from the first adapter that understood the headers.
     pub quota: Option<Quota>,
@@ -75,6 +100,7 @@ pub fn read_signal(status: u16, headers: &[(String, String)], now: Millis) -> Se
         ietf_draft_counters(&h, &policies, base),
         ietf_policies_alone(&policies),
         x_ratelimit(&h, base),
+        x_rate_limit(&h, base),
         shopify(&h),
     ];
     let mut matched = quotas.iter().flatten();
@@ -98,7 +124,7 @@ pub fn read_signal(status: u16, headers: &[(String, String)], now: Millis) -> Se
             return None;
         }
         // Vendors' own spellings of Retry-After, for a refusal that carries no standard one.
-        if let Some(ms) = h.first_parsed("x-ratelimit-retry-after", parse_seconds_ms) {
+        if let Some(ms) = x_ratelimit_retry_after(&h, base) {
             return Some(ms.min(MAX_WAIT_MS));
         }
         if let Some(ms) = h.first_parsed("x-rate-limit-reset", |v| parse_reset(v, base)) {
@@ -153,12 +179,40 @@ fn retry_after(h: &Headers, server_date: Option<Millis>, now: Millis) -> Option<
     })
 }
 
+/// `X-RateLimit-Retry-After`: the back-off, spelled like the quota headers beside it. Seen as
+/// delta seconds, epoch seconds and epoch milliseconds (`parse_reset` tells them apart), and as
+/// an HTTP-date.
+///
+/// Why: some servers send it instead of `Retry-After` on their 429s; it beats a reset inferred
+/// from the quota because it is the server's own instruction. Read only for a response that is
+/// already a rate limit, unlike `Retry-After`: the name is a vendor's, not a standard's, so it
+/// does not turn a 403 or a 503 into one, and `Retry-After` still wins where both are sent.
+fn x_ratelimit_retry_after(h: &Headers, base: Millis) -> Option<DurationMs> {
+    h.first_parsed("x-ratelimit-retry-after", |v| {
+        parse_reset(v, base).or_else(|| {
+            let at = parse_http_date_ms(v)?;
+            Some(at.saturating_sub(base).min(MAX_WAIT_MS))
+        })
+    })
+}
+
 /// `RateLimit: "default";r=50;t=30` (current IETF draft) and the older combined dictionary
 /// `RateLimit: limit=100, remaining=50, reset=5`.
 ///
 /// Why: this field carries the live state; it names the policy it refers to, so the limit and
 /// window come from the matching `RateLimit-Policy` entry. When it names several, the one that
-/// will block us first is the one to respect.
+/// will block us first is the one to respect, and every declared policy goes to the limiter as
+/// a window of its own.
+///
+/// Pairing: a limit belongs to the policy of the same name. One policy and one limit belong
+/// together whatever their names: Cloudflare's API sends `RateLimit: "default";r=50;t=30` with
+/// `RateLimit-Policy: "burst";q=100;w=60`, and there is nothing else the state could be about.
+/// With more of either, only names pair them; a limit that names no policy still reports its
+/// state (and its own `w`, if it has one), just without a limit.
+///
+/// A policy counting anything but requests (`qu="content-bytes"`, `qu="concurrent-requests"`)
+/// is left out, and so is its limit: neither its quota nor its remaining is a number of
+/// requests, and read as one it would retune the limiter to a rate the server never set.
 fn ietf_ratelimit_field(h: &Headers, policies: &[Policy], base: Millis) -> Option<Quota> {
     let field = h.joined("ratelimit")?;
     let members = parse_list(&field);
@@ -184,34 +238,43 @@ fn ietf_ratelimit_field(h: &Headers, policies: &[Policy], base: Millis) -> Optio
         if quota.window_ms.is_none() {
             quota.window_ms = quota.limit.and_then(|l| window_of_quota(policies, l));
         }
+        quota.windows = declared_windows(policies);
         return Some(quota);
     }
 
     // Current draft: a list of items, each naming a policy.
-    let single_limit = members.iter().filter(|m| m.dict_entry().is_none()).count() == 1;
-    let candidates = members
-        .iter()
-        .filter(|m| m.dict_entry().is_none())
-        .filter_map(|m| {
-            let name = m.name();
-            // Matched by name; a lone limit beside a lone policy is taken to describe it even
-            // when the names differ (Cloudflare sends `"default";r=50;t=30` beside
-            // `"burst";q=100;w=60`).
-            let policy = name
-                .as_deref()
-                .and_then(|n| policies.iter().find(|p| p.name.as_deref() == Some(n)))
-                .or_else(|| (policies.len() == 1 && single_limit).then(|| &policies[0]));
-            // Later drafts' spellings too: `a` for the available quota, `w` on the limit.
-            non_empty(Quota {
-                limit: policy.and_then(|p| p.quota),
-                remaining: m.param("r").or_else(|| m.param("a")).and_then(parse_count),
-                reset_after_ms: m.param("t").and_then(|t| parse_reset(t, base)),
-                window_ms: policy
-                    .and_then(|p| p.window_ms)
-                    .or_else(|| m.param("w").and_then(parse_window)),
-            })
-        });
-    most_restrictive_state(candidates)
+    let mut items = Vec::new();
+    for m in &members {
+        if m.dict_entry().is_none() {
+            items.push(m);
+        }
+    }
+    let only_pair = items.len() == 1 && policies.len() == 1;
+    let mut candidates = Vec::new();
+    for m in items {
+        let name = m.name();
+        let policy = name
+            .as_deref()
+            .and_then(|n| policies.iter().find(|p| p.name.as_deref() == Some(n)))
+            .or_else(|| policies.first().filter(|_| only_pair));
+        if policy.is_some_and(|p| !p.counts_requests) {
+            continue;
+        }
+        candidates.extend(non_empty(Quota {
+            limit: policy.and_then(|p| p.quota),
+            // Later drafts call the remaining quota "available"; `r` first, as most send it.
+            remaining: m.param("r").or_else(|| m.param("a")).and_then(parse_count),
+            reset_after_ms: m.param("t").and_then(|t| parse_reset(t, base)),
+            // The policy declares the window; a window on the limit is the fallback.
+            window_ms: policy
+                .and_then(|p| p.window_ms)
+                .or_else(|| m.param("w").and_then(parse_window)),
+            windows: Vec::new(),
+        }));
+    }
+    let mut quota = most_restrictive_state(candidates.into_iter())?;
+    quota.windows = declared_windows(policies);
+    Some(quota)
 }
 
 /// `RateLimit-Limit / -Remaining / -Reset`, the separate fields of the older IETF drafts.
@@ -224,6 +287,8 @@ fn ietf_draft_counters(h: &Headers, policies: &[Policy], base: Millis) -> Option
     if quota.window_ms.is_none() {
         quota.window_ms = quota.limit.and_then(|l| window_of_quota(policies, l));
     }
+    // The policies beside the limit (`100, 100;w=60, 1000;w=3600`) came from `counters`.
+    quota.windows.extend(declared_windows(policies));
     Some(quota)
 }
 
@@ -234,13 +299,14 @@ fn ietf_draft_counters(h: &Headers, policies: &[Policy], base: Millis) -> Option
 fn ietf_policies_alone(policies: &[Policy]) -> Option<Quota> {
     policies
         .iter()
-        .filter(|p| p.quota.is_some())
+        .filter(|p| p.counts_requests && p.quota.is_some())
         .min_by(|a, b| compare_rates(a, b))
         .map(|p| Quota {
             limit: p.quota,
             remaining: None,
             reset_after_ms: None,
             window_ms: p.window_ms,
+            windows: declared_windows(policies),
         })
 }
 
@@ -252,6 +318,15 @@ fn ietf_policies_alone(policies: &[Policy]) -> Option<Quota> {
 /// numbers are for the bucket this request used, which is what matters here.
 fn x_ratelimit(h: &Headers, base: Millis) -> Option<Quota> {
     counters(h, "x-ratelimit-", base)
+}
+
+/// `X-Rate-Limit-Limit / -Remaining / -Reset`, with a second hyphen.
+///
+/// Why: Twitter/X spells the convention this way (its reset an epoch, told apart from a delta by
+/// `parse_reset` as for X-RateLimit), and a 429 carrying only `X-Rate-Limit-Reset` still says
+/// when to come back.
+fn x_rate_limit(h: &Headers, base: Millis) -> Option<Quota> {
+    counters(h, "x-rate-limit-", base)
 }
 
 /// `X-Shopify-Shop-Api-Call-Limit: 32/40`: 32 of a 40-call leaky bucket used.
@@ -270,6 +345,7 @@ fn shopify(h: &Headers) -> Option<Quota> {
             remaining: Some(limit.saturating_sub(used)),
             reset_after_ms: Some(drain_ms(used).min(MAX_WAIT_MS)),
             window_ms: window_ms(drain_ms(limit)),
+            windows: Vec::new(),
         })
     })
 }
@@ -282,10 +358,10 @@ fn shopify(h: &Headers) -> Option<Quota> {
 /// IETF spelling because they differ only in the prefix.
 fn counters(h: &Headers, prefix: &str, base: Millis) -> Option<Quota> {
     let name = |suffix: &str| format!("{prefix}{suffix}");
-    let (limit, window_ms) = h
+    let (limit, window_ms, windows) = h
         .joined(&name("limit"))
         .map(|v| parse_limit_list(&v))
-        .unwrap_or((None, None));
+        .unwrap_or((None, None, Vec::new()));
     let used = h.first_parsed(&name("used"), parse_count);
     let remaining = h
         .first_parsed(&name("remaining"), parse_count)
@@ -298,21 +374,30 @@ fn counters(h: &Headers, prefix: &str, base: Millis) -> Option<Quota> {
         remaining,
         reset_after_ms,
         window_ms,
+        windows,
     })
 }
 
 /// A `*-Limit` value: a plain count, or the early-draft list `100, 100;w=60, 1000;w=3600`
-/// whose first member is the limit in force and the rest describe policies.
-fn parse_limit_list(v: &str) -> (Option<u64>, Option<DurationMs>) {
+/// whose first member is the limit in force and the rest describe policies (returned as
+/// windows: the server enforces them all).
+fn parse_limit_list(v: &str) -> (Option<u64>, Option<DurationMs>, Vec<Window>) {
     let members = parse_list(v);
     let Some(limit) = members.first().and_then(Member::bare_int) else {
-        return (None, None);
+        return (None, None, Vec::new());
     };
     let window = members
         .iter()
         .filter(|m| m.bare_int() == Some(limit))
         .find_map(|m| m.param("w").and_then(parse_window));
-    (Some(limit), window)
+    let mut windows = Vec::new();
+    for m in &members {
+        if let (Some(quota), Some(length_ms)) = (m.bare_int(), m.param("w").and_then(parse_window))
+        {
+            windows.extend(limiter_window(quota, length_ms));
+        }
+    }
+    (Some(limit), window, windows)
 }
 
 /// One entry of `RateLimit-Policy`.
@@ -322,6 +407,9 @@ struct Policy {
     name: Option<String>,
     quota: Option<u64>,
     window_ms: Option<DurationMs>,
+    /// The quota unit (`qu`) is requests, the default; other units are kept only so that the
+    /// limit naming them is recognised and left out.
+    counts_requests: bool,
 }
 
 /// `RateLimit-Policy` in both forms: current `"default";q=100;w=60` (a named item) and older
@@ -338,40 +426,58 @@ fn ietf_policies(h: &Headers) -> Vec<Policy> {
             continue;
         }
         let window_ms = m.param("w").and_then(parse_window);
+        // An unreadable unit is not known to be requests: the careful reading is "not ours".
+        let counts_requests = m
+            .param("qu")
+            .is_none_or(|u| sf_string(u).is_some_and(|u| u.eq_ignore_ascii_case("requests")));
         let policy = match m.bare_int() {
             Some(quota) => Policy {
                 name: None,
                 quota: Some(quota),
                 window_ms,
+                counts_requests,
             },
-            None => {
-                // A quota of bytes or of concurrent requests is not a count of requests per
-                // window: such a policy is no window for the limiter.
-                let unit_is_requests = m
-                    .param("qu")
-                    .is_none_or(|u| u.trim_matches('"').eq_ignore_ascii_case("requests"));
-                if !unit_is_requests {
-                    continue;
-                }
-                Policy {
-                    name: m.name(),
-                    quota: m.param("q").and_then(parse_count),
-                    window_ms,
-                }
-            }
+            None => Policy {
+                name: m.name(),
+                quota: m.param("q").and_then(parse_count),
+                window_ms,
+                counts_requests,
+            },
         };
-        if policy.quota.is_some() || policy.window_ms.is_some() {
+        // A named policy is kept even when it says nothing usable, so that the limit naming it
+        // pairs with it instead of with a stranger.
+        if policy.name.is_some() || policy.quota.is_some() || policy.window_ms.is_some() {
             policies.push(policy);
         }
     }
     policies
 }
 
+/// The request-count policies that declare both a quota and a window, as limiter windows.
+fn declared_windows(policies: &[Policy]) -> Vec<Window> {
+    let mut windows = Vec::new();
+    for p in policies {
+        if let (true, Some(quota), Some(length_ms)) = (p.counts_requests, p.quota, p.window_ms) {
+            windows.extend(limiter_window(quota, length_ms));
+        }
+    }
+    windows
+}
+
+/// A quota as a limiter window: a zero quota is no rate (the budget pauses for that instead),
+/// and one beyond `u32` is as good as unlimited.
+fn limiter_window(quota: u64, length_ms: DurationMs) -> Option<Window> {
+    (quota > 0).then(|| Window {
+        limit: u32::try_from(quota).unwrap_or(u32::MAX),
+        length_ms,
+    })
+}
+
 /// The window of the policy with this quota, for the older forms that report a bare limit.
 fn window_of_quota(policies: &[Policy], limit: u64) -> Option<DurationMs> {
     policies
         .iter()
-        .filter(|p| p.quota == Some(limit))
+        .filter(|p| p.counts_requests && p.quota == Some(limit))
         .find_map(|p| p.window_ms)
 }
 
@@ -765,17 +871,22 @@ impl<'a> Member<'a> {
         if self.dict_entry().is_some() {
             return None;
         }
-        let Some(inner) = self.head.strip_prefix('"') else {
-            return Some(self.head.to_owned());
-        };
-        let inner = inner.strip_suffix('"')?;
-        let mut out = String::with_capacity(inner.len());
-        let mut chars = inner.chars();
-        while let Some(c) = chars.next() {
-            out.push(if c == '\\' { chars.next()? } else { c });
-        }
-        Some(out)
+        sf_string(self.head)
     }
+}
+
+/// A string (quotes and escapes removed) or a bare token, as the same text.
+fn sf_string(v: &str) -> Option<String> {
+    let Some(inner) = v.strip_prefix('"') else {
+        return Some(v.to_owned());
+    };
+    let inner = inner.strip_suffix('"')?;
+    let mut out = String::with_capacity(inner.len());
+    let mut chars = inner.chars();
+    while let Some(c) = chars.next() {
+        out.push(if c == '\\' { chars.next()? } else { c });
+    }
+    Some(out)
 }
 
 fn parse_list(field: &str) -> Vec<Member<'_>> {
@@ -891,6 +1002,14 @@ mod tests {
 
     fn quota(status: u16, pairs: &[(&str, &str)], now: Millis) -> Quota {
         read(status, pairs, now).quota.expect("a quota")
+    }
+
+    /// A declared policy as the limiter window it becomes: `limit` per `secs` seconds.
+    fn win(limit: u32, secs: u64) -> Window {
+        Window {
+            limit,
+            length_ms: secs * SECOND,
+        }
     }
 
     // --- Retry-After --------------------------------------------------------------------
@@ -1051,7 +1170,8 @@ mod tests {
                 limit: Some(100),
                 remaining: Some(42),
                 reset_after_ms: Some(30 * SECOND),
-                window_ms: None
+                window_ms: None,
+                windows: vec![]
             }
         );
     }
@@ -1122,7 +1242,8 @@ mod tests {
                 limit: Some(100),
                 remaining: Some(7),
                 reset_after_ms: Some(12 * SECOND),
-                window_ms: Some(60 * SECOND)
+                window_ms: Some(60 * SECOND),
+                windows: vec![win(100, 60), win(1000, 3600)]
             }
         );
         // The same with the window in a separate old-form RateLimit-Policy.
@@ -1138,6 +1259,160 @@ mod tests {
         );
         assert_eq!(q.limit, Some(100));
         assert_eq!(q.window_ms, Some(60 * SECOND));
+    }
+
+    #[test]
+    fn older_ietf_triple_reset_is_the_back_off_of_a_bare_429() {
+        // Draft 0-6 style, as still sent by many gateways (e.g. express-rate-limit's
+        // `standardHeaders: 'draft-6'`): delta-second reset, no Retry-After.
+        let s = read(
+            429,
+            &[
+                ("RateLimit-Limit", "100"),
+                ("RateLimit-Remaining", "0"),
+                ("RateLimit-Reset", "50"),
+            ],
+            SERVER_NOW,
+        );
+        assert!(s.rate_limited);
+        assert_eq!(s.retry_after_ms, Some(50 * SECOND));
+        assert_eq!(
+            s.quota,
+            Some(Quota {
+                limit: Some(100),
+                remaining: Some(0),
+                reset_after_ms: Some(50 * SECOND),
+                window_ms: None,
+                windows: vec![],
+            })
+        );
+        // Retry-After still wins when present.
+        let s = read(
+            429,
+            &[
+                ("RateLimit-Remaining", "0"),
+                ("RateLimit-Reset", "50"),
+                ("Retry-After", "20"),
+            ],
+            0,
+        );
+        assert_eq!(s.retry_after_ms, Some(20 * SECOND));
+    }
+
+    #[test]
+    fn older_ietf_limit_list_policies_all_become_windows() {
+        let q = quota(
+            200,
+            &[
+                ("RateLimit-Limit", "10, 10;w=1, 1000;w=3600"),
+                ("RateLimit-Remaining", "9"),
+                ("RateLimit-Reset", "1"),
+            ],
+            0,
+        );
+        assert_eq!(q.limit, Some(10));
+        assert_eq!(q.window_ms, Some(SECOND));
+        assert_eq!(q.windows, vec![win(10, 1), win(1000, 3600)]);
+    }
+
+    #[test]
+    fn x_ratelimit_retry_after_backs_off_a_429_without_retry_after() {
+        // It beats the quota's reset: it is the server's instruction, the reset an inference.
+        let s = read(
+            429,
+            &[
+                ("X-RateLimit-Limit", "60"),
+                ("X-RateLimit-Remaining", "0"),
+                ("X-RateLimit-Reset", "60"),
+                ("X-RateLimit-Retry-After", "30"),
+            ],
+            0,
+        );
+        assert!(s.rate_limited);
+        assert_eq!(s.retry_after_ms, Some(30 * SECOND));
+        // Retry-After beats it.
+        let s = read(
+            429,
+            &[("X-RateLimit-Retry-After", "30"), ("Retry-After", "5")],
+            0,
+        );
+        assert_eq!(s.retry_after_ms, Some(5 * SECOND));
+    }
+
+    #[test]
+    fn x_ratelimit_retry_after_epochs_and_dates_are_measured_from_the_server_date() {
+        let date = http_date(SERVER_NOW);
+        let client = SERVER_NOW + 3 * MINUTE;
+        let epoch_s = (SERVER_NOW / SECOND + 45).to_string();
+        let epoch_ms = (SERVER_NOW + 45 * SECOND).to_string();
+        let at = http_date(SERVER_NOW + 45 * SECOND);
+        for v in [epoch_s.as_str(), epoch_ms.as_str(), at.as_str(), "45"] {
+            let s = read(
+                429,
+                &[("x-ratelimit-retry-after", v), ("Date", &date)],
+                client,
+            );
+            assert_eq!(s.retry_after_ms, Some(45 * SECOND), "{v}");
+        }
+        let s = read(429, &[("X-RateLimit-Retry-After", "99999999")], 0);
+        assert_eq!(s.retry_after_ms, Some(MAX_WAIT_MS));
+    }
+
+    #[test]
+    fn x_ratelimit_retry_after_alone_does_not_make_a_rate_limit() {
+        for status in [200, 403, 503] {
+            let s = read(status, &[("X-RateLimit-Retry-After", "30")], 0);
+            assert!(!s.rate_limited, "{status}");
+            assert_eq!(s.retry_after_ms, None, "{status}");
+        }
+        let s = read(429, &[("X-RateLimit-Retry-After", "soon")], 0);
+        assert!(s.rate_limited);
+        assert_eq!(s.retry_after_ms, None);
+    }
+
+    #[test]
+    fn x_rate_limit_family_like_twitter() {
+        // Twitter/X v1.1 and v2: epoch-second reset, client clock fast by three minutes.
+        let date = http_date(SERVER_NOW);
+        let reset = (SERVER_NOW / SECOND + 900).to_string();
+        let s = read(
+            429,
+            &[
+                ("x-rate-limit-limit", "900"),
+                ("x-rate-limit-remaining", "0"),
+                ("x-rate-limit-reset", &reset),
+                ("date", &date),
+            ],
+            SERVER_NOW + 3 * MINUTE,
+        );
+        assert!(s.rate_limited);
+        assert_eq!(s.retry_after_ms, Some(900 * SECOND));
+        assert_eq!(
+            s.quota,
+            Some(Quota {
+                limit: Some(900),
+                remaining: Some(0),
+                reset_after_ms: Some(900 * SECOND),
+                window_ms: None,
+                windows: vec![],
+            })
+        );
+        // Only the reset, as a delta: still the back-off of a 429, and Retry-After still wins.
+        let s = read(429, &[("X-Rate-Limit-Reset", "42")], 0);
+        assert_eq!(s.retry_after_ms, Some(42 * SECOND));
+        let s = read(
+            429,
+            &[("X-Rate-Limit-Reset", "42"), ("Retry-After", "7")],
+            0,
+        );
+        assert_eq!(s.retry_after_ms, Some(7 * SECOND));
+        // X-RateLimit, the commoner spelling, is preferred when both are sent.
+        let q = quota(
+            200,
+            &[("X-Rate-Limit-Limit", "900"), ("X-RateLimit-Limit", "60")],
+            0,
+        );
+        assert_eq!(q.limit, Some(60));
     }
 
     // --- GitHub -------------------------------------------------------------------------
@@ -1166,7 +1441,8 @@ mod tests {
                 limit: Some(5000),
                 remaining: Some(0),
                 reset_after_ms: Some(600 * SECOND),
-                window_ms: None
+                window_ms: None,
+                windows: vec![]
             })
         );
     }
@@ -1242,7 +1518,8 @@ mod tests {
                 remaining: Some(8),
                 // 32 calls drain at 2 per second.
                 reset_after_ms: Some(16 * SECOND),
-                window_ms: Some(20 * SECOND)
+                window_ms: Some(20 * SECOND),
+                windows: vec![]
             }
         );
         let q = quota(200, &[("x-shopify-shop-api-call-limit", "40 / 40")], 0);
@@ -1284,7 +1561,8 @@ mod tests {
                 limit: Some(100),
                 remaining: Some(50),
                 reset_after_ms: Some(30 * SECOND),
-                window_ms: Some(60 * SECOND)
+                window_ms: Some(60 * SECOND),
+                windows: vec![win(100, 60)]
             }
         );
     }
@@ -1308,7 +1586,8 @@ mod tests {
                 limit: Some(1000),
                 remaining: Some(900),
                 reset_after_ms: Some(3600 * SECOND),
-                window_ms: Some(86_400 * SECOND)
+                window_ms: Some(86_400 * SECOND),
+                windows: vec![win(10, 1), win(1000, 86_400)]
             }
         );
     }
@@ -1354,7 +1633,8 @@ mod tests {
                 limit: None,
                 remaining: Some(3),
                 reset_after_ms: Some(4 * SECOND),
-                window_ms: None
+                window_ms: None,
+                windows: vec![]
             }
         );
     }
@@ -1393,9 +1673,216 @@ mod tests {
                 limit: Some(100),
                 remaining: Some(50),
                 reset_after_ms: Some(5 * SECOND),
-                window_ms: Some(60 * SECOND)
+                window_ms: Some(60 * SECOND),
+                windows: vec![win(100, 60)]
             }
         );
+    }
+
+    #[test]
+    fn ietf_cloudflare_lone_limit_pairs_with_the_lone_policy_whatever_its_name() {
+        // As Cloudflare's API sends them: the names differ, but there is one of each.
+        let q = quota(
+            200,
+            &[
+                ("Ratelimit", "\"default\";r=50;t=30"),
+                ("Ratelimit-Policy", "\"burst\";q=100;w=60"),
+            ],
+            0,
+        );
+        assert_eq!(
+            q,
+            Quota {
+                limit: Some(100),
+                remaining: Some(50),
+                reset_after_ms: Some(30 * SECOND),
+                window_ms: Some(60 * SECOND),
+                windows: vec![win(100, 60)],
+            }
+        );
+    }
+
+    #[test]
+    fn ietf_unmatched_limit_among_several_policies_keeps_only_its_state() {
+        let q = quota(
+            200,
+            &[
+                (
+                    "RateLimit-Policy",
+                    "\"burst\";q=100;w=60, \"daily\";q=1000;w=86400",
+                ),
+                ("RateLimit", "\"default\";r=3;t=4"),
+            ],
+            0,
+        );
+        assert_eq!(
+            q,
+            Quota {
+                limit: None,
+                remaining: Some(3),
+                reset_after_ms: Some(4 * SECOND),
+                window_ms: None,
+                // The declarations still hold, whichever state this is.
+                windows: vec![win(100, 60), win(1000, 86_400)],
+            }
+        );
+    }
+
+    #[test]
+    fn ietf_every_declared_policy_becomes_a_window_and_the_closest_state_is_reported() {
+        // The draft's own example of two policies, both reported on.
+        let q = quota(
+            200,
+            &[
+                (
+                    "RateLimit-Policy",
+                    "\"burst\";q=100;w=60,\"daily\";q=1000;w=86400",
+                ),
+                ("RateLimit", "\"burst\";r=80;t=10, \"daily\";r=5;t=7200"),
+            ],
+            0,
+        );
+        assert_eq!(
+            q,
+            Quota {
+                limit: Some(1000),
+                remaining: Some(5),
+                reset_after_ms: Some(7200 * SECOND),
+                window_ms: Some(86_400 * SECOND),
+                windows: vec![win(100, 60), win(1000, 86_400)],
+            }
+        );
+    }
+
+    #[test]
+    fn ietf_quotas_in_other_units_are_not_request_counts() {
+        let policy = concat!(
+            "\"bytes\";q=65535;qu=\"content-bytes\";w=10, ",
+            "\"conc\";q=5;qu=\"concurrent-requests\", ",
+            "\"hourly\";q=1000;qu=\"requests\";w=3600"
+        );
+        // The exhausted byte budget is neither the quota reported nor an exhausted one.
+        let s = read(
+            403,
+            &[
+                ("RateLimit-Policy", policy),
+                ("RateLimit", "\"bytes\";r=0;t=5, \"hourly\";r=900;t=1800"),
+            ],
+            0,
+        );
+        assert!(!s.rate_limited);
+        assert_eq!(
+            s.quota,
+            Some(Quota {
+                limit: Some(1000),
+                remaining: Some(900),
+                reset_after_ms: Some(1800 * SECOND),
+                window_ms: Some(3600 * SECOND),
+                windows: vec![win(1000, 3600)],
+            })
+        );
+        // Alone, a byte policy says nothing about requests, nor does the limit paired with it.
+        let bytes_only = [
+            (
+                "RateLimit-Policy",
+                "\"bytes\";q=65535;qu=\"content-bytes\";w=10",
+            ),
+            ("RateLimit", "\"default\";r=100;t=5"),
+        ];
+        assert_eq!(read(200, &bytes_only, 0).quota, None);
+        assert_eq!(read(200, &bytes_only[..1], 0).quota, None);
+        // A token unit and any case are the same unit; an unreadable one is not requests.
+        let q = quota(200, &[("RateLimit-Policy", "\"a\";q=5;qu=Requests;w=1")], 0);
+        assert_eq!(q.limit, Some(5));
+        let s = read(
+            200,
+            &[("RateLimit-Policy", "\"a\";q=5;qu=\"requests;w=1")],
+            0,
+        );
+        assert_eq!(s.quota, None);
+    }
+
+    #[test]
+    fn ietf_later_draft_available_and_limit_window_are_read() {
+        let q = quota(200, &[("RateLimit", "\"default\";a=50;t=30;w=60")], 0);
+        assert_eq!(
+            q,
+            Quota {
+                limit: None,
+                remaining: Some(50),
+                reset_after_ms: Some(30 * SECOND),
+                window_ms: Some(60 * SECOND),
+                windows: vec![],
+            }
+        );
+        // The policy's window wins over the limit's; the limit's fills in for a policy without.
+        let q = quota(
+            200,
+            &[
+                ("RateLimit-Policy", "\"d\";q=100;w=60, \"e\";q=10"),
+                ("RateLimit", "\"d\";r=7;t=3;w=10, \"e\";a=9;t=1;w=2"),
+            ],
+            0,
+        );
+        assert_eq!((q.limit, q.remaining), (Some(100), Some(7)));
+        assert_eq!(q.window_ms, Some(60 * SECOND));
+        let q = quota(
+            200,
+            &[
+                ("RateLimit-Policy", "\"e\";q=10"),
+                ("RateLimit", "\"e\";a=9;t=1;w=2"),
+            ],
+            0,
+        );
+        assert_eq!((q.limit, q.window_ms), (Some(10), Some(2 * SECOND)));
+        // `r` is read first where a server sends both.
+        let q = quota(200, &[("RateLimit", "\"d\";a=1;r=2")], 0);
+        assert_eq!(q.remaining, Some(2));
+    }
+
+    #[test]
+    fn ietf_partition_keys_and_unknown_parameters_are_ignored() {
+        let q = quota(
+            200,
+            &[
+                (
+                    "RateLimit-Policy",
+                    "\"peruser\";q=100;w=60;pk=:cHJvamVjdDEyMw==:;x-tier=\"gold\"",
+                ),
+                (
+                    "RateLimit",
+                    "\"peruser\";r=40;t=20;pk=:cHJvamVjdDEyMw==:;flag;z=?1",
+                ),
+            ],
+            0,
+        );
+        assert_eq!(
+            q,
+            Quota {
+                limit: Some(100),
+                remaining: Some(40),
+                reset_after_ms: Some(20 * SECOND),
+                window_ms: Some(60 * SECOND),
+                windows: vec![win(100, 60)],
+            }
+        );
+    }
+
+    #[test]
+    fn ietf_429_without_retry_after_waits_for_the_exhausted_policy() {
+        let s = read(
+            429,
+            &[
+                (
+                    "RateLimit-Policy",
+                    "\"burst\";q=100;w=60, \"daily\";q=1000;w=86400",
+                ),
+                ("RateLimit", "\"burst\";r=0;t=12, \"daily\";r=400;t=7200"),
+            ],
+            0,
+        );
+        assert!(s.rate_limited);
+        assert_eq!(s.retry_after_ms, Some(12 * SECOND));
     }
 
     // --- Priority, case, junk -----------------------------------------------------------
@@ -1477,6 +1964,9 @@ mod tests {
                 ("X-Shopify-Shop-Api-Call-Limit", "32/"),
                 ("Retry-After", "-60"),
                 ("Date", "not a date"),
+                ("X-RateLimit-Retry-After", "-30"),
+                ("X-Rate-Limit-Limit", "0x10"),
+                ("X-Rate-Limit-Reset", "soon"),
             ],
             SERVER_NOW,
         );
@@ -1539,6 +2029,8 @@ mod tests {
         "x-ratelimit-resource",
         "X-Shopify-Shop-Api-Call-Limit",
         "X-RateLimit-Retry-After",
+        "X-Rate-Limit-Limit",
+        "x-rate-limit-remaining",
         "X-Rate-Limit-Reset",
     ];
 
@@ -1559,9 +2051,17 @@ mod tests {
             "(\"[a-z,;\\\\\"]{0,6}\"|[a-z0-9]{1,6})(;[a-zA-Z]{1,2}(=[-0-9.\"]{0,22})?){0,4}(, ?(\"[a-z]{0,4}\"|[a-z0-9]{1,4})(;[qrtw]=[0-9]{0,20}){0,3}){0,3}",
             "\"[a-z]{1,6}\"(;(q|qu|w|pk|r|t|a)=(\"[a-z-]{0,14}\"|[0-9]{0,8})){0,5}(, ?\"[a-z]{1,6}\"(;(q|qu|w|r|t|a)=[0-9]{0,8}){0,4}){0,2}",
             "(limit|remaining|reset|x)=[-0-9.]{0,22}(, ?(limit|remaining|reset)=[-0-9.]{0,22}){0,3}",
+            IETF_ITEMS,
             any::<u64>().prop_map(|t| http_date(t % (253_402_300_799 * SECOND))),
         ]
     }
+
+    /// Current-draft policy and limit lists, with every parameter the adapters read or skip.
+    const IETF_ITEMS: &str = concat!(
+        "(\"[a-z]{0,4}\"|[a-z]{1,4})",
+        "(;(q|qu|w|pk|a|r|t|x)(=(\"[a-zA-Z;,-]{0,20}\"?|[-0-9.]{0,22}|:[A-Za-z0-9+/=]{0,8}:?))?){0,5}",
+        "(, ?(\"[a-z]{0,4}\"|[a-z]{1,4})(;(q|qu|w|a|r|t)=[\"a-z0-9-]{0,22}){0,4}){0,3}",
+    );
 
     fn headers() -> impl Strategy<Value = Vec<(String, String)>> {
         proptest::collection::vec((name(), value()), 0..8)
@@ -1586,6 +2086,10 @@ mod tests {
                 prop_assert!(q != Quota::default(), "a matched quota says something");
                 prop_assert!(q.reset_after_ms.is_none_or(|ms| ms <= MAX_WAIT_MS));
                 prop_assert!(q.window_ms.is_none_or(|ms| ms > 0 && ms <= MAX_WINDOW_MS));
+                for w in &q.windows {
+                    prop_assert!(w.limit > 0, "{w:?}");
+                    prop_assert!(w.length_ms > 0 && w.length_ms <= MAX_WINDOW_MS, "{w:?}");
+                }
             }
         }
 
@@ -1619,6 +2123,114 @@ mod tests {
                 s.retry_after_ms,
                 Some(secs.saturating_mul(SECOND).min(MAX_WAIT_MS))
             );
+        }
+
+        #[test]
+        fn ietf_fields_of_any_text_never_panic_and_stay_sane(
+            policy in prop_oneof![any::<String>(), IETF_ITEMS],
+            limit in prop_oneof![any::<String>(), IETF_ITEMS],
+            status in prop_oneof![Just(200u16), Just(403), Just(429)],
+        ) {
+            let s = read_signal(
+                status,
+                &hs(&[("RateLimit-Policy", &policy), ("RateLimit", &limit)]),
+                SERVER_NOW,
+            );
+            prop_assert!(s.retry_after_ms.is_none_or(|ms| ms <= MAX_WAIT_MS));
+            if let Some(q) = s.quota {
+                prop_assert!(q.reset_after_ms.is_none_or(|ms| ms <= MAX_WAIT_MS));
+                prop_assert!(q.window_ms.is_none_or(|ms| ms > 0 && ms <= MAX_WINDOW_MS));
+                prop_assert!(q.windows.iter().all(|w| w.limit > 0 && w.length_ms > 0));
+            }
+        }
+
+        #[test]
+        fn ietf_other_units_never_read_as_requests(
+            unit in "\"?[a-zA-Z-]{0,20}\"?",
+            names in ("[a-z]{1,6}", "[a-z]{1,6}"),
+            q in any::<u64>(),
+            w in any::<u64>(),
+            r in any::<u64>(),
+            t in any::<u64>(),
+        ) {
+            prop_assume!(sf_string(&unit).is_none_or(|u| !u.eq_ignore_ascii_case("requests")));
+            let (policy_name, limit_name) = names;
+            let policy = format!("\"{policy_name}\";q={q};qu={unit};w={w}");
+            let limit = format!("\"{limit_name}\";r={r};t={t}");
+            let s = read_signal(
+                403,
+                &hs(&[("RateLimit-Policy", &policy), ("RateLimit", &limit)]),
+                0,
+            );
+            prop_assert_eq!(s.quota, None);
+            prop_assert!(!s.rate_limited);
+        }
+
+        #[test]
+        fn ietf_reads_any_named_policy_and_state(
+            name in "[a-z]{1,8}",
+            q in 1u64..=u64::from(u32::MAX),
+            w in 1u64..=31 * 86_400,
+            r in any::<u64>(),
+            t in 0u64..86_400,
+        ) {
+            let policy = format!("\"{name}\";q={q};w={w}");
+            let limit = format!("{name};r={r};t={t}");
+            let q_read = read_signal(
+                200,
+                &hs(&[("RateLimit-Policy", &policy), ("RateLimit", &limit)]),
+                0,
+            )
+            .quota
+            .expect("a quota");
+            prop_assert_eq!(q_read.limit, Some(q));
+            prop_assert_eq!(q_read.remaining, Some(r));
+            prop_assert_eq!(q_read.reset_after_ms, Some(t * SECOND));
+            prop_assert_eq!(q_read.window_ms, Some(w * SECOND));
+            prop_assert_eq!(q_read.windows, vec![Window {
+                limit: u32::try_from(q).unwrap_or(u32::MAX),
+                length_ms: w * SECOND,
+            }]);
+        }
+
+        #[test]
+        fn x_ratelimit_retry_after_of_any_text_never_beats_retry_after(
+            v in prop_oneof![any::<String>(), "[0-9]{0,25}(\\.[0-9]{0,4})?"],
+            secs in 0u64..200_000,
+            now in any::<u64>(),
+        ) {
+            let s = read_signal(429, &hs(&[("X-RateLimit-Retry-After", &v)]), now);
+            prop_assert!(s.retry_after_ms.is_none_or(|ms| ms <= MAX_WAIT_MS));
+            let retry = secs.to_string();
+            let s = read_signal(
+                429,
+                &hs(&[("X-RateLimit-Retry-After", &v), ("Retry-After", &retry)]),
+                now,
+            );
+            prop_assert_eq!(s.retry_after_ms, Some((secs * SECOND).min(MAX_WAIT_MS)));
+        }
+
+        #[test]
+        fn x_rate_limit_of_any_text_never_panics_and_reads_any_counts(
+            reset in prop_oneof![any::<String>(), "[0-9]{0,25}(\\.[0-9]{0,4})?"],
+            limit in any::<u64>(),
+            remaining in any::<u64>(),
+            now in any::<u64>(),
+        ) {
+            let (l, r) = (limit.to_string(), remaining.to_string());
+            let s = read_signal(
+                429,
+                &hs(&[
+                    ("X-Rate-Limit-Limit", &l),
+                    ("X-Rate-Limit-Remaining", &r),
+                    ("X-Rate-Limit-Reset", &reset),
+                ]),
+                now,
+            );
+            prop_assert!(s.retry_after_ms.is_none_or(|ms| ms <= MAX_WAIT_MS));
+            let q = s.quota.expect("a quota");
+            prop_assert_eq!((q.limit, q.remaining), (Some(limit), Some(remaining)));
+            prop_assert!(q.reset_after_ms.is_none_or(|ms| ms <= MAX_WAIT_MS));
         }
 
         #[test]

@@ -286,7 +286,7 @@ async fn other_paths_are_echoed() {
     assert_eq!(
         r.body,
         json!({"ok": true, "method": "PUT", "path": "/api/things/7", "query": "x=1",
-               "idempotencyKey": "e", "body": {"a": 1}})
+               "idempotencyKey": "e", "cookie": false, "body": {"a": 1}})
     );
     assert_eq!(get(&app, "/api").await.status, StatusCode::OK);
 }
