@@ -226,8 +226,25 @@ impl Worker {
             // Jobs only a journal entry held are saved one per record now, and the entries go.
             add_jobs(&mut changes, &engine, &loaded.from_journals);
             meta.extend(loaded.journals.iter().cloned().map(MetaOp::DeleteJournal));
-            journaled = store.save(&changes, &meta, &loaded.from_journals).await?;
-            engine.on_saved(changes.save);
+            match store.save(&changes, &meta, &loaded.from_journals).await {
+                Ok(written) => {
+                    journaled = written;
+                    engine.on_saved(changes.save);
+                }
+                // A full storage refuses the rewrite of journaled jobs into records; the queue
+                // starts anyway with storage as it is (the journals still hold those jobs, and
+                // the changes a rebuild makes are made again by the next one), rather than not
+                // at all. Later saves are small and go through while the disk has room.
+                Err(SwError::StorageFull(e)) => {
+                    let note = format!(
+                        "storage is full: {} journaled jobs stay in their journals ({e})",
+                        loaded.from_journals.len()
+                    );
+                    warn(&note);
+                    notes.push(note);
+                }
+                Err(e) => return Err(e),
+            }
         }
         let mut batcher = Batcher::default();
         batcher.hold_status(!loaded.complete);

@@ -192,3 +192,70 @@ e2e!(
         );
     }
 );
+
+e2e!(
+    /// A full disk: the browser's profile lives on a 64 MiB disk, and the page enqueues 1 MB
+    /// batches until storage refuses one. That `enqueueMany` is refused with `storage-full`
+    /// (saying what to do), nothing of it is saved, nothing queued before is lost or sent
+    /// twice, and the queue goes on sending within the limit.
+    a_full_disk_refuses_new_jobs_clearly_and_the_queue_goes_on,
+    150,
+    Options::default().small_disk(64),
+    |h| {
+        let tab = h.open_e2e().await;
+        tab.eval(&js::configure(10, 2, "")).await;
+        let before: Vec<String> = tab.eval_as(&js::enqueue_group(20, "before")).await;
+        assert_eq!(before.len(), 20);
+        let r = tab
+            .eval(
+                r#"
+                // Random text: the browser compresses what it stores, and a repeated letter
+                // would take next to no room.
+                const noise = (n) => {
+                  const bytes = crypto.getRandomValues(new Uint8Array(n));
+                  return Array.from(bytes, (b) => b.toString(16).padStart(2, '0')).join('');
+                };
+                let accepted = 0;
+                for (let batch = 0; batch < 120; batch++) {
+                  const jobs = Array.from({ length: 500 }, (_, i) => ({
+                    url: '/api/contacts', kind: 'create', lane: 'background',
+                    body: { name: 'big ' + i, pad: noise(1000) },
+                  }));
+                  try {
+                    await sluice.enqueueMany(jobs, 'big-' + batch);
+                    accepted += jobs.length;
+                  } catch (e) {
+                    const refusedGroup = (await sluice.jobs('big-' + batch)).length;
+                    return { accepted, batch, code: e.code, message: e.message, refusedGroup };
+                  }
+                }
+                return { accepted, code: null };
+                "#,
+            )
+            .await;
+        report(&format!("enqueue into a full disk: {r}"));
+        assert_eq!(r["code"], "storage-full", "{r}");
+        assert!(
+            r["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("goes on being sent")),
+            "{r}"
+        );
+        assert_eq!(r["refusedGroup"], 0, "nothing of the refused batch was saved: {r}");
+        let results: Vec<String> = tab.eval_as(&js::settle_group("before")).await;
+        assert!(js::all_done(&results), "{results:?}");
+        // The batches that were accepted are all still there, to be sent later.
+        let accepted = r["accepted"].as_u64().unwrap_or(0);
+        let kept: u64 = tab
+            .eval_as(
+                "const s = (await sluice.snapshot()).counts; \
+                 return s.queued + s.sending + s.retryWait + s.done;",
+            )
+            .await;
+        assert!(kept >= accepted + 20, "kept {kept} of {accepted} + 20 jobs");
+        let stats = h.api.stats();
+        assert_eq!(stats.duplicate_creates, 0, "{stats:?}");
+        assert_eq!(stats.rate_limited, 0, "{stats:?}");
+        assert!(stats.max_in_window <= 10, "{stats:?}");
+    }
+);
