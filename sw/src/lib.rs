@@ -131,8 +131,6 @@ mod exports {
         reply_to(source, &WorkerMessage::Error { request_id, error });
     }
 
-    /// Decodes one request from a page, handles it and posts the answer to `reply_via` (the
-    /// page's `Client`, or the page's own `MessagePort`).
     /// The instance stopped when storage refused a save for want of space (its engine held
     /// what the refused save had; storage holds everything before it). Rebuilt from storage
     /// now, not at the next event, the queue goes on sending what it had while the page hears
@@ -161,6 +159,8 @@ mod exports {
             .as_string()
     }
 
+    /// Decodes one request from a page, handles it and posts the answer to `reply_via` (the
+    /// page's `Client`, or the page's own `MessagePort`).
     async fn serve(data: JsValue, reply_via: Option<Object>) {
         let reply_via = reply_via.as_ref();
         // Before the text is copied into the wasm's memory: a string of more UTF-16 units than
