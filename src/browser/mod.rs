@@ -109,24 +109,14 @@ struct Chrome {
     child: Child,
     /// Removed after the process is gone (fields drop after `Drop::drop`).
     profile: tempfile::TempDir,
-    /// The profile is a small disk of its own (see [`mount_small_disk`]),
-    /// unmounted once the process is gone.
-    small_disk: bool,
 }
 
 impl Chrome {
-    async fn launch(
-        exe: &Path,
-        log: Option<&Path>,
-        disk_mib: Option<u32>,
-    ) -> Result<(Chrome, String), Error> {
+    async fn launch(exe: &Path, log: Option<&Path>) -> Result<(Chrome, String), Error> {
         let profile = tempfile::Builder::new()
             .prefix("sluice-chromium-")
             .tempdir()
             .map_err(|e| Error::Launch(format!("profile dir: {e}")))?;
-        if let Some(mib) = disk_mib {
-            mount_small_disk(profile.path(), mib)?;
-        }
         let stderr = match log {
             Some(path) => Stdio::from(
                 std::fs::File::create(path)
@@ -160,11 +150,7 @@ impl Chrome {
         let child = cmd
             .spawn()
             .map_err(|e| Error::Launch(format!("starting {}: {e}", exe.display())))?;
-        let mut chrome = Chrome {
-            child,
-            profile,
-            small_disk: disk_mib.is_some(),
-        };
+        let mut chrome = Chrome { child, profile };
         // Chromium writes the port it chose and the browser's websocket path here.
         let port_file = chrome.profile.path().join("DevToolsActivePort");
         let deadline = Instant::now() + Duration::from_secs(30);
@@ -199,31 +185,7 @@ impl Drop for Chrome {
         }
         let _ = self.child.kill();
         let _ = self.child.wait();
-        if self.small_disk {
-            let _ = std::process::Command::new("umount")
-                .arg(self.profile.path())
-                .status();
-        }
     }
-}
-
-/// A tmpfs of `mib` MiB at `dir`: a disk that fills up, so that storage really refuses a write
-/// (`QuotaExceededError`) the way a full device does. Chromium's quota override over CDP is
-/// reported active but not enforced for pages (checked on Chromium 156), so a test of a full
-/// storage needs a full disk. Needs root, as `.ci/run` has.
-fn mount_small_disk(dir: &Path, mib: u32) -> Result<(), Error> {
-    let status = std::process::Command::new("mount")
-        .args(["-t", "tmpfs", "-o", &format!("size={mib}m"), "tmpfs"])
-        .arg(dir)
-        .status()
-        .map_err(|e| Error::Launch(format!("mount: {e}")))?;
-    if !status.success() {
-        return Err(Error::Launch(format!(
-            "could not mount a {mib} MiB tmpfs for the browser's profile ({status}): a test of \
-             a full disk runs as root"
-        )));
-    }
-    Ok(())
 }
 
 /// A headless Chromium and our CDP connection to it. Dropping it kills the browser.
@@ -236,17 +198,8 @@ pub struct Browser {
 impl Browser {
     /// Launches `exe` headless with a fresh profile; its stderr goes to `log` if given.
     pub async fn launch(exe: &Path, log: Option<&Path>) -> Result<Browser, Error> {
-        Self::launch_with_disk(exe, log, None).await
-    }
-
-    /// [`Browser::launch`] with the profile on a disk of `disk_mib` MiB, if given.
-    pub async fn launch_with_disk(
-        exe: &Path,
-        log: Option<&Path>,
-        disk_mib: Option<u32>,
-    ) -> Result<Browser, Error> {
         let started = Instant::now();
-        let (chrome, ws_url) = Chrome::launch(exe, log, disk_mib).await?;
+        let (chrome, ws_url) = Chrome::launch(exe, log).await?;
         let cdp = Cdp::connect(&ws_url).await.map_err(Error::Cdp)?;
         cdp.open_control_page().await.map_err(Error::Cdp)?;
         cdp.note(format!("browser up in {:.1?}", started.elapsed()));
@@ -393,8 +346,6 @@ pub struct RigOptions {
     /// Also serve the API on a port of its own, as an API on another origin (CORS and its
     /// preflights included), and let the worker script send there: see [`Rig::api_origin`].
     pub cross_origin: bool,
-    /// The browser's profile on a disk of this many MiB (a storage that fills up).
-    pub disk_mib: Option<u32>,
 }
 
 /// The demo server in-process and a browser pointed at it.
@@ -451,9 +402,7 @@ impl Rig {
             .await
             .map_err(|e| Error::Server(e.to_string()))?;
         let origin = format!("http://{addr}");
-        let browser =
-            Browser::launch_with_disk(&chromium, options.browser_log.as_deref(), options.disk_mib)
-                .await?;
+        let browser = Browser::launch(&chromium, options.browser_log.as_deref()).await?;
         Ok(Rig {
             api_origin: other_origins.pop().unwrap_or_else(|| origin.clone()),
             origin,

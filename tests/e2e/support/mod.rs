@@ -93,8 +93,6 @@ pub struct Options {
     pub cross_origin: bool,
     /// Serve this directory as the site instead of `www/` (an app's built files).
     pub site: Option<PathBuf>,
-    /// The browser's profile on a disk of this many MiB, which fills up.
-    pub disk_mib: Option<u32>,
 }
 
 impl Default for Options {
@@ -105,7 +103,6 @@ impl Default for Options {
             exclusive: false,
             cross_origin: false,
             site: None,
-            disk_mib: None,
         }
     }
 }
@@ -137,12 +134,6 @@ impl Options {
 
     /// The API on another origin, with arrival jitter 0..`jitter_ms` and answer jitter
     /// ±`jitter_ms`: where users are.
-    /// The browser stores on a disk of `mib` MiB (see [`RigOptions::disk_mib`]).
-    pub fn small_disk(mut self, mib: u32) -> Self {
-        self.disk_mib = Some(mib);
-        self
-    }
-
     pub fn cross_origin(mut self, jitter_ms: u64) -> Self {
         self.cross_origin = true;
         self.api.jitter_ms = jitter_ms;
@@ -276,7 +267,6 @@ impl Harness {
             chromium,
             browser_log: Some(artifacts.join("chromium.log")),
             cross_origin: options.cross_origin,
-            disk_mib: options.disk_mib,
         })
         .await
         .unwrap_or_else(|e| panic!("starting the server and browser: {e}"));
