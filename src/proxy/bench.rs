@@ -166,7 +166,9 @@ async fn callers(
     answers
 }
 
-fn share_of_limit(api: &ApiHandle) -> f64 {
+/// The share of the limit the upstream admitted: admitted arrivals in the whole windows from
+/// the first one on, per `limit` in each of those windows.
+pub fn share_of_limit(api: &ApiHandle, limit: u32, window_ms: u64) -> f64 {
     let arrivals: Vec<f64> = api
         .arrivals()
         .into_iter()
@@ -176,12 +178,13 @@ fn share_of_limit(api: &ApiHandle) -> f64 {
     let (Some(&first), Some(&last)) = (arrivals.first(), arrivals.last()) else {
         return 0.0;
     };
-    let windows = ((last - first) / WINDOW_MS as f64).floor();
+    let windows = ((last - first) / window_ms as f64).floor();
     if windows < 1.0 {
         return 0.0;
     }
-    let end = first + windows * WINDOW_MS as f64;
-    arrivals.iter().filter(|&&t| t < end).count() as f64 / (windows * f64::from(LIMIT))
+    let end = first + windows * window_ms as f64;
+    let inside = arrivals.iter().filter(|&&t| t < end).count();
+    inside as f64 / (windows * f64::from(limit))
 }
 
 async fn saturated(
@@ -225,7 +228,7 @@ async fn saturated(
         instances,
         callers: CALLERS,
         seconds: run_for.as_secs_f64(),
-        share_of_limit: share_of_limit(&api),
+        share_of_limit: share_of_limit(&api, LIMIT, WINDOW_MS),
         upstream_429: api.count_429(),
         most_in_any_window: api.max_in_window(WINDOW_MS),
         limit: LIMIT,

@@ -198,23 +198,4 @@ pub async fn load(
         .unwrap_or_default()
 }
 
-/// The share of the limit the upstream admitted: admitted arrivals in the whole windows from
-/// the first one on, per `limit` in each of those windows.
-pub fn share_of_limit(api: &sluice::api::ApiHandle, limit: u32, window_ms: u64) -> f64 {
-    let arrivals: Vec<f64> = api
-        .arrivals()
-        .into_iter()
-        .filter(|a| a.admitted)
-        .map(|a| a.at_ms)
-        .collect();
-    let (Some(&first), Some(&last)) = (arrivals.first(), arrivals.last()) else {
-        return 0.0;
-    };
-    let windows = ((last - first) / window_ms as f64).floor();
-    if windows < 1.0 {
-        return 0.0;
-    }
-    let end = first + windows * window_ms as f64;
-    let inside = arrivals.iter().filter(|&&t| t < end).count();
-    inside as f64 / (windows * f64::from(limit))
-}
+pub use sluice::proxy::bench::share_of_limit;
