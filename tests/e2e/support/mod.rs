@@ -25,6 +25,7 @@ use sluice::server::WwwSource;
 /// How long a whole test may take unless it says otherwise.
 pub const DEFAULT_TEST_SECS: u64 = 90;
 
+pub mod firefox;
 pub mod js;
 
 /// How to get the wasm bundles the browser tests serve.
