@@ -1,8 +1,9 @@
 //! Driving headless Chromium against the demo server: what the end-to-end tests and
 //! `sluice bench` share.
 //!
-//! - [`Rig`]: the demo server (site and strict API) in-process on `127.0.0.1:0`, plus a fresh
-//!   Chromium with its own profile, plus the driver page at [`DRIVER_PATH`].
+//! - [`Site`]: the demo server (site and strict API) in-process on `127.0.0.1:0`, plus the
+//!   driver page at [`DRIVER_PATH`]; the Firefox tests point Firefox at one.
+//! - [`Rig`]: a [`Site`] plus a fresh Chromium with its own profile.
 //! - [`Browser`]: the Chromium process and a CDP connection ([`cdp`]) that attaches to every
 //!   page and service worker: stop workers, take a worker offline, fire Background Sync.
 //! - [`Tab`]: evaluate script in a page, reload, screenshot, close.
@@ -14,6 +15,7 @@ pub mod load;
 mod tab;
 
 use std::net::SocketAddr;
+use std::ops::{Deref, DerefMut};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -348,17 +350,17 @@ pub struct RigOptions {
     pub cross_origin: bool,
 }
 
-/// The demo server in-process and a browser pointed at it.
-pub struct Rig {
+/// The demo server in-process (site, strict API and the driver page at [`DRIVER_PATH`]), with
+/// no browser: what a [`Rig`] points Chromium at, and what the Firefox tests drive Firefox at.
+pub struct Site {
     pub addr: SocketAddr,
     /// `http://127.0.0.1:PORT`
     pub origin: String,
-    /// Where the API is called: [`Rig::origin`], or its own origin with
+    /// Where the API is called: [`Site::origin`], or its own origin with
     /// [`RigOptions::cross_origin`].
     pub api_origin: String,
     /// The demo API: records every arrival, configurable at run time.
     pub api: ApiHandle,
-    pub browser: Browser,
     /// The wall-clock time of the API's time zero, to put arrivals on the pages' clock.
     api_epoch_unix_ms: f64,
 }
@@ -370,25 +372,19 @@ pub fn unix_ms(t: SystemTime) -> f64 {
         .map_or(0.0, |d| d.as_secs_f64() * 1000.0)
 }
 
-impl Rig {
-    pub async fn start(options: RigOptions) -> Result<Rig, Error> {
-        let chromium = options
-            .chromium
-            .clone()
-            .or_else(find_chromium)
-            .ok_or(Error::NoChromium)?;
+impl Site {
+    /// Serves `www` and the API on `127.0.0.1:0`; with `cross_origin`, the API also on a port
+    /// of its own, which the worker script is allowed to send to.
+    pub async fn start(api: ApiConfig, www: WwwSource, cross_origin: bool) -> Result<Site, Error> {
         if !wasm_built() {
             return Err(Error::NoWasm);
         }
-        options
-            .api
-            .validate()
-            .map_err(|e| Error::Server(e.to_string()))?;
-        let api = ApiHandle::new(options.api.clone());
+        api.validate().map_err(|e| Error::Server(e.to_string()))?;
+        let api = ApiHandle::new(api);
         // Taken right after the API's own `Instant` zero: microseconds apart.
         let api_epoch_unix_ms = unix_ms(SystemTime::now());
         let mut other_origins = Vec::new();
-        if options.cross_origin {
+        if cross_origin {
             let api_addr = server::serve_in_background(
                 SocketAddr::from(([127, 0, 0, 1], 0)),
                 crate::api::router(api.clone()),
@@ -397,37 +393,22 @@ impl Rig {
             .map_err(|e| Error::Server(e.to_string()))?;
             other_origins.push(format!("http://{api_addr}"));
         }
-        let app = driver_router(api.clone(), options.www.clone(), other_origins.clone());
+        let app = driver_router(api.clone(), www, other_origins.clone());
         let addr = server::serve_in_background(SocketAddr::from(([127, 0, 0, 1], 0)), app)
             .await
             .map_err(|e| Error::Server(e.to_string()))?;
         let origin = format!("http://{addr}");
-        let browser = Browser::launch(&chromium, options.browser_log.as_deref()).await?;
-        Ok(Rig {
+        Ok(Site {
             api_origin: other_origins.pop().unwrap_or_else(|| origin.clone()),
             origin,
             addr,
             api,
-            browser,
             api_epoch_unix_ms,
         })
     }
 
     pub fn url(&self, path: &str) -> String {
         format!("{}{}", self.origin, path)
-    }
-
-    /// Opens the driver page (with `query`, e.g. `keepAliveMs=300`, if not empty) and waits
-    /// until the client is registered and the page controlled.
-    pub async fn open_driver(&self, query: &str) -> Result<Tab, Error> {
-        let path = if query.is_empty() {
-            DRIVER_PATH.to_string()
-        } else {
-            format!("{DRIVER_PATH}?{query}")
-        };
-        let tab = self.browser.open(&self.url(&path)).await?;
-        tab.wait_ready().await?;
-        Ok(tab)
     }
 
     /// Forgets everything the API recorded (see [`ApiHandle::reset`]) and restarts its clock.
@@ -445,6 +426,53 @@ impl Rig {
     /// A time on the Unix clock as the API's own time (its `atMs`).
     pub fn api_ms(&self, unix_ms: f64) -> f64 {
         unix_ms - self.api_epoch_unix_ms
+    }
+}
+
+/// The demo server in-process ([`Site`], whose fields it derefs to) and a Chromium pointed at
+/// it.
+pub struct Rig {
+    pub site: Site,
+    pub browser: Browser,
+}
+
+impl Deref for Rig {
+    type Target = Site;
+
+    fn deref(&self) -> &Site {
+        &self.site
+    }
+}
+
+impl DerefMut for Rig {
+    fn deref_mut(&mut self) -> &mut Site {
+        &mut self.site
+    }
+}
+
+impl Rig {
+    pub async fn start(options: RigOptions) -> Result<Rig, Error> {
+        let chromium = options
+            .chromium
+            .clone()
+            .or_else(find_chromium)
+            .ok_or(Error::NoChromium)?;
+        let site = Site::start(options.api, options.www, options.cross_origin).await?;
+        let browser = Browser::launch(&chromium, options.browser_log.as_deref()).await?;
+        Ok(Rig { site, browser })
+    }
+
+    /// Opens the driver page (with `query`, e.g. `keepAliveMs=300`, if not empty) and waits
+    /// until the client is registered and the page controlled.
+    pub async fn open_driver(&self, query: &str) -> Result<Tab, Error> {
+        let path = if query.is_empty() {
+            DRIVER_PATH.to_string()
+        } else {
+            format!("{DRIVER_PATH}?{query}")
+        };
+        let tab = self.browser.open(&self.url(&path)).await?;
+        tab.wait_ready().await?;
+        Ok(tab)
     }
 
     /// How far the page's high-resolution clock runs ahead of this process's wall clock, in

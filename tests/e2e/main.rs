@@ -11,16 +11,20 @@
 //! `fetch`), `bench` (`sluice bench --quick` and `--peers` end to end). Issue 5's demo page, as
 //! a visitor meets it (screenshots, the live region, keyboard use, axe-core), in `demo`. The
 //! example app an app developer would make (`examples/vite-app`, the installed package), in
-//! `package`.
+//! `package`. The core scenarios again in Firefox ESR (no Background Sync: the next visit
+//! resumes), over WebDriver BiDi, in `firefox`.
 //!
-//! Run: `cargo test --test e2e` (timings and measured figures are printed). Without Chromium
-//! they skip, unless `CI` is set. Tests that measure time run alone (`Options::exclusive`).
+//! Run: `cargo test --test e2e` (timings and measured figures are printed); `cargo test --test
+//! e2e firefox` runs the Firefox ones. Without Chromium (for those: Firefox, node and `npm ci
+//! --prefix tests/firefox`) they skip, unless `CI` is set. Tests that measure time run alone
+//! (`Options::exclusive`).
 
 mod support;
 
 mod basic;
 mod bench;
 mod demo;
+mod firefox;
 mod input;
 mod lifecycle;
 mod limits;

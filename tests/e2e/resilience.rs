@@ -5,56 +5,15 @@ use std::collections::BTreeSet;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::Value;
-use sluice::api::{Arrival, ScriptedResponse};
+use sluice::api::ScriptedResponse;
 
 use crate::e2e;
-use crate::support::{eventually, js, report, Harness, Options, Tab};
+use crate::support::{eventually, js, report, Options, Tab};
 
 /// Where users are: the API on another origin (CORS and its preflights), each request held
 /// 0-10 ms on its way and answered ±10 ms around the latency. Every lifecycle case runs there.
 fn where_users_are() -> Options {
     Options::default().cross_origin(10)
-}
-
-/// Every create applied exactly once, `n` of them, each with a key, and never more than
-/// `limit` arrivals in any second: "never above the limit" is asserted in every lifecycle case,
-/// since reloads, restarts, pauses and offline spells are where it is hard.
-fn assert_each_applied_once(h: &Harness, n: usize, limit: usize) {
-    let stats = h.api.stats();
-    assert_eq!(stats.contacts, n, "{stats:?}");
-    assert_eq!(stats.duplicate_creates, 0, "{stats:?}");
-    assert_eq!(stats.creates_without_key, 0, "{stats:?}");
-    let by_key = h.api.applied_creates_by_key();
-    assert_eq!(by_key.len(), n, "{by_key:?}");
-    assert!(by_key.values().all(|c| *c == 1), "{by_key:?}");
-    let arrivals = h.saved_arrivals();
-    let densest = densest_second(&arrivals);
-    assert!(
-        densest.len() <= limit,
-        "{} arrivals in one second, limit {limit}: at {:?} ms (arrivals.json in {}); {stats:?}",
-        densest.len(),
-        densest.iter().map(|a| a.at_ms.round()).collect::<Vec<_>>(),
-        h.artifacts.display()
-    );
-}
-
-/// The admitted arrivals of the busiest half-open second.
-fn densest_second(arrivals: &[Arrival]) -> Vec<Arrival> {
-    let admitted: Vec<&Arrival> = arrivals.iter().filter(|a| a.admitted).collect();
-    let mut best = (0, 0);
-    let mut start = 0;
-    for end in 0..admitted.len() {
-        while admitted[end].at_ns - admitted[start].at_ns >= 1_000_000_000 {
-            start += 1;
-        }
-        if end + 1 - start > best.1 - best.0 {
-            best = (start, end + 1);
-        }
-    }
-    admitted[best.0..best.1]
-        .iter()
-        .map(|a| (*a).clone())
-        .collect()
 }
 
 /// The page's view of a group: (state, attempts) per job.
@@ -74,15 +33,7 @@ async fn group_states(tab: &Tab, group: &str) -> Vec<(String, u64)> {
 
 /// Polls the page until the budget reports a pause; returns its end (ms since the epoch).
 async fn wait_for_pause(tab: &Tab) -> f64 {
-    tab.eval_as(
-        "for (let i = 0; ; i++) {\
-           const s = await sluice.snapshot();\
-           if (s.budgets[0].pausedUntil) return s.budgets[0].pausedUntil;\
-           if (i > 500) throw new Error('no pause: ' + JSON.stringify(s.budgets[0]));\
-           await e2e.sleep(10);\
-         }",
-    )
-    .await
+    tab.eval_as(js::WAIT_FOR_PAUSE).await
 }
 
 e2e!(
@@ -153,7 +104,7 @@ e2e!(
             a.at_ms > answered && a.at_ms < rejected[0].at_ms + 3000.0 - 2.0
         });
         assert!(early.is_empty(), "sent during the pause: {early:?}");
-        assert_each_applied_once(h, 30, 10);
+        h.assert_each_applied_once(30, 10);
     }
 );
 
@@ -193,7 +144,7 @@ e2e!(
             .cloned()
             .collect();
         assert_eq!(running.len(), 1, "one worker sends for every tab: {running:?}");
-        assert_each_applied_once(h, 120, 50);
+        h.assert_each_applied_once(120, 50);
         assert_eq!(h.api.count_429(), 0);
 
         for (i, tab) in tabs.iter().enumerate() {
@@ -281,7 +232,7 @@ e2e!(
         let results: Vec<String> = tab.eval_as(&js::settle_group("k")).await;
         assert!(js::all_done(&results), "{results:?}");
         assert!(h.worker_stops() >= stops + 5);
-        assert_each_applied_once(h, 300, 50);
+        h.assert_each_applied_once(300, 50);
         let stats = h.api.stats();
         assert_eq!(stats.rate_limited, 0, "{stats:?}");
         report(&format!(
@@ -341,7 +292,7 @@ e2e!(
             states.iter().all(|(s, a)| s == "done" && *a == 1),
             "every job done in one attempt: {states:?}"
         );
-        assert_each_applied_once(h, 60, 20);
+        h.assert_each_applied_once(60, 20);
     }
 );
 
@@ -402,7 +353,7 @@ e2e!(
             states.iter().all(|(s, a)| s == "done" && *a == 1),
             "every job done in one attempt: {states:?}"
         );
-        assert_each_applied_once(h, 40, 20);
+        h.assert_each_applied_once(40, 20);
     }
 );
 
@@ -458,7 +409,7 @@ e2e!(
         let ids_json = left["ids"].to_string();
         let results: Vec<String> = tab.eval_as(&js::settle_ids(&ids_json)).await;
         assert!(js::all_done(&results), "{results:?}");
-        assert_each_applied_once(h, 40, 5);
+        h.assert_each_applied_once(40, 5);
     }
 );
 
@@ -513,7 +464,7 @@ e2e!(
         ));
         let results: Vec<String> = tab.eval_as(&js::settle_group("u")).await;
         assert!(js::all_done(&results), "{results:?}");
-        assert_each_applied_once(h, 40, 10);
+        h.assert_each_applied_once(40, 10);
         assert_eq!(h.api.count_429(), 0);
     }
 );
@@ -567,7 +518,7 @@ e2e!(
         assert!(at < 80, "taken over only when the queue was done");
         let results: Vec<String> = tab.eval_as(&js::settle_group("w")).await;
         assert!(js::all_done(&results), "{results:?}");
-        assert_each_applied_once(h, 80, 10);
+        h.assert_each_applied_once(80, 10);
         let arrivals = h.api.arrivals();
         let keys: BTreeSet<Option<&str>> =
             arrivals.iter().map(|a| a.idempotency_key.as_deref()).collect();

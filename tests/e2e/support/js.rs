@@ -55,3 +55,12 @@ pub fn all_done(results: &[String]) -> bool {
         .iter()
         .all(|r| r == "done 201" || r == "done 200" || r == "done 204")
 }
+
+/// Polls the page until the budget reports a pause and returns its end (ms since the epoch);
+/// throws after about 5 s without one.
+pub const WAIT_FOR_PAUSE: &str = "for (let i = 0; ; i++) {\
+       const s = await sluice.snapshot();\
+       if (s.budgets[0].pausedUntil) return s.budgets[0].pausedUntil;\
+       if (i > 500) throw new Error('no pause: ' + JSON.stringify(s.budgets[0]));\
+       await e2e.sleep(10);\
+     }";

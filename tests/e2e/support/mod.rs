@@ -13,38 +13,44 @@
 use std::future::Future;
 use std::io::Write as _;
 use std::ops::Deref;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use serde::de::DeserializeOwned;
 use serde_json::Value;
-use sluice::api::{ApiConfig, Arrival};
+use sluice::api::{ApiConfig, ApiHandle, Arrival};
 use sluice::browser::{self, Rig, RigOptions};
 use sluice::server::WwwSource;
 
 /// How long a whole test may take unless it says otherwise.
 pub const DEFAULT_TEST_SECS: u64 = 90;
 
+pub mod firefox;
 pub mod js;
 
-/// Declares an end-to-end test: a multi-threaded tokio test that starts a [`Harness`] (or
-/// skips), runs the body with `$h: &Harness` under a time limit, and always kills the
-/// browser. `e2e!(name, secs, |h| { ... })`; `e2e!(name, secs, options, |h| { ... })` starts
-/// it with [`Options`].
+/// How to get the wasm bundles the browser tests serve.
+const WASM_INSTALL: &str = "build without SLUICE_SKIP_WASM";
+
+/// Declares an end-to-end test: a multi-threaded tokio test that starts a harness (or skips),
+/// runs the body with `$h` (a reference to it) under a time limit, and always kills the
+/// browser. `e2e!(name, secs, |h| { ... })` starts Chromium's [`Harness`] with default
+/// [`Options`]; `e2e!(name, secs, options, |h| { ... })` starts the harness `options` is for
+/// (see [`Setup`]: Chromium's [`Options`] or Firefox's [`firefox::FirefoxOptions`]).
 #[macro_export]
 macro_rules! e2e {
     ($(#[$meta:meta])* $name:ident, $secs:expr, $options:expr, |$h:ident| $body:block) => {
         $(#[$meta])*
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
         async fn $name() {
-            let options: $crate::support::Options = $options;
-            let _turn = $crate::support::Turn::take(options.exclusive).await;
+            let options = $options;
+            let _turn = $crate::support::Turn::take($crate::support::Setup::exclusive(&options))
+                .await;
             let Some(harness) =
-                $crate::support::Harness::start_with(stringify!($name), options).await
+                $crate::support::Setup::start(options, stringify!($name)).await
             else {
                 return;
             };
-            let $h: &$crate::support::Harness = &harness;
+            let $h = &harness;
             let limit = std::time::Duration::from_secs($secs);
             let started = std::time::Instant::now();
             let result = tokio::time::timeout(limit, async move $body).await;
@@ -66,6 +72,30 @@ macro_rules! e2e {
     ($(#[$meta:meta])* $name:ident, |$h:ident| $body:block) => {
         $crate::e2e!($(#[$meta])* $name, $crate::support::DEFAULT_TEST_SECS, |$h| $body);
     };
+}
+
+/// What an [`e2e!`] test is started with: it names the harness and whether the test runs
+/// alone.
+pub trait Setup {
+    type Harness;
+
+    /// Whether the test runs alone (see [`Options::exclusive`]).
+    fn exclusive(&self) -> bool;
+
+    /// Starts the harness; `None` means "skip this test".
+    fn start(self, name: &str) -> impl Future<Output = Option<Self::Harness>>;
+}
+
+impl Setup for Options {
+    type Harness = Harness;
+
+    fn exclusive(&self) -> bool {
+        self.exclusive
+    }
+
+    async fn start(self, name: &str) -> Option<Harness> {
+        Harness::start_with(name, self).await
+    }
 }
 
 /// Time-compressed server limits: fast tests, still rate-limited.
@@ -188,8 +218,9 @@ pub fn cpu_note(h: &Harness, since: Option<browser::load::CpuSample>) -> String 
     }
 }
 
-/// Skips (returns false) with a message, or panics under CI.
-fn require(ok: bool, what: &str) -> bool {
+/// Skips (returns false) with a message saying what is missing and how to `install` it, or
+/// panics under CI.
+fn require(ok: bool, what: &str, install: &str) -> bool {
     if ok {
         return true;
     }
@@ -197,10 +228,63 @@ fn require(ok: bool, what: &str) -> bool {
         panic!("{what} (CI is set, so this is a failure, not a skip)");
     }
     report(&format!(
-        "SKIPPED {}: {what}; install it (apt-get install -y chromium) to run end-to-end tests",
+        "SKIPPED {}: {what}; {install} to run it",
         std::thread::current().name().unwrap_or("e2e test")
     ));
     false
+}
+
+/// Every arrival `api` recorded, also written to `arrivals.json` in `artifacts` for a look
+/// after a failure.
+pub fn save_arrivals(api: &ApiHandle, artifacts: &Path) -> Vec<Arrival> {
+    let arrivals = api.arrivals();
+    let _ = std::fs::write(
+        artifacts.join("arrivals.json"),
+        serde_json::to_vec_pretty(&arrivals).unwrap_or_default(),
+    );
+    arrivals
+}
+
+/// Every create applied exactly once, `n` of them, each with a key, and never more than
+/// `limit` arrivals in any second: "never above the limit" is asserted in every lifecycle case,
+/// since reloads, restarts, pauses and offline spells are where it is hard. The arrivals are
+/// saved among the test's `artifacts`.
+pub fn assert_each_applied_once(api: &ApiHandle, artifacts: &Path, n: usize, limit: usize) {
+    let stats = api.stats();
+    assert_eq!(stats.contacts, n, "{stats:?}");
+    assert_eq!(stats.duplicate_creates, 0, "{stats:?}");
+    assert_eq!(stats.creates_without_key, 0, "{stats:?}");
+    let by_key = api.applied_creates_by_key();
+    assert_eq!(by_key.len(), n, "{by_key:?}");
+    assert!(by_key.values().all(|c| *c == 1), "{by_key:?}");
+    let arrivals = save_arrivals(api, artifacts);
+    let densest = densest_second(&arrivals);
+    assert!(
+        densest.len() <= limit,
+        "{} arrivals in one second, limit {limit}: at {:?} ms (arrivals.json in {}); {stats:?}",
+        densest.len(),
+        densest.iter().map(|a| a.at_ms.round()).collect::<Vec<_>>(),
+        artifacts.display()
+    );
+}
+
+/// The admitted arrivals of the busiest half-open second.
+pub fn densest_second(arrivals: &[Arrival]) -> Vec<Arrival> {
+    let admitted: Vec<&Arrival> = arrivals.iter().filter(|a| a.admitted).collect();
+    let mut best = (0, 0);
+    let mut start = 0;
+    for end in 0..admitted.len() {
+        while admitted[end].at_ns - admitted[start].at_ns >= 1_000_000_000 {
+            start += 1;
+        }
+        if end + 1 - start > best.1 - best.0 {
+            best = (start, end + 1);
+        }
+    }
+    admitted[best.0..best.1]
+        .iter()
+        .map(|a| (*a).clone())
+        .collect()
 }
 
 /// A server, a browser and the helpers to drive them. Dropping it kills the browser.
@@ -234,12 +318,14 @@ impl Harness {
         if !require(
             chromium.is_some(),
             "Chromium not found (set SLUICE_CHROMIUM or put chromium on PATH)",
+            "install it (apt-get install -y chromium)",
         ) {
             return None;
         }
         if !require(
             browser::wasm_built(),
             "the wasm bundles were not built (SLUICE_SKIP_WASM?)",
+            WASM_INSTALL,
         ) {
             return None;
         }
@@ -315,12 +401,12 @@ impl Harness {
     /// Every arrival the API recorded, also written to `arrivals.json` among the test's
     /// artifacts for a look after a failure.
     pub fn saved_arrivals(&self) -> Vec<Arrival> {
-        let arrivals = self.api.arrivals();
-        let _ = std::fs::write(
-            self.artifacts.join("arrivals.json"),
-            serde_json::to_vec_pretty(&arrivals).unwrap_or_default(),
-        );
-        arrivals
+        save_arrivals(&self.api, &self.artifacts)
+    }
+
+    /// [`assert_each_applied_once`] on this test's API.
+    pub fn assert_each_applied_once(&self, n: usize, limit: usize) {
+        assert_each_applied_once(&self.api, &self.artifacts, n, limit)
     }
 
     /// As [`Harness::open_e2e`], with a query string for the page (`keepAliveMs=300`).
