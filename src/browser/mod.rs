@@ -287,6 +287,31 @@ impl Browser {
         }
     }
 
+    /// Runs `expression` (an async function body's value: a promise is awaited) in the running
+    /// service worker, as the worker's own code, and returns its value. For measurements that
+    /// must take the worker's own path to the network (see `bench`).
+    pub async fn eval_in_worker(&self, expression: &str, limit: Duration) -> Result<Value, Error> {
+        let session = {
+            let st = self.cdp.state();
+            st.workers.values().flatten().next().cloned()
+        };
+        let session = session.ok_or_else(|| Error::Cdp("no service worker is attached".into()))?;
+        let reply = self
+            .cdp
+            .call_with_timeout(
+                "Runtime.evaluate",
+                json!({ "expression": expression, "awaitPromise": true, "returnByValue": true }),
+                Some(&session),
+                limit,
+            )
+            .await
+            .map_err(Error::Cdp)?;
+        if let Some(e) = reply.get("exceptionDetails") {
+            return Err(Error::Script(e.to_string()));
+        }
+        Ok(reply["result"]["value"].clone())
+    }
+
     /// The id of the registration whose scope is under `origin`.
     pub async fn registration_id(&self, origin: &str) -> Result<String, Error> {
         let mut found = None;

@@ -45,6 +45,10 @@ async fn bench_quick_runs_every_measurement() {
         r.bulk[0].cross_origin,
         "the first bulk run calls another origin"
     );
+    // The concurrency bound was measured beside the cross-origin run, and only there.
+    let plain = r.bulk[0].plain_rate_per_s.expect("a plain loop's rate");
+    assert!(plain.is_finite() && plain > 0.0, "{:?}", r.bulk[0]);
+    assert!(r.bulk[1..].iter().all(|b| b.plain_rate_per_s.is_none()));
     for b in &r.bulk {
         assert_eq!(b.rate_limited, 0, "told the limit, so no 429s: {b:?}");
         assert!(b.finish_s > 0.0 && b.finish_s.is_finite(), "{b:?}");
