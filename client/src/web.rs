@@ -2,18 +2,18 @@
 //! `Sluice` class exported to JavaScript.
 //!
 //! Messages are JSON text both ways (see `sluice_shared::protocol`). Values cross between JS
-//! and Rust through `JSON.stringify`/`JSON.parse` and serde_json rather than a second
-//! conversion library: the worker speaks JSON anyway, and the page bundle stays small.
+//! and Rust through `JSON.stringify`/`JSON.parse` and the worker's JSON codec
+//! (`sluice_shared::json`) rather than a conversion library: the worker speaks JSON anyway, and
+//! the page bundle stays small.
 
 use std::cell::{Cell, RefCell};
 use std::rc::{Rc, Weak};
 
 use js_sys::{Array, Function, Object, Promise, Reflect, JSON};
-use serde::{Deserialize, Serialize};
-use serde_json::Value;
 use sluice_shared::config::EngineConfig;
 use sluice_shared::job::{JobOutcome, JobSpec, JobState};
-use sluice_shared::protocol::{JobUpdate, ProtocolError, WorkerMessage};
+use sluice_shared::json::{self, FromJson, ToJson};
+use sluice_shared::protocol::{JobUpdate, ProtocolError, ReplyBody, Request, WorkerMessage};
 use sluice_shared::status::Status;
 use sluice_shared::JobId;
 use wasm_bindgen::prelude::*;
@@ -25,9 +25,10 @@ use web_sys::{
 };
 
 use crate::core::{
-    Answer, Call, ClientError, Core, Done, JobEnd, PortState, Received, Timing, Via,
+    unexpected_reply, Answer, ClientError, Core, Done, JobEnd, PortState, Received, Timing, Via,
 };
-use crate::job::{self, Body, JobInput};
+use crate::input::{self, RegisterOptions};
+use crate::job::{self, Body};
 
 #[wasm_bindgen(typescript_custom_section)]
 const TS_TYPES: &'static str = r#"
@@ -177,19 +178,6 @@ export type WorkerBroadcast =
   | { type: "status"; status: Status };
 "#;
 
-/// Options of [`Sluice::register`]; from JS, the `options` object.
-#[derive(Clone, Debug, Default, Deserialize)]
-#[serde(default, deny_unknown_fields, rename_all = "camelCase")]
-pub struct RegisterOptions {
-    pub scope: Option<String>,
-    /// `"classic"` (default) or `"module"`.
-    #[serde(rename = "type")]
-    pub worker_type: Option<String>,
-    pub resend_after_ms: Option<f64>,
-    pub keep_alive_ms: Option<f64>,
-    pub control_timeout_ms: Option<f64>,
-}
-
 /// A job the worker accepted.
 pub struct Enqueued {
     pub id: JobId,
@@ -338,16 +326,17 @@ impl UrlResolver {
     }
 }
 
-fn value_to_js(value: &Value) -> JsValue {
-    JSON::parse(&value.to_string()).unwrap_or(JsValue::NULL)
+/// Rust data to a plain JS value, as the worker would write it.
+fn to_js<T: ToJson + ?Sized>(value: &T) -> JsValue {
+    JSON::parse(&json::to_string(value)).unwrap_or(JsValue::NULL)
 }
 
-/// Serialisable Rust data to a plain JS value.
-fn to_js<T: Serialize>(value: &T) -> JsValue {
-    serde_json::to_string(value)
-        .ok()
-        .and_then(|s| JSON::parse(&s).ok())
-        .unwrap_or(JsValue::NULL)
+/// `JSON.stringify` of a page's value, or why it cannot be.
+fn json_text(v: &JsValue) -> Result<String, String> {
+    let text = JSON::stringify(v).map_err(|e| js_message(&e))?;
+    // Not a string but `undefined` for a value JSON cannot hold (a function).
+    text.as_string()
+        .ok_or_else(|| "not data that JSON can hold".to_string())
 }
 
 fn set(obj: &Object, key: &str, value: &JsValue) {
@@ -390,7 +379,11 @@ fn job_end_to_js(e: JobEnd) -> JsValue {
 fn outcome_to_js(o: &JobOutcome) -> JsValue {
     let obj = Object::new();
     set(&obj, "status", &JsValue::from(o.status));
-    set(&obj, "headers", &to_js(&job::headers_object(&o.headers)));
+    let headers = Object::new();
+    for (name, value) in job::headers_object(&o.headers) {
+        set(&headers, &name, &JsValue::from_str(&value));
+    }
+    set(&obj, "headers", &headers);
     set(&obj, "body", &JsValue::from_str(&o.body));
     obj.into()
 }
@@ -436,9 +429,9 @@ fn job_from_js(job: &JsValue, urls: &UrlResolver) -> Result<JobSpec, ClientError
     } else if let Some(s) = raw_body.as_string() {
         Body::Text(s)
     } else if is_plain_data(&raw_body) {
-        let text = JSON::stringify(&raw_body)
-            .map_err(|e| ClientError::InvalidJob(format!("body: {}", js_message(&e))))?;
-        Body::Json(text.into())
+        let text =
+            json_text(&raw_body).map_err(|e| ClientError::InvalidJob(format!("body: {e}")))?;
+        Body::Json(text)
     } else {
         return Err(ClientError::InvalidJob(
             "a body must be a string or plain data (objects, arrays, numbers) to send as JSON; \
@@ -446,48 +439,18 @@ fn job_from_js(job: &JsValue, urls: &UrlResolver) -> Result<JobSpec, ClientError
                 .into(),
         ));
     };
-    let text: String = JSON::stringify(job)
-        .map_err(|e| ClientError::InvalidJob(js_message(&e)))?
-        .into();
-    let input: JobInput =
-        serde_json::from_str(&text).map_err(|e| ClientError::InvalidJob(e.to_string()))?;
-    job::normalize(input, body, &|url| urls.resolve(url), &mut random_id)
+    let text = json_text(job).map_err(ClientError::InvalidJob)?;
+    let spec = job::read_job(&text)?;
+    job::normalize(spec, body, &|url| urls.resolve(url), &mut random_id)
 }
 
-fn from_js_json<T: for<'de> Deserialize<'de> + Default>(
-    v: &JsValue,
-    what: &str,
-) -> Result<T, String> {
+/// A page's options object: its default when absent.
+fn from_js_json<T: FromJson + Default>(v: &JsValue, what: &str) -> Result<T, String> {
     if v.is_undefined() || v.is_null() {
         return Ok(T::default());
     }
-    let text: String = JSON::stringify(v)
-        .map_err(|e| format!("{what}: {}", js_message(&e)))?
-        .into();
-    serde_json::from_str(&text).map_err(|e| format!("{what}: {e}"))
-}
-
-#[derive(Deserialize)]
-struct EnqueuedBody {
-    id: JobId,
-    coalesced: bool,
-    state: JobState,
-}
-
-#[derive(Deserialize)]
-struct EnqueuedManyBody {
-    ids: Vec<JobId>,
-    warning: Option<String>,
-}
-
-#[derive(Deserialize)]
-struct IdsBody {
-    ids: Vec<JobId>,
-}
-
-#[derive(Deserialize)]
-struct IdBody {
-    id: JobId,
+    let text = json_text(v).map_err(|e| format!("{what}: {e}"))?;
+    json::from_str(&text).map_err(|e| format!("{what}: {e}"))
 }
 
 impl Inner {
@@ -665,8 +628,8 @@ impl Inner {
         self.listeners.borrow_mut().retain(|(i, _)| *i != id);
     }
 
-    async fn request(&self, call: Call) -> Result<Answer, ClientError> {
-        let (text, via, pending) = self.core.borrow_mut().request(call, now());
+    async fn request(&self, request: Request) -> Result<Answer, ClientError> {
+        let (text, via, pending) = self.core.borrow_mut().request(request, now());
         self.send(&text, via);
         self.ensure_timer();
         pending.await
@@ -857,19 +820,21 @@ impl Sluice {
     /// Hands a job to the worker; resolves once the worker saved it.
     pub async fn enqueue(&self, mut job: JobSpec) -> Result<Enqueued, ClientError> {
         job::prepare(&mut job, &mut random_id)?;
-        let job = serde_json::to_value(&job).map_err(|e| ClientError::InvalidJob(e.to_string()))?;
-        let answer = self
-            .inner
-            .request(Call::new("enqueue").with("job", job))
-            .await?;
-        let body: EnqueuedBody = answer.decode("enqueued")?;
-        let done = answer
-            .done
-            .ok_or_else(|| ClientError::Decode("an 'enqueued' reply without a job id".into()))?;
+        let Answer { body, done } = self.inner.request(Request::Enqueue { job }).await?;
+        let ReplyBody::Enqueued {
+            id,
+            coalesced,
+            state,
+        } = body
+        else {
+            return Err(unexpected_reply("enqueued", &body));
+        };
+        let done =
+            done.ok_or_else(|| ClientError::Decode("an 'enqueued' reply without a job id".into()))?;
         Ok(Enqueued {
-            id: body.id,
-            coalesced: body.coalesced,
-            state: body.state,
+            id,
+            coalesced,
+            state,
             done,
         })
     }
@@ -883,85 +848,75 @@ impl Sluice {
         for j in &mut jobs {
             job::prepare(j, &mut random_id)?;
         }
-        let jobs =
-            serde_json::to_value(&jobs).map_err(|e| ClientError::InvalidJob(e.to_string()))?;
-        let call = Call::new("enqueueMany")
-            .with("jobs", jobs)
-            .with("groupId", group_id);
-        let body: EnqueuedManyBody = self.inner.request(call).await?.decode("enqueuedMany")?;
-        Ok(EnqueuedMany {
-            ids: body.ids,
-            warning: body.warning,
-        })
+        let request = Request::EnqueueMany { jobs, group_id };
+        match self.inner.request(request).await?.body {
+            ReplyBody::EnqueuedMany { ids, warning } => Ok(EnqueuedMany { ids, warning }),
+            other => Err(unexpected_reply("enqueuedMany", &other)),
+        }
     }
 
     /// Cancels a waiting job, or every waiting job of a group; returns what was cancelled.
     pub async fn cancel(&self, target: &str) -> Result<Vec<JobId>, ClientError> {
-        let call = Call::new("cancel").with("target", target);
-        let body: IdsBody = self.inner.request(call).await?.decode("cancelled")?;
-        Ok(body.ids)
+        let request = Request::Cancel {
+            target: target.into(),
+        };
+        match self.inner.request(request).await?.body {
+            ReplyBody::Cancelled { ids } => Ok(ids),
+            other => Err(unexpected_reply("cancelled", &other)),
+        }
     }
 
     /// Sends a failed job again; the returned `Done` follows the new attempt.
     pub async fn retry(&self, id: &str) -> Result<(JobId, Done), ClientError> {
-        let answer = self
-            .inner
-            .request(Call::new("retry").with("id", id))
-            .await?;
-        let body: IdBody = answer.decode("retried")?;
-        let done = answer
-            .done
-            .ok_or_else(|| ClientError::Decode("a 'retried' reply without a job id".into()))?;
-        Ok((body.id, done))
+        let request = Request::Retry { id: id.into() };
+        let Answer { body, done } = self.inner.request(request).await?;
+        let ReplyBody::Retried { id } = body else {
+            return Err(unexpected_reply("retried", &body));
+        };
+        let done =
+            done.ok_or_else(|| ClientError::Decode("a 'retried' reply without a job id".into()))?;
+        Ok((id, done))
     }
 
     /// Forgets a failed job without retrying it.
     pub async fn dismiss(&self, id: &str) -> Result<JobId, ClientError> {
-        let answer = self
-            .inner
-            .request(Call::new("dismiss").with("id", id))
-            .await?;
-        Ok(answer.decode::<IdBody>("dismissed")?.id)
+        let request = Request::Dismiss { id: id.into() };
+        match self.inner.request(request).await?.body {
+            ReplyBody::Dismissed { id } => Ok(id),
+            other => Err(unexpected_reply("dismissed", &other)),
+        }
     }
 
     /// Replaces the worker's configuration (budgets, retries, lanes).
     pub async fn configure(&self, config: EngineConfig) -> Result<(), ClientError> {
-        let config = serde_json::to_value(&config).map_err(|e| {
-            ClientError::Worker(ProtocolError::InvalidConfig {
-                message: e.to_string(),
-            })
-        })?;
-        self.configure_raw(config).await
-    }
-
-    async fn configure_raw(&self, config: Value) -> Result<(), ClientError> {
-        let answer = self
+        match self
             .inner
-            .request(Call::new("configure").with("config", config))
-            .await?;
-        answer.field("configured", "type").map(|_| ())
+            .request(Request::Configure { config })
+            .await?
+            .body
+        {
+            ReplyBody::Configured => Ok(()),
+            other => Err(unexpected_reply("configured", &other)),
+        }
     }
 
     pub async fn snapshot(&self) -> Result<Status, ClientError> {
-        let status = self.snapshot_raw().await?;
-        Status::deserialize(&status).map_err(|e| ClientError::Decode(format!("status: {e}")))
-    }
-
-    async fn snapshot_raw(&self) -> Result<Value, ClientError> {
-        let answer = self.inner.request(Call::new("snapshot")).await?;
-        answer.field("snapshot", "status").cloned()
+        match self.inner.request(Request::Snapshot).await?.body {
+            ReplyBody::Snapshot { status } => Ok(status),
+            other => Err(unexpected_reply("snapshot", &other)),
+        }
     }
 
     /// Lists the worker's jobs, optionally of one group.
     pub async fn jobs(&self, group_id: Option<&str>) -> Result<Vec<JobUpdate>, ClientError> {
-        let jobs = self.jobs_raw(group_id).await?;
-        Vec::<JobUpdate>::deserialize(&jobs).map_err(|e| ClientError::Decode(format!("jobs: {e}")))
-    }
-
-    async fn jobs_raw(&self, group_id: Option<&str>) -> Result<Value, ClientError> {
-        let call = Call::new("jobs").with("groupId", group_id);
-        let answer = self.inner.request(call).await?;
-        answer.field("jobs", "jobs").cloned()
+        let request = Request::Jobs {
+            group_id: group_id.map(str::to_owned),
+            ids: None,
+        };
+        match self.inner.request(request).await?.body {
+            ReplyBody::Jobs { jobs } => Ok(jobs),
+            other => Err(unexpected_reply("jobs", &other)),
+        }
     }
 
     /// Waits for the end of any job by id (say one of `enqueue_many`'s).
@@ -974,7 +929,7 @@ impl Sluice {
     /// Calls `f` with every `jobs` and `status` broadcast until the subscription is dropped.
     pub fn subscribe(&self, f: impl Fn(&WorkerMessage) + 'static) -> Subscription {
         let typed = move |text: &str| {
-            if let Ok(message) = serde_json::from_str::<WorkerMessage>(text) {
+            if let Ok(message) = json::from_str::<WorkerMessage>(text) {
                 f(&message)
             }
         };
@@ -1046,10 +1001,11 @@ impl Sluice {
             let mut specs = Vec::new();
             for (i, j) in Array::from(&jobs).iter().enumerate() {
                 let spec = job_from_js(&j, &urls).map_err(|e| {
-                    error_to_js(ClientError::InvalidJob(format!(
-                        "job {i}: {}",
-                        e.to_string().trim_start_matches("invalid job: ")
-                    )))
+                    let reason = match e {
+                        ClientError::InvalidJob(reason) => reason,
+                        other => other.to_string(),
+                    };
+                    error_to_js(ClientError::InvalidJob(format!("job {i}: {reason}")))
                 })?;
                 specs.push(spec);
             }
@@ -1102,12 +1058,18 @@ impl Sluice {
     ) -> Promise {
         let this = self.clone();
         future_to_promise(async move {
-            let config: Value = from_js_json(&config, "config").map_err(|message| {
-                error_to_js(ClientError::Worker(ProtocolError::InvalidConfig {
-                    message,
-                }))
-            })?;
-            this.configure_raw(config).await.map_err(error_to_js)?;
+            // Absent, it is `null` to the reader, which refuses it, as the worker did when
+            // the configuration went to it unread.
+            let text = if config.is_undefined() {
+                Ok("null".to_string())
+            } else {
+                json_text(&config).map_err(|e| format!("config: {e}"))
+            };
+            let config = text
+                .map_err(|message| ClientError::Worker(ProtocolError::InvalidConfig { message }))
+                .and_then(|text| input::read_config(&text))
+                .map_err(error_to_js)?;
+            this.configure(config).await.map_err(error_to_js)?;
             Ok(JsValue::UNDEFINED)
         })
     }
@@ -1116,8 +1078,8 @@ impl Sluice {
     pub fn snapshot_js(&self) -> Promise {
         let this = self.clone();
         future_to_promise(async move {
-            let s = this.snapshot_raw().await.map_err(error_to_js)?;
-            Ok(value_to_js(&s))
+            let status = this.snapshot().await.map_err(error_to_js)?;
+            Ok(to_js(&status))
         })
     }
 
@@ -1126,11 +1088,8 @@ impl Sluice {
     pub fn jobs_js(&self, #[wasm_bindgen(js_name = groupId)] group_id: Option<String>) -> Promise {
         let this = self.clone();
         future_to_promise(async move {
-            let jobs = this
-                .jobs_raw(group_id.as_deref())
-                .await
-                .map_err(error_to_js)?;
-            Ok(value_to_js(&jobs))
+            let jobs = this.jobs(group_id.as_deref()).await.map_err(error_to_js)?;
+            Ok(to_js(&jobs))
         })
     }
 
