@@ -444,6 +444,28 @@ fn job_from_js(job: &JsValue, urls: &UrlResolver) -> Result<JobSpec, ClientError
     job::normalize(spec, body, &|url| urls.resolve(url), &mut random_id)
 }
 
+/// The jobs of a page's `enqueueMany`, each named by its place in the error.
+fn jobs_from_js(jobs: &JsValue) -> Result<Vec<JobSpec>, ClientError> {
+    if !Array::is_array(jobs) {
+        return Err(ClientError::InvalidJob(
+            "enqueueMany takes an array of jobs".into(),
+        ));
+    }
+    let urls = UrlResolver::for_page()?;
+    let mut specs = Vec::new();
+    for (i, j) in Array::from(jobs).iter().enumerate() {
+        let spec = job_from_js(&j, &urls).map_err(|e| {
+            let reason = match e {
+                ClientError::InvalidJob(reason) => reason,
+                other => other.to_string(),
+            };
+            ClientError::InvalidJob(format!("job {i}: {reason}"))
+        })?;
+        specs.push(spec);
+    }
+    Ok(specs)
+}
+
 /// A page's options object: its default when absent.
 fn from_js_json<T: FromJson + Default>(v: &JsValue, what: &str) -> Result<T, String> {
     if v.is_undefined() || v.is_null() {
@@ -711,9 +733,12 @@ impl Sluice {
         match options.worker_type.as_deref() {
             None | Some("classic") => {}
             Some("module") => reg_options.set_type("module"),
+            // Quoted as JSON quotes it: `{:?}` would bring core's escaping and Unicode tables
+            // into the wasm for this one message.
             Some(other) => {
                 return Err(ClientError::Registration(format!(
-                    "options.type must be \"classic\" or \"module\", not {other:?}"
+                    "options.type must be \"classic\" or \"module\", not {}",
+                    json::to_string(other)
                 )))
             }
         }
@@ -820,23 +845,7 @@ impl Sluice {
     /// Hands a job to the worker; resolves once the worker saved it.
     pub async fn enqueue(&self, mut job: JobSpec) -> Result<Enqueued, ClientError> {
         job::prepare(&mut job, &mut random_id)?;
-        let Answer { body, done } = self.inner.request(Request::Enqueue { job }).await?;
-        let ReplyBody::Enqueued {
-            id,
-            coalesced,
-            state,
-        } = body
-        else {
-            return Err(unexpected_reply("enqueued", &body));
-        };
-        let done =
-            done.ok_or_else(|| ClientError::Decode("an 'enqueued' reply without a job id".into()))?;
-        Ok(Enqueued {
-            id,
-            coalesced,
-            state,
-            done,
-        })
+        enqueued(self.inner.request(Request::Enqueue { job }).await?)
     }
 
     /// Hands many jobs to the worker at once, optionally as one group (cancellable together).
@@ -849,10 +858,7 @@ impl Sluice {
             job::prepare(j, &mut random_id)?;
         }
         let request = Request::EnqueueMany { jobs, group_id };
-        match self.inner.request(request).await?.body {
-            ReplyBody::EnqueuedMany { ids, warning } => Ok(EnqueuedMany { ids, warning }),
-            other => Err(unexpected_reply("enqueuedMany", &other)),
-        }
+        enqueued_many(self.inner.request(request).await?)
     }
 
     /// Cancels a waiting job, or every waiting job of a group; returns what was cancelled.
@@ -860,63 +866,35 @@ impl Sluice {
         let request = Request::Cancel {
             target: target.into(),
         };
-        match self.inner.request(request).await?.body {
-            ReplyBody::Cancelled { ids } => Ok(ids),
-            other => Err(unexpected_reply("cancelled", &other)),
-        }
+        cancelled(self.inner.request(request).await?)
     }
 
     /// Sends a failed job again; the returned `Done` follows the new attempt.
     pub async fn retry(&self, id: &str) -> Result<(JobId, Done), ClientError> {
-        let request = Request::Retry { id: id.into() };
-        let Answer { body, done } = self.inner.request(request).await?;
-        let ReplyBody::Retried { id } = body else {
-            return Err(unexpected_reply("retried", &body));
-        };
-        let done =
-            done.ok_or_else(|| ClientError::Decode("a 'retried' reply without a job id".into()))?;
-        Ok((id, done))
+        retried(self.inner.request(Request::Retry { id: id.into() }).await?)
     }
 
     /// Forgets a failed job without retrying it.
     pub async fn dismiss(&self, id: &str) -> Result<JobId, ClientError> {
-        let request = Request::Dismiss { id: id.into() };
-        match self.inner.request(request).await?.body {
-            ReplyBody::Dismissed { id } => Ok(id),
-            other => Err(unexpected_reply("dismissed", &other)),
-        }
+        dismissed(
+            self.inner
+                .request(Request::Dismiss { id: id.into() })
+                .await?,
+        )
     }
 
     /// Replaces the worker's configuration (budgets, retries, lanes).
     pub async fn configure(&self, config: EngineConfig) -> Result<(), ClientError> {
-        match self
-            .inner
-            .request(Request::Configure { config })
-            .await?
-            .body
-        {
-            ReplyBody::Configured => Ok(()),
-            other => Err(unexpected_reply("configured", &other)),
-        }
+        configured(self.inner.request(Request::Configure { config }).await?)
     }
 
     pub async fn snapshot(&self) -> Result<Status, ClientError> {
-        match self.inner.request(Request::Snapshot).await?.body {
-            ReplyBody::Snapshot { status } => Ok(status),
-            other => Err(unexpected_reply("snapshot", &other)),
-        }
+        snapshot(self.inner.request(Request::Snapshot).await?)
     }
 
     /// Lists the worker's jobs, optionally of one group.
     pub async fn jobs(&self, group_id: Option<&str>) -> Result<Vec<JobUpdate>, ClientError> {
-        let request = Request::Jobs {
-            group_id: group_id.map(str::to_owned),
-            ids: None,
-        };
-        match self.inner.request(request).await?.body {
-            ReplyBody::Jobs { jobs } => Ok(jobs),
-            other => Err(unexpected_reply("jobs", &other)),
-        }
+        job_list(self.inner.request(jobs_of(group_id)).await?)
     }
 
     /// Waits for the end of any job by id (say one of `enqueue_many`'s).
@@ -945,6 +923,102 @@ impl Sluice {
     }
 }
 
+// What each request's answer holds, for the Rust API and the JS API alike.
+
+fn enqueued(answer: Answer) -> Result<Enqueued, ClientError> {
+    let Answer { body, done } = answer;
+    let ReplyBody::Enqueued {
+        id,
+        coalesced,
+        state,
+    } = body
+    else {
+        return Err(unexpected_reply("enqueued", &body));
+    };
+    let done =
+        done.ok_or_else(|| ClientError::Decode("an 'enqueued' reply without a job id".into()))?;
+    Ok(Enqueued {
+        id,
+        coalesced,
+        state,
+        done,
+    })
+}
+
+fn enqueued_many(answer: Answer) -> Result<EnqueuedMany, ClientError> {
+    match answer.body {
+        ReplyBody::EnqueuedMany { ids, warning } => Ok(EnqueuedMany { ids, warning }),
+        other => Err(unexpected_reply("enqueuedMany", &other)),
+    }
+}
+
+fn cancelled(answer: Answer) -> Result<Vec<JobId>, ClientError> {
+    match answer.body {
+        ReplyBody::Cancelled { ids } => Ok(ids),
+        other => Err(unexpected_reply("cancelled", &other)),
+    }
+}
+
+fn retried(answer: Answer) -> Result<(JobId, Done), ClientError> {
+    let Answer { body, done } = answer;
+    let ReplyBody::Retried { id } = body else {
+        return Err(unexpected_reply("retried", &body));
+    };
+    let done =
+        done.ok_or_else(|| ClientError::Decode("a 'retried' reply without a job id".into()))?;
+    Ok((id, done))
+}
+
+fn dismissed(answer: Answer) -> Result<JobId, ClientError> {
+    match answer.body {
+        ReplyBody::Dismissed { id } => Ok(id),
+        other => Err(unexpected_reply("dismissed", &other)),
+    }
+}
+
+fn configured(answer: Answer) -> Result<(), ClientError> {
+    match answer.body {
+        ReplyBody::Configured => Ok(()),
+        other => Err(unexpected_reply("configured", &other)),
+    }
+}
+
+fn snapshot(answer: Answer) -> Result<Status, ClientError> {
+    match answer.body {
+        ReplyBody::Snapshot { status } => Ok(status),
+        other => Err(unexpected_reply("snapshot", &other)),
+    }
+}
+
+fn jobs_of(group_id: Option<&str>) -> Request {
+    Request::Jobs {
+        group_id: group_id.map(str::to_owned),
+        ids: None,
+    }
+}
+
+fn job_list(answer: Answer) -> Result<Vec<JobUpdate>, ClientError> {
+    match answer.body {
+        ReplyBody::Jobs { jobs } => Ok(jobs),
+        other => Err(unexpected_reply("jobs", &other)),
+    }
+}
+
+/// The promise of the JS API for a request: its answer made a JS value by `to_js`, or the
+/// error. One function for all requests rather than an `async` block in each method: every
+/// `future_to_promise` of its own costs the page's wasm a kilobyte or more.
+fn answer_promise(
+    inner: &Rc<Inner>,
+    request: Request,
+    to_js: fn(Answer) -> Result<JsValue, ClientError>,
+) -> Promise {
+    let inner = inner.clone();
+    future_to_promise(async move {
+        let answer = inner.request(request).await.map_err(error_to_js)?;
+        to_js(answer).map_err(error_to_js)
+    })
+}
+
 /// The JS API: thin wrappers that convert values and turn futures into promises.
 #[wasm_bindgen]
 impl Sluice {
@@ -970,11 +1044,12 @@ impl Sluice {
         &self,
         #[wasm_bindgen(unchecked_param_type = "JobInput")] job: JsValue,
     ) -> Promise {
-        let this = self.clone();
-        future_to_promise(async move {
-            let urls = UrlResolver::for_page().map_err(error_to_js)?;
-            let spec = job_from_js(&job, &urls).map_err(error_to_js)?;
-            let e = this.enqueue(spec).await.map_err(error_to_js)?;
+        let job = match UrlResolver::for_page().and_then(|urls| job_from_js(&job, &urls)) {
+            Ok(job) => job,
+            Err(e) => return Promise::reject(&error_to_js(e)),
+        };
+        answer_promise(&self.inner, Request::Enqueue { job }, |answer| {
+            let e = enqueued(answer)?;
             let obj = Object::new();
             set(&obj, "id", &JsValue::from_str(&e.id));
             set(&obj, "coalesced", &JsValue::from(e.coalesced));
@@ -990,51 +1065,35 @@ impl Sluice {
         #[wasm_bindgen(unchecked_param_type = "JobInput[]")] jobs: JsValue,
         #[wasm_bindgen(js_name = groupId)] group_id: Option<String>,
     ) -> Promise {
-        let this = self.clone();
-        future_to_promise(async move {
-            if !Array::is_array(&jobs) {
-                return Err(error_to_js(ClientError::InvalidJob(
-                    "enqueueMany takes an array of jobs".into(),
-                )));
-            }
-            let urls = UrlResolver::for_page().map_err(error_to_js)?;
-            let mut specs = Vec::new();
-            for (i, j) in Array::from(&jobs).iter().enumerate() {
-                let spec = job_from_js(&j, &urls).map_err(|e| {
-                    let reason = match e {
-                        ClientError::InvalidJob(reason) => reason,
-                        other => other.to_string(),
-                    };
-                    error_to_js(ClientError::InvalidJob(format!("job {i}: {reason}")))
-                })?;
-                specs.push(spec);
-            }
-            let r = this
-                .enqueue_many(specs, group_id)
-                .await
-                .map_err(error_to_js)?;
-            let obj = Object::new();
-            set(&obj, "ids", &to_js(&r.ids));
-            set(&obj, "warning", &to_js(&r.warning));
-            Ok(obj.into())
-        })
+        let jobs = match jobs_from_js(&jobs) {
+            Ok(jobs) => jobs,
+            Err(e) => return Promise::reject(&error_to_js(e)),
+        };
+        answer_promise(
+            &self.inner,
+            Request::EnqueueMany { jobs, group_id },
+            |answer| {
+                let r = enqueued_many(answer)?;
+                let obj = Object::new();
+                set(&obj, "ids", &to_js(&r.ids));
+                set(&obj, "warning", &to_js(&r.warning));
+                Ok(obj.into())
+            },
+        )
     }
 
     /// Cancels a job or a whole group; resolves with the ids cancelled.
     #[wasm_bindgen(js_name = cancel, unchecked_return_type = "Promise<string[]>")]
     pub fn cancel_js(&self, target: String) -> Promise {
-        let this = self.clone();
-        future_to_promise(async move {
-            let ids = this.cancel(&target).await.map_err(error_to_js)?;
-            Ok(to_js(&ids))
+        answer_promise(&self.inner, Request::Cancel { target }, |answer| {
+            Ok(to_js(&cancelled(answer)?))
         })
     }
 
     #[wasm_bindgen(js_name = retry, unchecked_return_type = "Promise<Retried>")]
     pub fn retry_js(&self, id: String) -> Promise {
-        let this = self.clone();
-        future_to_promise(async move {
-            let (id, done) = this.retry(&id).await.map_err(error_to_js)?;
+        answer_promise(&self.inner, Request::Retry { id }, |answer| {
+            let (id, done) = retried(answer)?;
             let obj = Object::new();
             set(&obj, "id", &JsValue::from_str(&id));
             set(&obj, "done", &done_to_js(done));
@@ -1044,10 +1103,8 @@ impl Sluice {
 
     #[wasm_bindgen(js_name = dismiss, unchecked_return_type = "Promise<void>")]
     pub fn dismiss_js(&self, id: String) -> Promise {
-        let this = self.clone();
-        future_to_promise(async move {
-            this.dismiss(&id).await.map_err(error_to_js)?;
-            Ok(JsValue::UNDEFINED)
+        answer_promise(&self.inner, Request::Dismiss { id }, |answer| {
+            dismissed(answer).map(|_| JsValue::UNDEFINED)
         })
     }
 
@@ -1056,40 +1113,36 @@ impl Sluice {
         &self,
         #[wasm_bindgen(unchecked_param_type = "EngineConfig")] config: JsValue,
     ) -> Promise {
-        let this = self.clone();
-        future_to_promise(async move {
-            // Absent, it is `null` to the reader, which refuses it, as the worker did when
-            // the configuration went to it unread.
-            let text = if config.is_undefined() {
-                Ok("null".to_string())
-            } else {
-                json_text(&config).map_err(|e| format!("config: {e}"))
-            };
-            let config = text
-                .map_err(|message| ClientError::Worker(ProtocolError::InvalidConfig { message }))
-                .and_then(|text| input::read_config(&text))
-                .map_err(error_to_js)?;
-            this.configure(config).await.map_err(error_to_js)?;
-            Ok(JsValue::UNDEFINED)
-        })
+        // Absent, it is `null` to the reader, which refuses it, as the worker did when the
+        // configuration went to it unread.
+        let text = if config.is_undefined() {
+            Ok("null".to_string())
+        } else {
+            json_text(&config).map_err(|e| format!("config: {e}"))
+        };
+        let config = text
+            .map_err(|message| ClientError::Worker(ProtocolError::InvalidConfig { message }))
+            .and_then(|text| input::read_config(&text));
+        match config {
+            Ok(config) => answer_promise(&self.inner, Request::Configure { config }, |answer| {
+                configured(answer).map(|()| JsValue::UNDEFINED)
+            }),
+            Err(e) => Promise::reject(&error_to_js(e)),
+        }
     }
 
     #[wasm_bindgen(js_name = snapshot, unchecked_return_type = "Promise<Status>")]
     pub fn snapshot_js(&self) -> Promise {
-        let this = self.clone();
-        future_to_promise(async move {
-            let status = this.snapshot().await.map_err(error_to_js)?;
-            Ok(to_js(&status))
+        answer_promise(&self.inner, Request::Snapshot, |answer| {
+            Ok(to_js(&snapshot(answer)?))
         })
     }
 
     /// Lists the worker's jobs, optionally of one group.
     #[wasm_bindgen(js_name = jobs, unchecked_return_type = "Promise<JobUpdate[]>")]
     pub fn jobs_js(&self, #[wasm_bindgen(js_name = groupId)] group_id: Option<String>) -> Promise {
-        let this = self.clone();
-        future_to_promise(async move {
-            let jobs = this.jobs(group_id.as_deref()).await.map_err(error_to_js)?;
-            Ok(to_js(&jobs))
+        answer_promise(&self.inner, jobs_of(group_id.as_deref()), |answer| {
+            Ok(to_js(&job_list(answer)?))
         })
     }
 
