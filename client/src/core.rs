@@ -738,16 +738,24 @@ impl Core {
         let Some((_, asked_at)) = self.reconcile.take() else {
             return;
         };
-        let mut listed: Vec<&str> = jobs.iter().map(|j| j.id.as_str()).collect();
-        listed.sort_unstable();
-        let gone: Vec<JobId> = self
+        // The waits to judge, in id order (the map's), each with whether the list names its
+        // job: looked up by job rather than sorting the list, whose sort would be a few
+        // kilobytes of the page's wasm.
+        let mut judged: Vec<(JobId, bool)> = self
             .waiters
             .iter()
-            .filter(|(id, w)| w.since < asked_at && listed.binary_search(&id.as_str()).is_err())
-            .map(|(id, _)| id.clone())
+            .filter(|(_, w)| w.since < asked_at)
+            .map(|(id, _)| (id.clone(), false))
             .collect();
-        for id in gone {
-            self.gone(&id);
+        for job in jobs {
+            if let Ok(i) = judged.binary_search_by(|(id, _)| id.as_str().cmp(&job.id)) {
+                judged[i].1 = true;
+            }
+        }
+        for (id, listed) in judged {
+            if !listed {
+                self.gone(&id);
+            }
         }
     }
 
