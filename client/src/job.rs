@@ -24,6 +24,7 @@ pub fn read_job(text: &str) -> Result<JobSpec, ClientError> {
 fn read_job_json(text: &str) -> Result<JobSpec, json::Error> {
     let value = json::parse(text)?;
     let members = json::members(&value, "struct JobInput")?;
+    // The wire job's fields, but `options`, whose members stand at the top level.
     let known: Vec<&str> = JobSpec::FIELDS
         .iter()
         .filter(|&&name| name != "options")
@@ -31,16 +32,17 @@ fn read_job_json(text: &str) -> Result<JobSpec, json::Error> {
         .copied()
         .collect();
     json::deny_unknown(members, &known)?;
-    let mut wire = Vec::with_capacity(members.len());
+    // What the wire job's reader takes as it is; the rest is read here.
+    let mut wire_members = Vec::with_capacity(members.len());
     let mut headers = Vec::new();
     for (name, v) in members {
         match (name.as_ref(), v) {
             (_, Json::Null) | ("body", _) => {}
             ("headers", v) => headers = read_headers(v)?,
-            _ => wire.push((name.clone(), v.clone())),
+            _ => wire_members.push((name.clone(), v.clone())),
         }
     }
-    let mut spec = JobSpec::from_json(&Json::Obj(wire))?;
+    let mut spec = JobSpec::from_json(&Json::Obj(wire_members))?;
     spec.headers = headers;
     spec.options = Some(RequestOptions::from_json(&value)?).filter(|o| !o.is_default());
     Ok(spec)

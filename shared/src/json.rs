@@ -1,11 +1,12 @@
-//! A small JSON codec for the service worker's wasm.
+//! A small JSON codec for the wasm: the service worker's and the page client's.
 //!
-//! Every type still derives serde's traits, and serde's JSON form stays the reference: pages,
-//! the demo server and the tests speak it. The worker, though, reads and writes its records
-//! and messages through this module instead of `serde_json`. Serde's derives monomorphize a
-//! streaming visitor per type (twice over: maps and sequences), which made up more than a
-//! third of the worker's wasm; here there is one parser into a [`Json`] tree, one writer, and
-//! per type only a list of fields ([`json_struct!`], [`json_enum!`]).
+//! Every type still derives serde's traits, and serde's JSON form stays the reference: the demo
+//! server and the tests speak it. The worker and the page client, though, read and write their
+//! records and messages through this module instead of `serde_json`. Serde's derives
+//! monomorphize a streaming visitor per type (twice over: maps and sequences), which made up
+//! more than a third of the worker's wasm and most of the client's; here there is one parser
+//! into a [`Json`] tree, one writer, and per type only a list of fields ([`json_struct!`],
+//! [`json_enum!`]).
 //!
 //! The output is byte for byte what `serde_json::to_string` writes for the same value (same
 //! field order, escapes, integer and float forms), and the input rules are serde's: unknown

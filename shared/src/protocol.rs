@@ -537,45 +537,39 @@ crate::json_struct!(JobUpdate {
 impl crate::json::ToJson for ReplyBody {
     fn write_json(&self, out: &mut String) {
         use crate::json::{open_tagged, write_field};
-        let tag = |out: &mut String, name| open_tagged(out, "type", name);
+        // The name from `kind`, the one list of them.
+        open_tagged(out, "type", self.kind());
         match self {
             ReplyBody::Enqueued {
                 id,
                 coalesced,
                 state,
             } => {
-                tag(out, "enqueued");
                 write_field(out, "id", id);
                 write_field(out, "coalesced", coalesced);
                 write_field(out, "state", state);
             }
             ReplyBody::EnqueuedMany { ids, warning } => {
-                tag(out, "enqueuedMany");
                 write_field(out, "ids", ids);
                 write_field(out, "warning", warning);
             }
             ReplyBody::Cancelled { ids } => {
-                tag(out, "cancelled");
                 write_field(out, "ids", ids);
             }
             ReplyBody::Retried { id } => {
-                tag(out, "retried");
                 write_field(out, "id", id);
             }
             ReplyBody::Dismissed { id } => {
-                tag(out, "dismissed");
                 write_field(out, "id", id);
             }
-            ReplyBody::Configured => tag(out, "configured"),
+            ReplyBody::Configured => {}
             ReplyBody::Snapshot { status } => {
-                tag(out, "snapshot");
                 write_field(out, "status", status);
             }
             ReplyBody::Jobs { jobs } => {
-                tag(out, "jobs");
                 write_field(out, "jobs", jobs);
             }
-            ReplyBody::Alive => tag(out, "alive"),
+            ReplyBody::Alive => {}
         }
         out.push('}');
     }
@@ -613,14 +607,13 @@ impl crate::json::ToJson for WorkerMessage {
 impl crate::json::ToJson for ProtocolError {
     fn write_json(&self, out: &mut String) {
         use crate::json::{open_tagged, write_field};
-        let tag = |out: &mut String, name| open_tagged(out, "code", name);
+        // The name from `code`, the one list of them.
+        open_tagged(out, "code", self.code());
         match self {
             ProtocolError::Malformed { message } => {
-                tag(out, "malformed");
                 write_field(out, "message", message);
             }
             ProtocolError::UnknownType { found } => {
-                tag(out, "unknown-type");
                 write_field(out, "found", found);
             }
             ProtocolError::TooLarge {
@@ -628,56 +621,44 @@ impl crate::json::ToJson for ProtocolError {
                 bytes,
                 max_bytes,
             } => {
-                tag(out, "too-large");
                 write_field(out, "what", what);
                 write_field(out, "bytes", bytes);
                 write_field(out, "maxBytes", max_bytes);
             }
             ProtocolError::InvalidUrl { url, message } => {
-                tag(out, "invalid-url");
                 write_field(out, "url", url);
                 write_field(out, "message", message);
             }
             ProtocolError::InvalidRequest { message } => {
-                tag(out, "invalid-request");
                 write_field(out, "message", message);
             }
             ProtocolError::UnknownBudget { budget, known } => {
-                tag(out, "unknown-budget");
                 write_field(out, "budget", budget);
                 write_field(out, "known", known);
             }
             ProtocolError::NoBudgetForUrl { url } => {
-                tag(out, "no-budget-for-url");
                 write_field(out, "url", url);
             }
             ProtocolError::UrlNotAllowed { url, allowed } => {
-                tag(out, "url-not-allowed");
                 write_field(out, "url", url);
                 write_field(out, "allowed", allowed);
             }
             ProtocolError::InvalidConfig { message } => {
-                tag(out, "invalid-config");
                 write_field(out, "message", message);
             }
             ProtocolError::NotFound { id } => {
-                tag(out, "not-found");
                 write_field(out, "id", id);
             }
             ProtocolError::IllegalTransition { message } => {
-                tag(out, "illegal-transition");
                 write_field(out, "message", message);
             }
             ProtocolError::Storage { message } => {
-                tag(out, "storage");
                 write_field(out, "message", message);
             }
             ProtocolError::Unavailable { message } => {
-                tag(out, "unavailable");
                 write_field(out, "message", message);
             }
             ProtocolError::StorageFull { message } => {
-                tag(out, "storage-full");
                 write_field(out, "message", message);
             }
         }
