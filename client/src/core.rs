@@ -17,21 +17,23 @@
 //! instead of saving it again. Enqueues are still resent later than the rest
 //! ([`Timing::slow_resend_after_ms`]): a large `enqueueMany` takes the worker a while.
 //!
-//! # Reading messages
-//! Incoming messages are read as [`serde_json::Value`] and only the fields this bookkeeping
-//! needs are picked out; typed replies (`Status`, `JobUpdate`s) are decoded by whoever asks for
-//! them. The protocol's internally tagged enums need serde's buffering deserialiser, which would
-//! make up most of a page bundle that only ever forwards them to JavaScript.
+//! # Messages
+//! Requests and the worker's messages are the protocol's own types
+//! (`sluice_shared::protocol`), written and read with the worker's JSON codec
+//! (`sluice_shared::json`), not serde_json: serde's code made up most of the page's wasm.
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::VecDeque;
 use std::fmt;
 
-use serde::Deserialize;
-use serde_json::{Map, Value};
 use sluice_shared::job::{JobError, JobOutcome, JobState};
-use sluice_shared::protocol::{ProtocolError, Request};
+use sluice_shared::json::{self, FromJson, Json};
+use sluice_shared::protocol::{
+    Envelope, JobUpdate, ProtocolError, ReplyBody, Request, WorkerMessage,
+};
+use sluice_shared::status::Status;
 use sluice_shared::JobId;
 
+use crate::id_map::IdMap;
 use crate::oneshot::{self, Receiver, Sender};
 
 /// How long to wait for answers and how often to remind the worker that work is pending.
@@ -113,7 +115,7 @@ impl ClientError {
     /// of `no-answer`, `invalid-job`, `unsupported`, `registration`, `decode`, `closed`.
     pub fn code(&self) -> &'static str {
         match self {
-            ClientError::Worker(e) => protocol_code(e),
+            ClientError::Worker(e) => e.code(),
             ClientError::WorkerOther { .. } => "worker",
             ClientError::NoAnswer { .. } => "no-answer",
             ClientError::InvalidJob(_) => "invalid-job",
@@ -146,26 +148,6 @@ impl fmt::Display for ClientError {
 }
 
 impl std::error::Error for ClientError {}
-
-/// The `code` tag a [`ProtocolError`] carries on the wire.
-pub fn protocol_code(e: &ProtocolError) -> &'static str {
-    match e {
-        ProtocolError::Malformed { .. } => "malformed",
-        ProtocolError::UnknownType { .. } => "unknown-type",
-        ProtocolError::TooLarge { .. } => "too-large",
-        ProtocolError::InvalidUrl { .. } => "invalid-url",
-        ProtocolError::InvalidRequest { .. } => "invalid-request",
-        ProtocolError::UnknownBudget { .. } => "unknown-budget",
-        ProtocolError::NoBudgetForUrl { .. } => "no-budget-for-url",
-        ProtocolError::UrlNotAllowed { .. } => "url-not-allowed",
-        ProtocolError::InvalidConfig { .. } => "invalid-config",
-        ProtocolError::NotFound { .. } => "not-found",
-        ProtocolError::IllegalTransition { .. } => "illegal-transition",
-        ProtocolError::Storage { .. } => "storage",
-        ProtocolError::Unavailable { .. } => "unavailable",
-        ProtocolError::StorageFull { .. } => "storage-full",
-    }
-}
 
 /// Why a job's `done` did not resolve with an outcome.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -224,40 +206,18 @@ impl std::future::Future for Done {
     }
 }
 
-/// A reply body (`{"type": "enqueued", ...}`), with a `Done` for the job it names when it
-/// is an `enqueued` or `retried`.
+/// A reply, with a `Done` for the job it names when it is an `enqueued` or `retried`.
 pub struct Answer {
-    pub body: Value,
+    pub body: ReplyBody,
     pub done: Option<Done>,
 }
 
-impl Answer {
-    /// The body's `type`.
-    pub fn kind(&self) -> &str {
-        self.body.get("type").and_then(Value::as_str).unwrap_or("")
-    }
-
-    /// The body as `T`, if it is of type `kind`.
-    pub fn decode<T: for<'de> Deserialize<'de>>(&self, kind: &str) -> Result<T, ClientError> {
-        if self.kind() != kind {
-            return Err(ClientError::Decode(format!(
-                "expected a '{kind}' reply, got '{}'",
-                self.kind()
-            )));
-        }
-        T::deserialize(&self.body).map_err(|e| ClientError::Decode(format!("{kind}: {e}")))
-    }
-
-    /// One field of the body, if the body is of type `kind`.
-    pub fn field(&self, kind: &str, name: &str) -> Result<&Value, ClientError> {
-        if self.kind() != kind {
-            return Err(ClientError::Decode(format!(
-                "expected a '{kind}' reply, got '{}'",
-                self.kind()
-            )));
-        }
-        Ok(self.body.get(name).unwrap_or(&Value::Null))
-    }
+/// The error for a reply of another type than its request expects (`expected`).
+pub fn unexpected_reply(expected: &str, got: &ReplyBody) -> ClientError {
+    ClientError::Decode(format!(
+        "expected a '{expected}' reply, got '{}'",
+        got.kind()
+    ))
 }
 
 pub type ReplyResult = Result<Answer, ClientError>;
@@ -278,7 +238,7 @@ impl std::future::Future for Pending {
     }
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 enum Purpose {
     /// The caller's request; an `enqueued` reply creates a `Done`.
     Enqueue,
@@ -290,8 +250,8 @@ enum Purpose {
     /// The client's own status request, when the last status is old.
     Refresh,
     /// The client's own request for the outcomes of jobs whose broadcast carried their state
-    /// only (another tab enqueued them, or the worker restarted since): `jobs` with their ids.
-    Outcomes,
+    /// only (another tab enqueued them, or the worker restarted since): `jobs` with these ids.
+    Outcomes(Vec<JobId>),
 }
 
 /// Which way a request goes to the worker.
@@ -343,21 +303,6 @@ struct Waiter {
     registered_at: f64,
 }
 
-/// What a job's terminal update says, as much as `Done` needs.
-#[derive(Clone, Debug, Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct Ended {
-    id: JobId,
-    state: JobState,
-    #[serde(default)]
-    last_error: Option<JobError>,
-    #[serde(default)]
-    outcome: Option<JobOutcome>,
-    /// The broadcast left the outcome out (see `JobUpdate::state_only`): ask before resolving.
-    #[serde(default)]
-    withheld: bool,
-}
-
 /// What [`Core::receive`] made of one message.
 #[derive(Debug, PartialEq)]
 pub enum Received {
@@ -384,9 +329,9 @@ pub struct Core {
     prefix: String,
     /// Requests made so far; also orders waiters against job list requests.
     counter: u64,
-    outstanding: BTreeMap<String, Outstanding>,
-    waiters: BTreeMap<JobId, Waiter>,
-    finished: VecDeque<Ended>,
+    outstanding: IdMap<Outstanding>,
+    waiters: IdMap<Waiter>,
+    finished: VecDeque<JobUpdate>,
     /// Pending jobs (queued, waiting to retry or sending) in the worker's last status.
     worker_pending: u64,
     last_status: f64,
@@ -412,8 +357,8 @@ impl Core {
             timing,
             prefix: prefix.into(),
             counter: 0,
-            outstanding: BTreeMap::new(),
-            waiters: BTreeMap::new(),
+            outstanding: IdMap::new(),
+            waiters: IdMap::new(),
             finished: VecDeque::new(),
             worker_pending: 0,
             last_status: 0.0,
@@ -441,8 +386,11 @@ impl Core {
         if ids.is_empty() || self.closed {
             return;
         }
-        let call = Call::new("jobs").with("ids", ids);
-        let text = self.start(call, Purpose::Outcomes, None, now, Via::Event);
+        let request = Request::Jobs {
+            group_id: None,
+            ids: Some(ids.clone()),
+        };
+        let text = self.start(request, Purpose::Outcomes(ids), None, now, Via::Event);
         self.posts_now.push(text);
     }
 
@@ -451,10 +399,10 @@ impl Core {
     }
 
     /// Starts a request: returns the text to post now, which way, and the answer to await.
-    pub fn request(&mut self, call: Call, now: f64) -> (String, Via, Pending) {
-        let purpose = match call.kind {
-            "enqueue" => Purpose::Enqueue,
-            "retry" => Purpose::Retry,
+    pub fn request(&mut self, request: Request, now: f64) -> (String, Via, Pending) {
+        let purpose = match request {
+            Request::Enqueue { .. } => Purpose::Enqueue,
+            Request::Retry { .. } => Purpose::Retry,
             _ => Purpose::Caller,
         };
         let (tx, rx) = oneshot::channel();
@@ -467,13 +415,13 @@ impl Core {
         let via = if self.port == PortState::Open
             && now - self.last_event < self.timing.port_fresh_ms
             && now - self.last_heard < self.timing.port_heard_ms
-            && !matches!(call.kind, "enqueueMany" | "jobs")
+            && !matches!(request, Request::EnqueueMany { .. } | Request::Jobs { .. })
         {
             Via::Port
         } else {
             Via::Event
         };
-        let text = self.start(call, purpose, Some(tx), now, via);
+        let text = self.start(request, purpose, Some(tx), now, via);
         (text, via, Pending(rx))
     }
 
@@ -512,27 +460,33 @@ impl Core {
 
     fn start(
         &mut self,
-        call: Call,
+        request: Request,
         purpose: Purpose,
         tx: Option<Sender<ReplyResult>>,
         now: f64,
         via: Via,
     ) -> String {
         self.counter += 1;
-        let request_id = format!("{}-{}", self.prefix, self.counter);
-        let mut envelope = call.fields;
-        envelope.insert("requestId".into(), Value::String(request_id.clone()));
-        envelope.insert("type".into(), Value::String(call.kind.into()));
-        let text = Value::Object(envelope).to_string();
+        let name = request.kind();
+        let slow = matches!(
+            request,
+            Request::Enqueue { .. } | Request::EnqueueMany { .. }
+        );
+        let envelope = Envelope {
+            request_id: format!("{}-{}", self.prefix, self.counter),
+            request,
+        };
+        let text = json::to_string(&envelope);
+        let request_id = envelope.request_id;
         if purpose == Purpose::Reconcile {
             self.reconcile = Some((request_id.clone(), self.counter));
         }
         self.outstanding.insert(
             request_id,
             Outstanding {
-                name: call.kind,
+                name,
                 text: text.clone(),
-                slow: matches!(call.kind, "enqueue" | "enqueueMany"),
+                slow,
                 last_sent: now,
                 sends: 1,
                 via,
@@ -545,55 +499,61 @@ impl Core {
 
     /// A request of the client's own (keep-alive, status refresh, job list): no caller waits
     /// on it, and it goes as an event, which keeps or starts the worker.
-    fn start_own(&mut self, kind: &'static str, purpose: Purpose, now: f64) -> String {
-        self.start(Call::new(kind), purpose, None, now, Via::Event)
+    fn start_own(&mut self, request: Request, purpose: Purpose, now: f64) -> String {
+        self.start(request, purpose, None, now, Via::Event)
     }
 
     /// Handles one message from the worker.
     pub fn receive(&mut self, text: &str, now: f64) -> Received {
-        let message: Value = match serde_json::from_str(text) {
+        let message = match json::parse(text) {
             Ok(m) => m,
             Err(e) => return Received::Ignored(format!("not JSON: {e}")),
         };
         self.last_heard = now;
-        let request_id = message.get("requestId").and_then(Value::as_str);
-        match (str_field(&message, "type"), request_id) {
-            ("reply", Some(id)) => {
-                let body = message.get("body").cloned().unwrap_or(Value::Null);
-                self.settle(id, Ok(body), now)
+        let request_id = message.get("requestId").and_then(Json::as_str);
+        // Replies and errors are read in parts: one this client cannot read (from a newer
+        // worker?) must still settle its request rather than leave it to be sent again.
+        match (message.get("type").and_then(Json::as_str), request_id) {
+            (Some("reply"), Some(id)) => {
+                let body = ReplyBody::from_json(message.get("body").unwrap_or(&Json::Null))
+                    .map_err(|e| ClientError::Decode(format!("reply: {e}")));
+                self.settle(id, body, now)
             }
-            ("error", Some(id)) => {
-                let error = worker_error(message.get("error").unwrap_or(&Value::Null));
+            (Some("error"), Some(id)) => {
+                let error = worker_error(message.get("error").unwrap_or(&Json::Null));
                 self.settle(id, Err(error), now)
             }
-            ("error", None) => Received::Ignored(format!("an error for no request: {message}")),
-            ("jobs", _) => {
-                self.last_news = now;
-                if let Some(updates) = message.get("updates").and_then(Value::as_array) {
-                    self.apply_updates(updates, now);
-                }
-                // A forgotten job's end was announced before (or was missed): nobody may wait
-                // on it forever.
-                let removed = message.get("removed").and_then(Value::as_array);
-                for id in removed.into_iter().flatten().filter_map(Value::as_str) {
-                    self.gone(id);
+            (Some("error"), None) => Received::Ignored(format!(
+                "an error for no request: {}",
+                json::to_string(&message)
+            )),
+            (Some("jobs" | "status"), _) => {
+                match WorkerMessage::from_json(&message) {
+                    Ok(WorkerMessage::Jobs { updates, removed }) => {
+                        self.last_news = now;
+                        self.apply_updates(&updates, now);
+                        // A forgotten job's end was announced before (or was missed): nobody
+                        // may wait on it forever.
+                        for id in &removed {
+                            self.gone(id);
+                        }
+                    }
+                    Ok(WorkerMessage::Status { status }) => self.note_status(&status, now),
+                    // Unreadable here (from a newer worker?): subscribers still get it as it
+                    // came.
+                    _ => {}
                 }
                 Received::Broadcast
             }
-            ("status", _) => {
-                self.note_status(message.get("status"), now);
-                Received::Broadcast
-            }
-            (kind, _) => Received::Ignored(format!("not a message for pages: type '{kind}'")),
+            (kind, _) => Received::Ignored(format!(
+                "not a message for pages: type '{}'",
+                kind.unwrap_or("")
+            )),
         }
     }
 
-    fn note_status(&mut self, status: Option<&Value>, now: f64) {
-        let Some(counts) = status.and_then(|s| s.get("counts")) else {
-            return;
-        };
-        let n = |k: &str| counts.get(k).and_then(Value::as_u64).unwrap_or(0);
-        self.worker_pending = n("queued") + n("retryWait") + n("sending");
+    fn note_status(&mut self, status: &Status, now: f64) {
+        self.worker_pending = status.counts.pending();
         self.last_status = now;
         // Every job waited on is pending in the worker, so fewer pending jobs than waits means
         // an end this client never heard of (its broadcast was lost with a stopped worker).
@@ -612,7 +572,7 @@ impl Core {
     fn settle(
         &mut self,
         request_id: &str,
-        result: Result<Value, ClientError>,
+        result: Result<ReplyBody, ClientError>,
         now: f64,
     ) -> Received {
         if let Err(ClientError::Worker(ProtocolError::Unavailable { message })) = &result {
@@ -644,35 +604,27 @@ impl Core {
             }
         };
         // Any reply that carries news is used, whoever asked for it.
-        match str_field(&body, "type") {
-            "jobs" => {
+        match &body {
+            ReplyBody::Jobs { jobs } => {
                 self.last_news = now;
-                let jobs = body.get("jobs").and_then(Value::as_array);
-                let jobs = jobs.map(Vec::as_slice).unwrap_or(&[]);
                 self.apply_updates(jobs, now);
-                if out.purpose == Purpose::Reconcile {
-                    self.finish_reconcile(jobs);
-                }
-                if out.purpose == Purpose::Outcomes {
-                    self.finish_outcomes(&out.text, jobs);
+                match &out.purpose {
+                    Purpose::Reconcile => self.finish_reconcile(jobs),
+                    Purpose::Outcomes(asked) => self.finish_outcomes(asked, jobs),
+                    _ => {}
                 }
             }
-            "snapshot" => self.note_status(body.get("status"), now),
+            ReplyBody::Snapshot { status } => self.note_status(status, now),
             _ => {}
         }
-        let id = body.get("id").and_then(Value::as_str).map(str::to_owned);
-        let done = match (str_field(&body, "type"), out.purpose, id) {
-            ("enqueued", Purpose::Enqueue, Some(id)) => {
-                let state = body
-                    .get("state")
-                    .and_then(|s| JobState::deserialize(s).ok())
-                    .unwrap_or(JobState::Queued);
-                Some(self.done_after_enqueue(&id, state, now))
+        let done = match (&body, &out.purpose) {
+            (ReplyBody::Enqueued { id, state, .. }, Purpose::Enqueue) => {
+                Some(self.done_after_enqueue(id, *state, now))
             }
-            ("retried", Purpose::Retry, Some(id)) => {
+            (ReplyBody::Retried { id }, Purpose::Retry) => {
                 // Whatever was remembered about the job is from before the retry.
-                self.finished.retain(|u| u.id != id);
-                Some(self.wait_done(&id, now))
+                self.finished.retain(|u| u.id != *id);
+                Some(self.wait_done(id, now))
             }
             _ => None,
         };
@@ -692,13 +644,7 @@ impl Core {
             }
             let result = match known {
                 Some(u) => outcome_of(u),
-                None => outcome_of(&Ended {
-                    id: id.to_string(),
-                    state,
-                    last_error: None,
-                    outcome: None,
-                    withheld: false,
-                }),
+                None => end_of(id, state, None, None),
             };
             tx.send(result);
             return Done {
@@ -733,11 +679,11 @@ impl Core {
             // Start the "no news for a while" clock from now, not from the last news.
             self.last_news = self.last_news.max(now);
         }
+        let since = self.counter;
         self.waiters
-            .entry(id.to_string())
-            .or_insert_with(|| Waiter {
+            .get_or_insert_with(id, || Waiter {
                 txs: Vec::new(),
-                since: self.counter,
+                since,
                 registered_at: now,
             })
             .txs
@@ -748,23 +694,20 @@ impl Core {
         done
     }
 
-    fn apply_updates(&mut self, updates: &[Value], now: f64) {
+    fn apply_updates(&mut self, updates: &[JobUpdate], now: f64) {
         let mut ask = Vec::new();
         for u in updates {
-            let Ok(u) = Ended::deserialize(u) else {
-                continue;
-            };
             if !u.state.is_terminal() {
                 continue;
             }
             if u.withheld && self.waiters.contains_key(&u.id) {
                 // Someone here waits on it: its outcome is theirs to have, asked for below.
-                ask.push(u.id);
+                ask.push(u.id.clone());
                 continue;
             }
             if let Some(w) = self.waiters.remove(&u.id) {
                 for tx in w.txs {
-                    tx.send(outcome_of(&u));
+                    tx.send(outcome_of(u));
                 }
             } else {
                 if u.withheld && self.finished.iter().any(|f| f.id == u.id && !f.withheld) {
@@ -774,19 +717,16 @@ impl Core {
                 if self.finished.len() == FINISHED_CACHE {
                     self.finished.pop_front();
                 }
-                self.finished.push_back(u);
+                self.finished.push_back(u.clone());
             }
         }
         self.ask_outcomes(ask, now);
     }
 
     /// After an outcomes request: a job asked for and not in the answer is gone.
-    fn finish_outcomes(&mut self, request: &str, jobs: &[Value]) {
-        let asked: Value = serde_json::from_str(request).unwrap_or_default();
-        let answered = |id: &str| jobs.iter().any(|j| str_field(j, "id") == id);
-        let asked = asked.get("ids").and_then(Value::as_array);
-        for id in asked.into_iter().flatten().filter_map(Value::as_str) {
-            if !answered(id) {
+    fn finish_outcomes(&mut self, asked: &[JobId], jobs: &[JobUpdate]) {
+        for id in asked {
+            if !jobs.iter().any(|j| j.id == *id) {
                 self.gone(id);
             }
         }
@@ -794,22 +734,28 @@ impl Core {
 
     /// After the full job list: a job that was known before the list was asked for and is not
     /// in it is gone (dismissed, expired), and nobody should wait on it forever.
-    fn finish_reconcile(&mut self, jobs: &[Value]) {
+    fn finish_reconcile(&mut self, jobs: &[JobUpdate]) {
         let Some((_, asked_at)) = self.reconcile.take() else {
             return;
         };
-        let listed: BTreeSet<&str> = jobs
-            .iter()
-            .filter_map(|j| j.get("id").and_then(Value::as_str))
-            .collect();
-        let gone: Vec<JobId> = self
+        // The waits to judge, in id order (the map's), each with whether the list names its
+        // job: looked up by job rather than sorting the list, whose sort would be a few
+        // kilobytes of the page's wasm.
+        let mut judged: Vec<(JobId, bool)> = self
             .waiters
             .iter()
-            .filter(|(id, w)| w.since < asked_at && !listed.contains(id.as_str()))
-            .map(|(id, _)| id.clone())
+            .filter(|(_, w)| w.since < asked_at)
+            .map(|(id, _)| (id.clone(), false))
             .collect();
-        for id in gone {
-            self.gone(&id);
+        for job in jobs {
+            if let Ok(i) = judged.binary_search_by(|(id, _)| id.as_str().cmp(&job.id)) {
+                judged[i].1 = true;
+            }
+        }
+        for (id, listed) in judged {
+            if !listed {
+                self.gone(&id);
+            }
         }
     }
 
@@ -897,7 +843,7 @@ impl Core {
                 .values()
                 .any(|o| o.purpose == Purpose::KeepAlive);
             if !already {
-                posts.push(self.start_own("keepAlive", Purpose::KeepAlive, now));
+                posts.push(self.start_own(Request::KeepAlive, Purpose::KeepAlive, now));
             }
             // Only the worker's word keeps us sending: if its last status is old (a broadcast
             // was missed), ask again, or a finished queue would be kept awake forever.
@@ -910,7 +856,7 @@ impl Core {
                 && now - self.last_status >= 3.0 * self.timing.keep_alive_ms
             {
                 self.last_status = now;
-                posts.push(self.start_own("snapshot", Purpose::Refresh, now));
+                posts.push(self.start_own(Request::Snapshot, Purpose::Refresh, now));
             }
         }
         if !self.waiters.is_empty()
@@ -919,7 +865,11 @@ impl Core {
         {
             self.last_news = now;
             self.reconcile_soon = false;
-            posts.push(self.start_own("jobs", Purpose::Reconcile, now));
+            let every_job = Request::Jobs {
+                group_id: None,
+                ids: None,
+            };
+            posts.push(self.start_own(every_job, Purpose::Reconcile, now));
         }
         posts
     }
@@ -941,7 +891,7 @@ impl Core {
     pub fn close(&mut self) {
         self.closed = true;
         self.port = PortState::None;
-        for (_, out) in std::mem::take(&mut self.outstanding) {
+        for (_, out) in self.outstanding.take() {
             if let Some(tx) = out.tx {
                 tx.send(Err(ClientError::Closed));
             }
@@ -952,70 +902,38 @@ impl Core {
     }
 }
 
-fn str_field<'a>(v: &'a Value, name: &str) -> &'a str {
-    v.get(name).and_then(Value::as_str).unwrap_or("")
-}
-
 /// The worker's error object as a typed error, or as it is when this client does not know it.
-fn worker_error(error: &Value) -> ClientError {
-    match ProtocolError::deserialize(error) {
+fn worker_error(error: &Json) -> ClientError {
+    match ProtocolError::from_json(error) {
         Ok(e) => ClientError::Worker(e),
         Err(_) => ClientError::WorkerOther {
-            code: str_field(error, "code").to_string(),
-            error: error.to_string(),
+            code: error
+                .get("code")
+                .and_then(Json::as_str)
+                .unwrap_or("")
+                .to_string(),
+            error: json::to_string(error),
         },
     }
 }
 
-/// A request: its `type` and its other fields (the request id is added when it is sent).
-#[derive(Clone, Debug, PartialEq)]
-pub struct Call {
-    pub kind: &'static str,
-    pub fields: Map<String, Value>,
-}
-
-impl Call {
-    pub fn new(kind: &'static str) -> Self {
-        Self {
-            kind,
-            fields: Map::new(),
-        }
-    }
-
-    pub fn with(mut self, name: &str, value: impl Into<Value>) -> Self {
-        self.fields.insert(name.to_string(), value.into());
-        self
-    }
-
-    /// A typed request, for Rust callers.
-    pub fn from_request(request: &Request) -> Self {
-        let kind = match request {
-            Request::Enqueue { .. } => "enqueue",
-            Request::EnqueueMany { .. } => "enqueueMany",
-            Request::Cancel { .. } => "cancel",
-            Request::Retry { .. } => "retry",
-            Request::Dismiss { .. } => "dismiss",
-            Request::Configure { .. } => "configure",
-            Request::Snapshot => "snapshot",
-            Request::Jobs { .. } => "jobs",
-            Request::KeepAlive => "keepAlive",
-        };
-        let mut fields = match serde_json::to_value(request) {
-            Ok(Value::Object(m)) => m,
-            _ => Map::new(),
-        };
-        fields.remove("type");
-        Self { kind, fields }
-    }
-}
-
 /// The end of a job as its `Done` reports it. Only call with a terminal update.
-fn outcome_of(u: &Ended) -> DoneResult {
-    match u.state {
-        JobState::Done => Ok(u.outcome.clone().unwrap_or_default()),
+fn outcome_of(u: &JobUpdate) -> DoneResult {
+    end_of(&u.id, u.state, u.last_error.as_ref(), u.outcome.as_ref())
+}
+
+/// The end of a job in a terminal `state`, as its `Done` reports it.
+fn end_of(
+    id: &str,
+    state: JobState,
+    last_error: Option<&JobError>,
+    outcome: Option<&JobOutcome>,
+) -> DoneResult {
+    match state {
+        JobState::Done => Ok(outcome.cloned().unwrap_or_default()),
         state => {
-            let status = u.last_error.as_ref().and_then(|e| e.status);
-            let reason = match (state, &u.last_error) {
+            let status = last_error.and_then(|e| e.status);
+            let reason = match (state, last_error) {
                 (JobState::Cancelled, _) => "cancelled".to_string(),
                 (_, Some(e)) if !e.message.is_empty() => e.message.clone(),
                 (_, Some(e)) => match e.status {
@@ -1025,7 +943,7 @@ fn outcome_of(u: &Ended) -> DoneResult {
                 (_, None) => state.name().to_string(),
             };
             Err(JobEnd {
-                id: u.id.clone(),
+                id: id.to_string(),
                 state: Some(state),
                 status,
                 reason,
@@ -1038,7 +956,8 @@ fn outcome_of(u: &Ended) -> DoneResult {
 mod tests {
     use super::*;
     use sluice_shared::job::Lane;
-    use sluice_shared::protocol::{Envelope, JobUpdate, ReplyBody, WorkerMessage};
+    use sluice_shared::protocol::{decode_request, encode};
+    use sluice_shared::status::StateCounts;
     use std::future::Future;
     use std::pin::Pin;
     use std::task::{Context, Poll, Waker};
@@ -1054,22 +973,48 @@ mod tests {
         }
     }
 
-    fn id_of(text: &str) -> String {
-        let v: serde_json::Value = serde_json::from_str(text).unwrap();
-        v["requestId"].as_str().unwrap().to_string()
+    /// A request as the worker reads it.
+    fn sent(text: &str) -> Envelope {
+        decode_request(text).unwrap()
     }
 
-    fn type_of(text: &str) -> String {
-        let v: serde_json::Value = serde_json::from_str(text).unwrap();
-        v["type"].as_str().unwrap().to_string()
+    fn id_of(text: &str) -> String {
+        sent(text).request_id
+    }
+
+    fn type_of(text: &str) -> &'static str {
+        sent(text).request.kind()
     }
 
     fn reply(request_id: &str, body: ReplyBody) -> String {
-        serde_json::to_string(&WorkerMessage::Reply {
+        encode(&WorkerMessage::Reply {
             request_id: request_id.into(),
             body,
         })
-        .unwrap()
+    }
+
+    fn error(request_id: &str, error: ProtocolError) -> String {
+        encode(&WorkerMessage::Error {
+            request_id: Some(request_id.into()),
+            error,
+        })
+    }
+
+    /// A status broadcast with `queued` jobs pending.
+    fn status(queued: u64) -> String {
+        encode(&WorkerMessage::Status {
+            status: status_of(queued),
+        })
+    }
+
+    fn status_of(queued: u64) -> Status {
+        Status {
+            counts: StateCounts {
+                queued,
+                ..StateCounts::default()
+            },
+            ..Status::default()
+        }
     }
 
     fn update(id: &str, state: JobState) -> JobUpdate {
@@ -1090,11 +1035,10 @@ mod tests {
     }
 
     fn jobs_broadcast(updates: Vec<JobUpdate>) -> String {
-        serde_json::to_string(&WorkerMessage::Jobs {
+        encode(&WorkerMessage::Jobs {
             updates,
             removed: vec![],
         })
-        .unwrap()
     }
 
     fn enqueue(core: &mut Core, now: f64) -> (String, Pending) {
@@ -1104,9 +1048,9 @@ mod tests {
 
     fn enqueue_via(core: &mut Core, now: f64) -> (String, Via, Pending) {
         core.request(
-            Call::from_request(&Request::Enqueue {
+            Request::Enqueue {
                 job: Default::default(),
-            }),
+            },
             now,
         )
     }
@@ -1114,12 +1058,12 @@ mod tests {
     #[test]
     fn a_reply_settles_its_request_once() {
         let mut core = Core::new("c", Timing::default());
-        let (text, _, mut p) = core.request(Call::new("snapshot"), 0.0);
+        let (text, _, mut p) = core.request(Request::Snapshot, 0.0);
         assert_eq!(type_of(&text), "snapshot");
         assert!(poll(&mut p).is_pending());
         let r = reply(&id_of(&text), ReplyBody::Alive);
         assert_eq!(core.receive(&r, 1.0), Received::Settled);
-        assert_eq!(ready(&mut p).ok().unwrap().kind(), "alive");
+        assert_eq!(ready(&mut p).ok().unwrap().body, ReplyBody::Alive);
         // The answer to a resent copy arrives too: ignored.
         assert!(matches!(core.receive(&r, 2.0), Received::Ignored(_)));
     }
@@ -1127,8 +1071,8 @@ mod tests {
     #[test]
     fn request_ids_are_unique_and_prefixed() {
         let mut core = Core::new("tab7", Timing::default());
-        let (a, _, _) = core.request(Call::new("snapshot"), 0.0);
-        let (b, _, _) = core.request(Call::new("snapshot"), 0.0);
+        let (a, _, _) = core.request(Request::Snapshot, 0.0);
+        let (b, _, _) = core.request(Request::Snapshot, 0.0);
         assert!(id_of(&a).starts_with("tab7-"));
         assert_ne!(id_of(&a), id_of(&b));
     }
@@ -1136,12 +1080,8 @@ mod tests {
     #[test]
     fn an_error_reply_rejects_with_the_workers_error() {
         let mut core = Core::new("c", Timing::default());
-        let (text, _, mut p) = core.request(Call::new("dismiss").with("id", "x"), 0.0);
-        let err = serde_json::to_string(&WorkerMessage::Error {
-            request_id: Some(id_of(&text)),
-            error: ProtocolError::NotFound { id: "x".into() },
-        })
-        .unwrap();
+        let (text, _, mut p) = core.request(Request::Dismiss { id: "x".into() }, 0.0);
+        let err = error(&id_of(&text), ProtocolError::NotFound { id: "x".into() });
         core.receive(&err, 1.0);
         let e = ready(&mut p).err().unwrap();
         assert_eq!(e.code(), "not-found");
@@ -1152,14 +1092,13 @@ mod tests {
     fn an_unavailable_worker_gets_the_request_again_instead_of_failing_it() {
         let t = Timing::default();
         let mut core = Core::new("c", t.clone());
-        let (text, _, mut p) = core.request(Call::new("cancel").with("target", "g"), 0.0);
-        let unavailable = serde_json::to_string(&WorkerMessage::Error {
-            request_id: Some(id_of(&text)),
-            error: ProtocolError::Unavailable {
+        let (text, _, mut p) = core.request(Request::Cancel { target: "g".into() }, 0.0);
+        let unavailable = error(
+            &id_of(&text),
+            ProtocolError::Unavailable {
                 message: "a newer version of the worker is taking over the queue".into(),
             },
-        })
-        .unwrap();
+        );
         assert!(matches!(
             core.receive(&unavailable, 10.0),
             Received::Ignored(_)
@@ -1171,7 +1110,10 @@ mod tests {
         assert_eq!(core.tick(20.0 + t.resend_after_ms), vec![text.clone()]);
         let r = reply(&id_of(&text), ReplyBody::Cancelled { ids: vec![] });
         assert_eq!(core.receive(&r, 30.0), Received::Settled);
-        assert_eq!(ready(&mut p).ok().unwrap().kind(), "cancelled");
+        assert_eq!(
+            ready(&mut p).ok().unwrap().body,
+            ReplyBody::Cancelled { ids: vec![] }
+        );
     }
 
     /// A core whose port the worker took (and spoke over), after an event at `now`.
@@ -1192,31 +1134,31 @@ mod tests {
     fn requests_take_the_port_once_the_worker_answered_over_it_and_while_it_is_awake() {
         let t = Timing::default();
         let mut core = Core::new("c", t.clone());
-        let (_, via, _) = core.request(Call::new("snapshot"), 0.0);
+        let (_, via, _) = core.request(Request::Snapshot, 0.0);
         assert_eq!(via, Via::Event);
         // The first event offers a port, later ones do not while it is pending or open.
         assert!(core.posting_event(0.0));
         assert!(!core.posting_event(1.0));
         assert_eq!(core.port_state(), PortState::Offered);
-        let (_, via, _) = core.request(Call::new("snapshot"), 2.0);
+        let (_, via, _) = core.request(Request::Snapshot, 2.0);
         assert_eq!(via, Via::Event, "not before the worker answered over it");
         core.port_answered();
-        let (_, via, _) = core.request(Call::new("snapshot"), 2.5);
+        let (_, via, _) = core.request(Request::Snapshot, 2.5);
         assert_eq!(via, Via::Event, "not before the worker said something");
         heard(&mut core, 2.5);
-        let (_, via, _) = core.request(Call::new("snapshot"), 3.0);
+        let (_, via, _) = core.request(Request::Snapshot, 3.0);
         assert_eq!(via, Via::Port);
         // Long after the last event the worker may have stopped: a port message would not
         // start it, an event does, and it brings a new port for the worker it may start.
         let late = 1.0 + t.port_fresh_ms;
         heard(&mut core, late);
-        let (_, via, _) = core.request(Call::new("snapshot"), late);
+        let (_, via, _) = core.request(Request::Snapshot, late);
         assert_eq!(via, Via::Event);
         assert!(core.posting_event(late));
-        let (_, via, _) = core.request(Call::new("snapshot"), late + 1.0);
+        let (_, via, _) = core.request(Request::Snapshot, late + 1.0);
         assert_eq!(via, Via::Event);
         core.port_answered();
-        let (_, via, _) = core.request(Call::new("snapshot"), late + 2.0);
+        let (_, via, _) = core.request(Request::Snapshot, late + 2.0);
         assert_eq!(via, Via::Port);
         // Events while it is open keep it.
         assert!(!core.posting_event(late + 3.0));
@@ -1236,7 +1178,7 @@ mod tests {
         let resent_at = 1.0 + t.port_answer_ms;
         assert_eq!(core.tick(resent_at), vec![text.clone()]);
         assert_eq!(core.port_state(), PortState::None);
-        let (_, via, _) = core.request(Call::new("snapshot"), resent_at + 1.0);
+        let (_, via, _) = core.request(Request::Snapshot, resent_at + 1.0);
         assert_eq!(via, Via::Event);
         // The copy sent as an event waits as long as any enqueue sent that way.
         assert!(!core
@@ -1252,9 +1194,9 @@ mod tests {
         // It may have been stopped since; an event starts it again, a port message would not.
         let t = Timing::default();
         let mut core = with_open_port(&t, 0.0);
-        let (_, via, _) = core.request(Call::new("snapshot"), t.port_heard_ms - 1.0);
+        let (_, via, _) = core.request(Request::Snapshot, t.port_heard_ms - 1.0);
         assert_eq!(via, Via::Port);
-        let (_, via, _) = core.request(Call::new("snapshot"), t.port_heard_ms);
+        let (_, via, _) = core.request(Request::Snapshot, t.port_heard_ms);
         assert_eq!(via, Via::Event);
     }
 
@@ -1262,8 +1204,19 @@ mod tests {
     fn large_batches_and_job_lists_never_take_the_port() {
         let t = Timing::default();
         let mut core = with_open_port(&t, 0.0);
-        for kind in ["enqueueMany", "jobs"] {
-            let (_, via, _) = core.request(Call::new(kind), 1.0);
+        let large = [
+            Request::EnqueueMany {
+                jobs: vec![],
+                group_id: None,
+            },
+            Request::Jobs {
+                group_id: None,
+                ids: None,
+            },
+        ];
+        for request in large {
+            let kind = request.kind();
+            let (_, via, _) = core.request(request, 1.0);
             assert_eq!(via, Via::Event, "{kind}");
         }
     }
@@ -1279,7 +1232,7 @@ mod tests {
     fn unanswered_requests_are_resent_then_given_up() {
         let t = Timing::default();
         let mut core = Core::new("c", t.clone());
-        let (snap, _, mut p) = core.request(Call::new("snapshot"), 0.0);
+        let (snap, _, mut p) = core.request(Request::Snapshot, 0.0);
         let (enq, _e) = enqueue(&mut core, 0.0);
         assert!(core.tick(t.resend_after_ms - 1.0).is_empty());
         // The snapshot is resent after the short wait, the enqueue only after the long one.
@@ -1368,7 +1321,7 @@ mod tests {
     fn a_retry_forgets_the_old_failure() {
         let mut core = Core::new("c", Timing::default());
         core.receive(&jobs_broadcast(vec![update("j", JobState::Failed)]), 0.0);
-        let (text, _, mut p) = core.request(Call::new("retry").with("id", "j"), 1.0);
+        let (text, _, mut p) = core.request(Request::Retry { id: "j".into() }, 1.0);
         core.receive(
             &reply(&id_of(&text), ReplyBody::Retried { id: "j".into() }),
             2.0,
@@ -1464,14 +1417,13 @@ mod tests {
             now += 1_000.0;
         }
         let asked = asked.expect("a snapshot after 3 keep-alive intervals");
-        let idle = status.replace(r#""queued":3"#, r#""queued":0"#);
-        let idle: serde_json::Value = serde_json::from_str(&idle).unwrap();
-        let r = format!(
-            r#"{{"type":"reply","requestId":"{}","body":{{"type":"snapshot","status":{}}}}}"#,
-            id_of(&asked),
-            idle["status"]
+        let idle = ReplyBody::Snapshot {
+            status: status_of(0),
+        };
+        assert_eq!(
+            core.receive(&reply(&id_of(&asked), idle), now),
+            Received::Settled
         );
-        assert_eq!(core.receive(&r, now), Received::Settled);
         assert!(!core.has_work());
     }
 
@@ -1493,9 +1445,13 @@ mod tests {
         );
         let posts = core.take_posts();
         assert_eq!(posts.len(), 1, "asked at once, not at the next tick");
-        let asked: serde_json::Value = serde_json::from_str(&posts[0]).unwrap();
-        assert_eq!(asked["type"], "jobs");
-        assert_eq!(asked["ids"], serde_json::json!(["theirs"]));
+        assert_eq!(
+            sent(&posts[0]).request,
+            Request::Jobs {
+                group_id: None,
+                ids: Some(vec!["theirs".into()])
+            }
+        );
         let full = JobUpdate {
             outcome: Some(JobOutcome {
                 status: 201,
@@ -1565,11 +1521,6 @@ mod tests {
         let mut core = Core::new("c", Timing::default());
         let _a = core.wait_done("a", 0.0);
         let _b = core.wait_done("b", 0.0);
-        let status = |pending: u64| {
-            format!(
-                r#"{{"type":"status","status":{{"counts":{{"queued":{pending},"sending":0,"retryWait":0}}}}}}"#
-            )
-        };
         let later = STATUS_MAY_LAG_MS;
         core.receive(&status(2), later + 1.0);
         assert!(!core.tick(later + 2.0).iter().any(|p| type_of(p) == "jobs"));
@@ -1585,15 +1536,14 @@ mod tests {
         let _old = core.wait_done("old", 0.0);
         let fresh_at = 5_000.0;
         let _fresh = core.wait_done("fresh", fresh_at);
-        let status =
-            r#"{"type":"status","status":{"counts":{"queued":1,"sending":0,"retryWait":0}}}"#;
-        core.receive(status, fresh_at + 5.0);
+        let status = status(1);
+        core.receive(&status, fresh_at + 5.0);
         assert!(!core
             .tick(fresh_at + 6.0)
             .iter()
             .any(|p| type_of(p) == "jobs"));
         // Still so once the wait is old: an end was missed.
-        core.receive(status, fresh_at + STATUS_MAY_LAG_MS);
+        core.receive(&status, fresh_at + STATUS_MAY_LAG_MS);
         assert!(core
             .tick(fresh_at + STATUS_MAY_LAG_MS + 1.0)
             .iter()
@@ -1603,7 +1553,7 @@ mod tests {
     #[test]
     fn a_new_worker_gets_everything_unanswered() {
         let mut core = Core::new("c", Timing::default());
-        let (a, _, _pa) = core.request(Call::new("snapshot"), 0.0);
+        let (a, _, _pa) = core.request(Request::Snapshot, 0.0);
         let (b, _pb) = enqueue(&mut core, 0.0);
         let mut again = core.resend_all(5.0);
         again.sort();
@@ -1615,24 +1565,21 @@ mod tests {
     #[test]
     fn close_fails_everything() {
         let mut core = Core::new("c", Timing::default());
-        let (_, _, mut p) = core.request(Call::new("snapshot"), 0.0);
+        let (_, _, mut p) = core.request(Request::Snapshot, 0.0);
         let mut d = core.wait_done("j", 0.0);
         core.close();
         assert_eq!(ready(&mut p).err(), Some(ClientError::Closed));
         assert!(ready(&mut d).is_err());
-        let (_, _, mut later) = core.request(Call::new("snapshot"), 1.0);
+        let (_, _, mut later) = core.request(Request::Snapshot, 1.0);
         assert_eq!(ready(&mut later).err(), Some(ClientError::Closed));
         assert!(!core.needs_ticks());
     }
 
     #[test]
     fn typed_requests_and_replies_round_trip() {
-        let call = Call::from_request(&Request::Cancel { target: "g".into() });
-        assert_eq!(call, Call::new("cancel").with("target", "g"));
         let mut core = Core::new("c", Timing::default());
-        let (text, _, mut p) = core.request(call, 0.0);
-        let sent: Envelope = serde_json::from_str(&text).unwrap();
-        assert_eq!(sent.request, Request::Cancel { target: "g".into() });
+        let (text, _, mut p) = core.request(Request::Cancel { target: "g".into() }, 0.0);
+        assert_eq!(sent(&text).request, Request::Cancel { target: "g".into() });
         core.receive(
             &reply(
                 &id_of(&text),
@@ -1644,16 +1591,50 @@ mod tests {
         );
         let answer = ready(&mut p).ok().unwrap();
         assert_eq!(
-            answer.field("cancelled", "ids").unwrap(),
-            &serde_json::json!(["a"])
+            answer.body,
+            ReplyBody::Cancelled {
+                ids: vec!["a".into()]
+            }
         );
-        assert!(answer.field("snapshot", "status").is_err());
+        assert_eq!(
+            unexpected_reply("snapshot", &answer.body).to_string(),
+            "unreadable message from the worker: expected a 'snapshot' reply, got 'cancelled'"
+        );
+    }
+
+    #[test]
+    fn an_unreadable_reply_settles_its_request_with_a_decode_error() {
+        let mut core = Core::new("c", Timing::default());
+        let (text, _, mut p) = core.request(Request::Snapshot, 0.0);
+        let r = format!(
+            r#"{{"type":"reply","requestId":"{}","body":{{"type":"snapshot","status":5}}}}"#,
+            id_of(&text)
+        );
+        assert_eq!(core.receive(&r, 1.0), Received::Settled);
+        let e = ready(&mut p).err().unwrap();
+        assert_eq!(e.code(), "decode");
+        assert_eq!(
+            e.to_string(),
+            "unreadable message from the worker: reply: invalid type: integer `5`, expected \
+             struct Status"
+        );
+    }
+
+    #[test]
+    fn an_unreadable_broadcast_still_goes_to_subscribers() {
+        let mut core = Core::new("c", Timing::default());
+        let mut done = core.wait_done("j", 0.0);
+        let odd = r#"{"type":"jobs","updates":[{"id":"j","state":"done"}]}"#;
+        assert_eq!(core.receive(odd, 1.0), Received::Broadcast);
+        assert!(poll(&mut done).is_pending());
+        assert_eq!(core.receive(&status(1), 2.0), Received::Broadcast);
+        assert!(core.has_work());
     }
 
     #[test]
     fn an_unknown_worker_error_keeps_its_code() {
         let mut core = Core::new("c", Timing::default());
-        let (text, _, mut p) = core.request(Call::new("snapshot"), 0.0);
+        let (text, _, mut p) = core.request(Request::Snapshot, 0.0);
         let e = format!(
             r#"{{"type":"error","requestId":"{}","error":{{"code":"quota-exceeded","why":"x"}}}}"#,
             id_of(&text)
@@ -1676,11 +1657,10 @@ mod tests {
     fn a_removed_job_ends_its_waits_as_gone() {
         let mut core = Core::new("c", Timing::default());
         let mut done = core.wait_done("j", 0.0);
-        let removed = serde_json::to_string(&WorkerMessage::Jobs {
+        let removed = encode(&WorkerMessage::Jobs {
             updates: vec![],
             removed: vec!["j".into()],
-        })
-        .unwrap();
+        });
         assert_eq!(core.receive(&removed, 1.0), Received::Broadcast);
         let end = ready(&mut done).err().unwrap();
         assert_eq!(end.state, None);

@@ -4,75 +4,63 @@
 //! object to be sent as JSON, a URL relative to the page. The worker only takes the exact wire
 //! shape, so the conversion happens here, once, with errors that say what to change.
 
-use std::collections::BTreeMap;
-use std::fmt;
-
-use serde::de::{self, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
-use serde::Deserialize;
-use sluice_shared::job::{JobKind, JobSpec, Lane};
+use sluice_shared::job::{JobKind, JobSpec};
+use sluice_shared::json::{self, FromJson, Json, StructFields};
 use sluice_shared::request_options::RequestOptions;
 
 use crate::core::ClientError;
 
-/// A job as a page writes it. Everything but `url` is optional.
-#[derive(Debug, Default, Deserialize)]
-#[serde(default, deny_unknown_fields, rename_all = "camelCase")]
-pub struct JobInput {
-    /// The page's own id for the job; by default the client makes one (a UUID).
-    pub id: Option<String>,
-    pub budget: Option<String>,
-    pub lane: Option<Lane>,
-    pub key: Option<String>,
-    pub kind: Option<JobKind>,
-    pub method: Option<String>,
-    pub url: Option<String>,
-    pub headers: Option<HeadersInput>,
-    /// Read separately by the glue ([`Body`]), which sees the JS value itself.
-    pub body: Option<IgnoredAny>,
-    pub group_id: Option<String>,
-    /// `RequestInit` members, spelled as `fetch` takes them; see `RequestOptions`.
-    pub credentials: Option<String>,
-    pub mode: Option<String>,
-    pub redirect: Option<String>,
-    pub referrer_policy: Option<String>,
-    pub integrity: Option<String>,
+/// Reads a job as a page writes it (the `JobInput` of the TypeScript types) into the wire job.
+///
+/// It is the wire job's form ([`JobSpec`], read by its own reader) with the habits of `fetch`
+/// calls: the `RequestInit` members (`credentials`, `mode`, ...) stand beside the others rather
+/// than under `options`; `headers` may also be an object; `body` may be anything (the glue reads
+/// it from the JS value itself: [`Body`]); and `null` means the default for any field. A field
+/// it does not know is refused, so that a misspelt one is not silently left out.
+pub fn read_job(text: &str) -> Result<JobSpec, ClientError> {
+    read_job_json(text).map_err(|e| ClientError::InvalidJob(e.0))
+}
+
+fn read_job_json(text: &str) -> Result<JobSpec, json::Error> {
+    let value = json::parse(text)?;
+    let members = json::members(&value, "struct JobInput")?;
+    // The wire job's fields, but `options`, whose members stand at the top level.
+    let known: Vec<&str> = JobSpec::FIELDS
+        .iter()
+        .filter(|&&name| name != "options")
+        .chain(RequestOptions::FIELDS)
+        .copied()
+        .collect();
+    json::deny_unknown(members, &known)?;
+    // What the wire job's reader takes as it is; the rest is read here.
+    let mut wire_members = Vec::with_capacity(members.len());
+    let mut headers = Vec::new();
+    for (name, v) in members {
+        match (name.as_ref(), v) {
+            (_, Json::Null) | ("body", _) => {}
+            ("headers", v) => headers = read_headers(v)?,
+            _ => wire_members.push((name.clone(), v.clone())),
+        }
+    }
+    let mut spec = JobSpec::from_json(&Json::Obj(wire_members))?;
+    spec.headers = headers;
+    spec.options = Some(RequestOptions::from_json(&value)?).filter(|o| !o.is_default());
+    Ok(spec)
 }
 
 /// `{"Name": "value"}` or `[["Name", "value"], ...]`.
-#[derive(Debug, Default, PartialEq, Eq)]
-pub struct HeadersInput(pub Vec<(String, String)>);
-
-impl<'de> Deserialize<'de> for HeadersInput {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = HeadersInput;
-
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("headers as an object of strings or an array of [name, value] pairs")
+fn read_headers(v: &Json) -> Result<Vec<(String, String)>, json::Error> {
+    match v {
+        Json::Obj(members) => {
+            let mut out = Vec::with_capacity(members.len());
+            for (name, value) in members {
+                out.push((name.to_string(), String::from_json(value)?));
             }
-
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<HeadersInput, A::Error> {
-                let mut out = Vec::new();
-                while let Some((k, v)) = map.next_entry::<String, String>()? {
-                    out.push((k, v));
-                }
-                Ok(HeadersInput(out))
-            }
-
-            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<HeadersInput, A::Error> {
-                let mut out = Vec::new();
-                while let Some(pair) = seq.next_element::<(String, String)>()? {
-                    out.push(pair);
-                }
-                Ok(HeadersInput(out))
-            }
-
-            fn visit_unit<E: de::Error>(self) -> Result<HeadersInput, E> {
-                Ok(HeadersInput::default())
-            }
+            Ok(out)
         }
-        d.deserialize_any(V)
+        Json::Arr(_) => Vec::from_json(v),
+        other => Err(other
+            .invalid_type("headers as an object of strings or an array of [name, value] pairs")),
     }
 }
 
@@ -87,51 +75,31 @@ pub enum Body {
     Json(String),
 }
 
-/// Builds the wire job. `resolve` turns a possibly relative URL into an absolute one;
-/// `new_key` makes a fresh idempotency key.
+/// Completes a job a page wrote ([`read_job`]) with its body. `resolve` turns a possibly
+/// relative URL into an absolute one; `new_key` makes a fresh idempotency key.
 pub fn normalize(
-    input: JobInput,
+    mut spec: JobSpec,
     body: Body,
     resolve: &dyn Fn(&str) -> Result<String, String>,
     new_key: &mut dyn FnMut() -> String,
 ) -> Result<JobSpec, ClientError> {
-    let url = input
-        .url
-        .filter(|u| !u.trim().is_empty())
-        .ok_or_else(|| ClientError::InvalidJob("a job needs a 'url'".into()))?;
-    let url =
-        resolve(&url).map_err(|e| ClientError::InvalidJob(format!("bad url '{url}': {e}")))?;
-    let mut headers = input.headers.unwrap_or_default().0;
-    let body = match body {
+    if spec.url.trim().is_empty() {
+        return Err(ClientError::InvalidJob("a job needs a 'url'".into()));
+    }
+    spec.url = resolve(&spec.url)
+        .map_err(|e| ClientError::InvalidJob(format!("bad url '{}': {e}", spec.url)))?;
+    spec.body = match body {
         Body::None => None,
         Body::Text(s) => Some(s),
         Body::Json(s) => {
-            if !has_header(&headers, "content-type") {
-                headers.push(("Content-Type".into(), "application/json".into()));
+            if !has_header(&spec.headers, "content-type") {
+                spec.headers
+                    .push(("Content-Type".into(), "application/json".into()));
             }
             Some(s)
         }
     };
-    let mut spec = JobSpec {
-        id: input.id.filter(|id| !id.trim().is_empty()),
-        budget: input.budget.unwrap_or_default(),
-        lane: input.lane.unwrap_or_default(),
-        key: input.key,
-        kind: input.kind.unwrap_or_default(),
-        method: input.method.unwrap_or_default(),
-        url,
-        headers,
-        body,
-        group_id: input.group_id,
-        options: Some(RequestOptions {
-            credentials: input.credentials,
-            mode: input.mode,
-            redirect: input.redirect,
-            referrer_policy: input.referrer_policy,
-            integrity: input.integrity,
-        })
-        .filter(|o| !o.is_default()),
-    };
+    spec.id = spec.id.filter(|id| !id.trim().is_empty());
     prepare(&mut spec, new_key)?;
     Ok(spec)
 }
@@ -176,17 +144,19 @@ fn has_header(headers: &[(String, String)], name: &str) -> bool {
     headers.iter().any(|(n, _)| n.eq_ignore_ascii_case(name))
 }
 
-/// Response headers as a page reads them: lower-case names, repeated headers joined with ", "
-/// (as `Headers.get` does).
-pub fn headers_object(pairs: &[(String, String)]) -> BTreeMap<String, String> {
-    let mut out: BTreeMap<String, String> = BTreeMap::new();
+/// Response headers as a page reads them: lower-case names in order, repeated headers joined
+/// with ", " (as `Headers` does).
+pub fn headers_object(pairs: &[(String, String)]) -> Vec<(String, String)> {
+    let mut out: Vec<(String, String)> = Vec::new();
     for (n, v) in pairs {
-        out.entry(n.to_ascii_lowercase())
-            .and_modify(|e| {
-                e.push_str(", ");
-                e.push_str(v);
-            })
-            .or_insert_with(|| v.clone());
+        let name = n.to_ascii_lowercase();
+        match out.binary_search_by(|(k, _)| k.cmp(&name)) {
+            Ok(i) => {
+                out[i].1.push_str(", ");
+                out[i].1.push_str(v);
+            }
+            Err(i) => out.insert(i, (name, v.clone())),
+        }
     }
     out
 }
@@ -194,6 +164,7 @@ pub fn headers_object(pairs: &[(String, String)]) -> BTreeMap<String, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use sluice_shared::job::Lane;
 
     fn resolve(u: &str) -> Result<String, String> {
         if u.starts_with("http") {
@@ -206,10 +177,9 @@ mod tests {
     }
 
     fn norm(json: &str, body: Body) -> Result<JobSpec, ClientError> {
-        let input: JobInput =
-            serde_json::from_str(json).map_err(|e| ClientError::InvalidJob(e.to_string()))?;
+        let spec = read_job(json)?;
         let mut n = 0;
-        normalize(input, body, &resolve, &mut || {
+        normalize(spec, body, &resolve, &mut || {
             n += 1;
             format!("key-{n}")
         })
@@ -281,9 +251,67 @@ mod tests {
     }
 
     #[test]
+    fn bad_input_gets_the_readers_words() {
+        let message = |json: &str| norm(json, Body::None).unwrap_err().to_string();
+        assert_eq!(
+            message(r#"{"url":"/x","metod":"POST"}"#),
+            "invalid job: unknown field `metod`, expected one of `id`, `budget`, `lane`, `key`, \
+             `kind`, `method`, `url`, `headers`, `body`, `groupId`, `credentials`, `mode`, \
+             `redirect`, `referrerPolicy`, `integrity`"
+        );
+        // The wire's `options` is spelt out at the top level, as `fetch` takes it.
+        assert!(message(r#"{"url":"/x","options":{}}"#).contains("unknown field `options`"));
+        assert_eq!(
+            message(r#"{"url":"/x","headers":{"a":1}}"#),
+            "invalid job: invalid type: integer `1`, expected a string"
+        );
+        assert_eq!(
+            message(r#"{"url":"/x","headers":"a: 1"}"#),
+            "invalid job: invalid type: string \"a: 1\", expected headers as an object of \
+             strings or an array of [name, value] pairs"
+        );
+        assert_eq!(
+            message(r#"{"url":"/x","headers":[["a"]]}"#),
+            "invalid job: invalid length 1, expected a tuple of size 2"
+        );
+        assert_eq!(
+            message(r#"{"url":"/x","credentials":true}"#),
+            "invalid job: invalid type: boolean `true`, expected a string"
+        );
+        assert_eq!(
+            message(r#"{"url":"/x","kind":"make"}"#),
+            "invalid job: unknown variant `make`, expected one of `create`, `patch`, `delete`, \
+             `custom`"
+        );
+        assert_eq!(
+            message("[1]"),
+            "invalid job: invalid type: sequence, expected struct JobInput"
+        );
+        assert!(message("{").starts_with("invalid job: EOF while parsing"));
+    }
+
+    #[test]
+    fn request_options_stand_beside_the_other_fields() {
+        let s = norm(
+            r#"{"url":"/x","credentials":"omit","referrerPolicy":"no-referrer","mode":null}"#,
+            Body::None,
+        )
+        .unwrap();
+        assert_eq!(
+            s.options,
+            Some(RequestOptions {
+                credentials: Some("omit".into()),
+                referrer_policy: Some("no-referrer".into()),
+                ..RequestOptions::default()
+            })
+        );
+        assert_eq!(norm(r#"{"url":"/x"}"#, Body::None).unwrap().options, None);
+    }
+
+    #[test]
     fn null_fields_mean_defaults() {
         let s = norm(
-            r#"{"url":"/x","headers":null,"key":null,"groupId":null,"budget":null}"#,
+            r#"{"url":"/x","headers":null,"key":null,"groupId":null,"budget":null,"lane":null,"kind":null,"method":null,"id":null,"body":null,"integrity":null}"#,
             Body::None,
         )
         .unwrap();
@@ -298,7 +326,12 @@ mod tests {
             ("X-Many".into(), "1".into()),
             ("x-many".into(), "2".into()),
         ]);
-        assert_eq!(h["location"], "/a");
-        assert_eq!(h["x-many"], "1, 2");
+        assert_eq!(
+            h,
+            [
+                ("location".to_string(), "/a".to_string()),
+                ("x-many".to_string(), "1, 2".to_string())
+            ]
+        );
     }
 }

@@ -6,18 +6,22 @@
 //!
 //! - [`core`]: the request table, resends, keep-alives and `done` tracking, sans-IO.
 //! - [`job`]: turning a page's job object into the wire [`JobSpec`](sluice_shared::JobSpec).
+//! - [`input`]: reading the page's other input (register options, a configuration).
 //! - `web` (wasm only): the browser glue and the exported JS API.
 
 pub mod core;
+mod id_map;
+pub mod input;
 pub mod job;
 pub mod oneshot;
 
 #[cfg(target_arch = "wasm32")]
 mod web;
 #[cfg(target_arch = "wasm32")]
-pub use web::{RegisterOptions, Sluice, Subscription};
+pub use web::{Sluice, Subscription};
 
 pub use crate::core::{ClientError, Done, DoneResult, JobEnd, Timing};
+pub use crate::input::RegisterOptions;
 pub use sluice_shared::protocol::{JobUpdate, WorkerMessage};
 pub use sluice_shared::status::Status;
 

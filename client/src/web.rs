@@ -2,18 +2,18 @@
 //! `Sluice` class exported to JavaScript.
 //!
 //! Messages are JSON text both ways (see `sluice_shared::protocol`). Values cross between JS
-//! and Rust through `JSON.stringify`/`JSON.parse` and serde_json rather than a second
-//! conversion library: the worker speaks JSON anyway, and the page bundle stays small.
+//! and Rust through `JSON.stringify`/`JSON.parse` and the worker's JSON codec
+//! (`sluice_shared::json`) rather than a conversion library: the worker speaks JSON anyway, and
+//! the page bundle stays small.
 
 use std::cell::{Cell, RefCell};
 use std::rc::{Rc, Weak};
 
 use js_sys::{Array, Function, Object, Promise, Reflect, JSON};
-use serde::{Deserialize, Serialize};
-use serde_json::Value;
 use sluice_shared::config::EngineConfig;
 use sluice_shared::job::{JobOutcome, JobSpec, JobState};
-use sluice_shared::protocol::{JobUpdate, ProtocolError, WorkerMessage};
+use sluice_shared::json::{self, FromJson, ToJson};
+use sluice_shared::protocol::{JobUpdate, ProtocolError, ReplyBody, Request, WorkerMessage};
 use sluice_shared::status::Status;
 use sluice_shared::JobId;
 use wasm_bindgen::prelude::*;
@@ -25,9 +25,10 @@ use web_sys::{
 };
 
 use crate::core::{
-    Answer, Call, ClientError, Core, Done, JobEnd, PortState, Received, Timing, Via,
+    unexpected_reply, Answer, ClientError, Core, Done, JobEnd, PortState, Received, Timing, Via,
 };
-use crate::job::{self, Body, JobInput};
+use crate::input::{self, RegisterOptions};
+use crate::job::{self, Body};
 
 #[wasm_bindgen(typescript_custom_section)]
 const TS_TYPES: &'static str = r#"
@@ -177,19 +178,6 @@ export type WorkerBroadcast =
   | { type: "status"; status: Status };
 "#;
 
-/// Options of [`Sluice::register`]; from JS, the `options` object.
-#[derive(Clone, Debug, Default, Deserialize)]
-#[serde(default, deny_unknown_fields, rename_all = "camelCase")]
-pub struct RegisterOptions {
-    pub scope: Option<String>,
-    /// `"classic"` (default) or `"module"`.
-    #[serde(rename = "type")]
-    pub worker_type: Option<String>,
-    pub resend_after_ms: Option<f64>,
-    pub keep_alive_ms: Option<f64>,
-    pub control_timeout_ms: Option<f64>,
-}
-
 /// A job the worker accepted.
 pub struct Enqueued {
     pub id: JobId,
@@ -338,16 +326,17 @@ impl UrlResolver {
     }
 }
 
-fn value_to_js(value: &Value) -> JsValue {
-    JSON::parse(&value.to_string()).unwrap_or(JsValue::NULL)
+/// Rust data to a plain JS value, as the worker would write it.
+fn to_js<T: ToJson + ?Sized>(value: &T) -> JsValue {
+    JSON::parse(&json::to_string(value)).unwrap_or(JsValue::NULL)
 }
 
-/// Serialisable Rust data to a plain JS value.
-fn to_js<T: Serialize>(value: &T) -> JsValue {
-    serde_json::to_string(value)
-        .ok()
-        .and_then(|s| JSON::parse(&s).ok())
-        .unwrap_or(JsValue::NULL)
+/// `JSON.stringify` of a page's value, or why it cannot be.
+fn json_text(v: &JsValue) -> Result<String, String> {
+    let text = JSON::stringify(v).map_err(|e| js_message(&e))?;
+    // Not a string but `undefined` for a value JSON cannot hold (a function).
+    text.as_string()
+        .ok_or_else(|| "not data that JSON can hold".to_string())
 }
 
 fn set(obj: &Object, key: &str, value: &JsValue) {
@@ -390,7 +379,11 @@ fn job_end_to_js(e: JobEnd) -> JsValue {
 fn outcome_to_js(o: &JobOutcome) -> JsValue {
     let obj = Object::new();
     set(&obj, "status", &JsValue::from(o.status));
-    set(&obj, "headers", &to_js(&job::headers_object(&o.headers)));
+    let headers = Object::new();
+    for (name, value) in job::headers_object(&o.headers) {
+        set(&headers, &name, &JsValue::from_str(&value));
+    }
+    set(&obj, "headers", &headers);
     set(&obj, "body", &JsValue::from_str(&o.body));
     obj.into()
 }
@@ -436,9 +429,9 @@ fn job_from_js(job: &JsValue, urls: &UrlResolver) -> Result<JobSpec, ClientError
     } else if let Some(s) = raw_body.as_string() {
         Body::Text(s)
     } else if is_plain_data(&raw_body) {
-        let text = JSON::stringify(&raw_body)
-            .map_err(|e| ClientError::InvalidJob(format!("body: {}", js_message(&e))))?;
-        Body::Json(text.into())
+        let text =
+            json_text(&raw_body).map_err(|e| ClientError::InvalidJob(format!("body: {e}")))?;
+        Body::Json(text)
     } else {
         return Err(ClientError::InvalidJob(
             "a body must be a string or plain data (objects, arrays, numbers) to send as JSON; \
@@ -446,48 +439,40 @@ fn job_from_js(job: &JsValue, urls: &UrlResolver) -> Result<JobSpec, ClientError
                 .into(),
         ));
     };
-    let text: String = JSON::stringify(job)
-        .map_err(|e| ClientError::InvalidJob(js_message(&e)))?
-        .into();
-    let input: JobInput =
-        serde_json::from_str(&text).map_err(|e| ClientError::InvalidJob(e.to_string()))?;
-    job::normalize(input, body, &|url| urls.resolve(url), &mut random_id)
+    let text = json_text(job).map_err(ClientError::InvalidJob)?;
+    let spec = job::read_job(&text)?;
+    job::normalize(spec, body, &|url| urls.resolve(url), &mut random_id)
 }
 
-fn from_js_json<T: for<'de> Deserialize<'de> + Default>(
-    v: &JsValue,
-    what: &str,
-) -> Result<T, String> {
+/// The jobs of a page's `enqueueMany`, each named by its place in the error.
+fn jobs_from_js(jobs: &JsValue) -> Result<Vec<JobSpec>, ClientError> {
+    if !Array::is_array(jobs) {
+        return Err(ClientError::InvalidJob(
+            "enqueueMany takes an array of jobs".into(),
+        ));
+    }
+    let urls = UrlResolver::for_page()?;
+    let mut specs = Vec::new();
+    for (i, j) in Array::from(jobs).iter().enumerate() {
+        let spec = job_from_js(&j, &urls).map_err(|e| {
+            let reason = match e {
+                ClientError::InvalidJob(reason) => reason,
+                other => other.to_string(),
+            };
+            ClientError::InvalidJob(format!("job {i}: {reason}"))
+        })?;
+        specs.push(spec);
+    }
+    Ok(specs)
+}
+
+/// A page's options object: its default when absent.
+fn from_js_json<T: FromJson + Default>(v: &JsValue, what: &str) -> Result<T, String> {
     if v.is_undefined() || v.is_null() {
         return Ok(T::default());
     }
-    let text: String = JSON::stringify(v)
-        .map_err(|e| format!("{what}: {}", js_message(&e)))?
-        .into();
-    serde_json::from_str(&text).map_err(|e| format!("{what}: {e}"))
-}
-
-#[derive(Deserialize)]
-struct EnqueuedBody {
-    id: JobId,
-    coalesced: bool,
-    state: JobState,
-}
-
-#[derive(Deserialize)]
-struct EnqueuedManyBody {
-    ids: Vec<JobId>,
-    warning: Option<String>,
-}
-
-#[derive(Deserialize)]
-struct IdsBody {
-    ids: Vec<JobId>,
-}
-
-#[derive(Deserialize)]
-struct IdBody {
-    id: JobId,
+    let text = json_text(v).map_err(|e| format!("{what}: {e}"))?;
+    json::from_str(&text).map_err(|e| format!("{what}: {e}"))
 }
 
 impl Inner {
@@ -665,8 +650,8 @@ impl Inner {
         self.listeners.borrow_mut().retain(|(i, _)| *i != id);
     }
 
-    async fn request(&self, call: Call) -> Result<Answer, ClientError> {
-        let (text, via, pending) = self.core.borrow_mut().request(call, now());
+    async fn request(&self, request: Request) -> Result<Answer, ClientError> {
+        let (text, via, pending) = self.core.borrow_mut().request(request, now());
         self.send(&text, via);
         self.ensure_timer();
         pending.await
@@ -748,9 +733,12 @@ impl Sluice {
         match options.worker_type.as_deref() {
             None | Some("classic") => {}
             Some("module") => reg_options.set_type("module"),
+            // Quoted as JSON quotes it: `{:?}` would bring core's escaping and Unicode tables
+            // into the wasm for this one message.
             Some(other) => {
                 return Err(ClientError::Registration(format!(
-                    "options.type must be \"classic\" or \"module\", not {other:?}"
+                    "options.type must be \"classic\" or \"module\", not {}",
+                    json::to_string(other)
                 )))
             }
         }
@@ -857,21 +845,7 @@ impl Sluice {
     /// Hands a job to the worker; resolves once the worker saved it.
     pub async fn enqueue(&self, mut job: JobSpec) -> Result<Enqueued, ClientError> {
         job::prepare(&mut job, &mut random_id)?;
-        let job = serde_json::to_value(&job).map_err(|e| ClientError::InvalidJob(e.to_string()))?;
-        let answer = self
-            .inner
-            .request(Call::new("enqueue").with("job", job))
-            .await?;
-        let body: EnqueuedBody = answer.decode("enqueued")?;
-        let done = answer
-            .done
-            .ok_or_else(|| ClientError::Decode("an 'enqueued' reply without a job id".into()))?;
-        Ok(Enqueued {
-            id: body.id,
-            coalesced: body.coalesced,
-            state: body.state,
-            done,
-        })
+        enqueued(self.inner.request(Request::Enqueue { job }).await?)
     }
 
     /// Hands many jobs to the worker at once, optionally as one group (cancellable together).
@@ -883,85 +857,44 @@ impl Sluice {
         for j in &mut jobs {
             job::prepare(j, &mut random_id)?;
         }
-        let jobs =
-            serde_json::to_value(&jobs).map_err(|e| ClientError::InvalidJob(e.to_string()))?;
-        let call = Call::new("enqueueMany")
-            .with("jobs", jobs)
-            .with("groupId", group_id);
-        let body: EnqueuedManyBody = self.inner.request(call).await?.decode("enqueuedMany")?;
-        Ok(EnqueuedMany {
-            ids: body.ids,
-            warning: body.warning,
-        })
+        let request = Request::EnqueueMany { jobs, group_id };
+        enqueued_many(self.inner.request(request).await?)
     }
 
     /// Cancels a waiting job, or every waiting job of a group; returns what was cancelled.
     pub async fn cancel(&self, target: &str) -> Result<Vec<JobId>, ClientError> {
-        let call = Call::new("cancel").with("target", target);
-        let body: IdsBody = self.inner.request(call).await?.decode("cancelled")?;
-        Ok(body.ids)
+        let request = Request::Cancel {
+            target: target.into(),
+        };
+        cancelled(self.inner.request(request).await?)
     }
 
     /// Sends a failed job again; the returned `Done` follows the new attempt.
     pub async fn retry(&self, id: &str) -> Result<(JobId, Done), ClientError> {
-        let answer = self
-            .inner
-            .request(Call::new("retry").with("id", id))
-            .await?;
-        let body: IdBody = answer.decode("retried")?;
-        let done = answer
-            .done
-            .ok_or_else(|| ClientError::Decode("a 'retried' reply without a job id".into()))?;
-        Ok((body.id, done))
+        retried(self.inner.request(Request::Retry { id: id.into() }).await?)
     }
 
     /// Forgets a failed job without retrying it.
     pub async fn dismiss(&self, id: &str) -> Result<JobId, ClientError> {
-        let answer = self
-            .inner
-            .request(Call::new("dismiss").with("id", id))
-            .await?;
-        Ok(answer.decode::<IdBody>("dismissed")?.id)
+        dismissed(
+            self.inner
+                .request(Request::Dismiss { id: id.into() })
+                .await?,
+        )
     }
 
     /// Replaces the worker's configuration (budgets, retries, lanes).
     pub async fn configure(&self, config: EngineConfig) -> Result<(), ClientError> {
-        let config = serde_json::to_value(&config).map_err(|e| {
-            ClientError::Worker(ProtocolError::InvalidConfig {
-                message: e.to_string(),
-            })
-        })?;
-        self.configure_raw(config).await
-    }
-
-    async fn configure_raw(&self, config: Value) -> Result<(), ClientError> {
-        let answer = self
-            .inner
-            .request(Call::new("configure").with("config", config))
-            .await?;
-        answer.field("configured", "type").map(|_| ())
+        configured(self.inner.request(Request::Configure { config }).await?)
     }
 
     pub async fn snapshot(&self) -> Result<Status, ClientError> {
-        let status = self.snapshot_raw().await?;
-        Status::deserialize(&status).map_err(|e| ClientError::Decode(format!("status: {e}")))
-    }
-
-    async fn snapshot_raw(&self) -> Result<Value, ClientError> {
-        let answer = self.inner.request(Call::new("snapshot")).await?;
-        answer.field("snapshot", "status").cloned()
+        snapshot(self.inner.request(Request::Snapshot).await?)
     }
 
     /// Lists the worker's jobs, optionally of one group.
     pub async fn jobs(&self, group_id: Option<&str>) -> Result<Vec<JobUpdate>, ClientError> {
-        let jobs = self.jobs_raw(group_id).await?;
-        Vec::<JobUpdate>::deserialize(&jobs).map_err(|e| ClientError::Decode(format!("jobs: {e}")))
-    }
-
-    async fn jobs_raw(&self, group_id: Option<&str>) -> Result<Value, ClientError> {
-        let call = Call::new("jobs").with("groupId", group_id);
-        let answer = self.inner.request(call).await?;
-        answer.field("jobs", "jobs").cloned()
+        job_list(self.inner.request(jobs_of(group_id)).await?)
     }
 
     /// Waits for the end of any job by id (say one of `enqueue_many`'s).
@@ -974,7 +907,7 @@ impl Sluice {
     /// Calls `f` with every `jobs` and `status` broadcast until the subscription is dropped.
     pub fn subscribe(&self, f: impl Fn(&WorkerMessage) + 'static) -> Subscription {
         let typed = move |text: &str| {
-            if let Ok(message) = serde_json::from_str::<WorkerMessage>(text) {
+            if let Ok(message) = json::from_str::<WorkerMessage>(text) {
                 f(&message)
             }
         };
@@ -988,6 +921,102 @@ impl Sluice {
     pub fn close(&self) {
         self.inner.close();
     }
+}
+
+// What each request's answer holds, for the Rust API and the JS API alike.
+
+fn enqueued(answer: Answer) -> Result<Enqueued, ClientError> {
+    let Answer { body, done } = answer;
+    let ReplyBody::Enqueued {
+        id,
+        coalesced,
+        state,
+    } = body
+    else {
+        return Err(unexpected_reply("enqueued", &body));
+    };
+    let done =
+        done.ok_or_else(|| ClientError::Decode("an 'enqueued' reply without a job id".into()))?;
+    Ok(Enqueued {
+        id,
+        coalesced,
+        state,
+        done,
+    })
+}
+
+fn enqueued_many(answer: Answer) -> Result<EnqueuedMany, ClientError> {
+    match answer.body {
+        ReplyBody::EnqueuedMany { ids, warning } => Ok(EnqueuedMany { ids, warning }),
+        other => Err(unexpected_reply("enqueuedMany", &other)),
+    }
+}
+
+fn cancelled(answer: Answer) -> Result<Vec<JobId>, ClientError> {
+    match answer.body {
+        ReplyBody::Cancelled { ids } => Ok(ids),
+        other => Err(unexpected_reply("cancelled", &other)),
+    }
+}
+
+fn retried(answer: Answer) -> Result<(JobId, Done), ClientError> {
+    let Answer { body, done } = answer;
+    let ReplyBody::Retried { id } = body else {
+        return Err(unexpected_reply("retried", &body));
+    };
+    let done =
+        done.ok_or_else(|| ClientError::Decode("a 'retried' reply without a job id".into()))?;
+    Ok((id, done))
+}
+
+fn dismissed(answer: Answer) -> Result<JobId, ClientError> {
+    match answer.body {
+        ReplyBody::Dismissed { id } => Ok(id),
+        other => Err(unexpected_reply("dismissed", &other)),
+    }
+}
+
+fn configured(answer: Answer) -> Result<(), ClientError> {
+    match answer.body {
+        ReplyBody::Configured => Ok(()),
+        other => Err(unexpected_reply("configured", &other)),
+    }
+}
+
+fn snapshot(answer: Answer) -> Result<Status, ClientError> {
+    match answer.body {
+        ReplyBody::Snapshot { status } => Ok(status),
+        other => Err(unexpected_reply("snapshot", &other)),
+    }
+}
+
+fn jobs_of(group_id: Option<&str>) -> Request {
+    Request::Jobs {
+        group_id: group_id.map(str::to_owned),
+        ids: None,
+    }
+}
+
+fn job_list(answer: Answer) -> Result<Vec<JobUpdate>, ClientError> {
+    match answer.body {
+        ReplyBody::Jobs { jobs } => Ok(jobs),
+        other => Err(unexpected_reply("jobs", &other)),
+    }
+}
+
+/// The promise of the JS API for a request: its answer made a JS value by `to_js`, or the
+/// error. One function for all requests rather than an `async` block in each method: every
+/// `future_to_promise` of its own costs the page's wasm a kilobyte or more.
+fn answer_promise(
+    inner: &Rc<Inner>,
+    request: Request,
+    to_js: fn(Answer) -> Result<JsValue, ClientError>,
+) -> Promise {
+    let inner = inner.clone();
+    future_to_promise(async move {
+        let answer = inner.request(request).await.map_err(error_to_js)?;
+        to_js(answer).map_err(error_to_js)
+    })
 }
 
 /// The JS API: thin wrappers that convert values and turn futures into promises.
@@ -1015,11 +1044,12 @@ impl Sluice {
         &self,
         #[wasm_bindgen(unchecked_param_type = "JobInput")] job: JsValue,
     ) -> Promise {
-        let this = self.clone();
-        future_to_promise(async move {
-            let urls = UrlResolver::for_page().map_err(error_to_js)?;
-            let spec = job_from_js(&job, &urls).map_err(error_to_js)?;
-            let e = this.enqueue(spec).await.map_err(error_to_js)?;
+        let job = match UrlResolver::for_page().and_then(|urls| job_from_js(&job, &urls)) {
+            Ok(job) => job,
+            Err(e) => return Promise::reject(&error_to_js(e)),
+        };
+        answer_promise(&self.inner, Request::Enqueue { job }, |answer| {
+            let e = enqueued(answer)?;
             let obj = Object::new();
             set(&obj, "id", &JsValue::from_str(&e.id));
             set(&obj, "coalesced", &JsValue::from(e.coalesced));
@@ -1035,50 +1065,35 @@ impl Sluice {
         #[wasm_bindgen(unchecked_param_type = "JobInput[]")] jobs: JsValue,
         #[wasm_bindgen(js_name = groupId)] group_id: Option<String>,
     ) -> Promise {
-        let this = self.clone();
-        future_to_promise(async move {
-            if !Array::is_array(&jobs) {
-                return Err(error_to_js(ClientError::InvalidJob(
-                    "enqueueMany takes an array of jobs".into(),
-                )));
-            }
-            let urls = UrlResolver::for_page().map_err(error_to_js)?;
-            let mut specs = Vec::new();
-            for (i, j) in Array::from(&jobs).iter().enumerate() {
-                let spec = job_from_js(&j, &urls).map_err(|e| {
-                    error_to_js(ClientError::InvalidJob(format!(
-                        "job {i}: {}",
-                        e.to_string().trim_start_matches("invalid job: ")
-                    )))
-                })?;
-                specs.push(spec);
-            }
-            let r = this
-                .enqueue_many(specs, group_id)
-                .await
-                .map_err(error_to_js)?;
-            let obj = Object::new();
-            set(&obj, "ids", &to_js(&r.ids));
-            set(&obj, "warning", &to_js(&r.warning));
-            Ok(obj.into())
-        })
+        let jobs = match jobs_from_js(&jobs) {
+            Ok(jobs) => jobs,
+            Err(e) => return Promise::reject(&error_to_js(e)),
+        };
+        answer_promise(
+            &self.inner,
+            Request::EnqueueMany { jobs, group_id },
+            |answer| {
+                let r = enqueued_many(answer)?;
+                let obj = Object::new();
+                set(&obj, "ids", &to_js(&r.ids));
+                set(&obj, "warning", &to_js(&r.warning));
+                Ok(obj.into())
+            },
+        )
     }
 
     /// Cancels a job or a whole group; resolves with the ids cancelled.
     #[wasm_bindgen(js_name = cancel, unchecked_return_type = "Promise<string[]>")]
     pub fn cancel_js(&self, target: String) -> Promise {
-        let this = self.clone();
-        future_to_promise(async move {
-            let ids = this.cancel(&target).await.map_err(error_to_js)?;
-            Ok(to_js(&ids))
+        answer_promise(&self.inner, Request::Cancel { target }, |answer| {
+            Ok(to_js(&cancelled(answer)?))
         })
     }
 
     #[wasm_bindgen(js_name = retry, unchecked_return_type = "Promise<Retried>")]
     pub fn retry_js(&self, id: String) -> Promise {
-        let this = self.clone();
-        future_to_promise(async move {
-            let (id, done) = this.retry(&id).await.map_err(error_to_js)?;
+        answer_promise(&self.inner, Request::Retry { id }, |answer| {
+            let (id, done) = retried(answer)?;
             let obj = Object::new();
             set(&obj, "id", &JsValue::from_str(&id));
             set(&obj, "done", &done_to_js(done));
@@ -1088,10 +1103,8 @@ impl Sluice {
 
     #[wasm_bindgen(js_name = dismiss, unchecked_return_type = "Promise<void>")]
     pub fn dismiss_js(&self, id: String) -> Promise {
-        let this = self.clone();
-        future_to_promise(async move {
-            this.dismiss(&id).await.map_err(error_to_js)?;
-            Ok(JsValue::UNDEFINED)
+        answer_promise(&self.inner, Request::Dismiss { id }, |answer| {
+            dismissed(answer).map(|_| JsValue::UNDEFINED)
         })
     }
 
@@ -1100,37 +1113,36 @@ impl Sluice {
         &self,
         #[wasm_bindgen(unchecked_param_type = "EngineConfig")] config: JsValue,
     ) -> Promise {
-        let this = self.clone();
-        future_to_promise(async move {
-            let config: Value = from_js_json(&config, "config").map_err(|message| {
-                error_to_js(ClientError::Worker(ProtocolError::InvalidConfig {
-                    message,
-                }))
-            })?;
-            this.configure_raw(config).await.map_err(error_to_js)?;
-            Ok(JsValue::UNDEFINED)
-        })
+        // Absent, it is `null` to the reader, which refuses it, as the worker did when the
+        // configuration went to it unread.
+        let text = if config.is_undefined() {
+            Ok("null".to_string())
+        } else {
+            json_text(&config).map_err(|e| format!("config: {e}"))
+        };
+        let config = text
+            .map_err(|message| ClientError::Worker(ProtocolError::InvalidConfig { message }))
+            .and_then(|text| input::read_config(&text));
+        match config {
+            Ok(config) => answer_promise(&self.inner, Request::Configure { config }, |answer| {
+                configured(answer).map(|()| JsValue::UNDEFINED)
+            }),
+            Err(e) => Promise::reject(&error_to_js(e)),
+        }
     }
 
     #[wasm_bindgen(js_name = snapshot, unchecked_return_type = "Promise<Status>")]
     pub fn snapshot_js(&self) -> Promise {
-        let this = self.clone();
-        future_to_promise(async move {
-            let s = this.snapshot_raw().await.map_err(error_to_js)?;
-            Ok(value_to_js(&s))
+        answer_promise(&self.inner, Request::Snapshot, |answer| {
+            Ok(to_js(&snapshot(answer)?))
         })
     }
 
     /// Lists the worker's jobs, optionally of one group.
     #[wasm_bindgen(js_name = jobs, unchecked_return_type = "Promise<JobUpdate[]>")]
     pub fn jobs_js(&self, #[wasm_bindgen(js_name = groupId)] group_id: Option<String>) -> Promise {
-        let this = self.clone();
-        future_to_promise(async move {
-            let jobs = this
-                .jobs_raw(group_id.as_deref())
-                .await
-                .map_err(error_to_js)?;
-            Ok(value_to_js(&jobs))
+        answer_promise(&self.inner, jobs_of(group_id.as_deref()), |answer| {
+            Ok(to_js(&job_list(answer)?))
         })
     }
 

@@ -1,11 +1,12 @@
-//! A small JSON codec for the service worker's wasm.
+//! A small JSON codec for the wasm: the service worker's and the page client's.
 //!
-//! Every type still derives serde's traits, and serde's JSON form stays the reference: pages,
-//! the demo server and the tests speak it. The worker, though, reads and writes its records
-//! and messages through this module instead of `serde_json`. Serde's derives monomorphize a
-//! streaming visitor per type (twice over: maps and sequences), which made up more than a
-//! third of the worker's wasm; here there is one parser into a [`Json`] tree, one writer, and
-//! per type only a list of fields ([`json_struct!`], [`json_enum!`]).
+//! Every type still derives serde's traits, and serde's JSON form stays the reference: the demo
+//! server and the tests speak it. The worker and the page client, though, read and write their
+//! records and messages through this module instead of `serde_json`. Serde's derives
+//! monomorphize a streaming visitor per type (twice over: maps and sequences), which made up
+//! more than a third of the worker's wasm and most of the client's; here there is one parser
+//! into a [`Json`] tree, one writer, and per type only a list of fields ([`json_struct!`],
+//! [`json_enum!`]).
 //!
 //! The output is byte for byte what `serde_json::to_string` writes for the same value (same
 //! field order, escapes, integer and float forms), and the input rules are serde's: unknown
@@ -676,6 +677,13 @@ impl<'v, 'a> Fields<'v, 'a> {
         })
     }
 
+    /// serde's `deny_unknown_fields`: a member not named in `known` fails the reading.
+    pub fn deny_unknown(&mut self, known: &[&str]) {
+        if let Err(e) = deny_unknown(self.members, known) {
+            self.fail(e);
+        }
+    }
+
     /// The first error, if a field could not be read.
     pub fn finish(self) -> Result<(), Error> {
         match self.error {
@@ -723,6 +731,64 @@ pub fn unique<'v, 'a>(
         }
     }
     Ok(found)
+}
+
+/// serde's `deny_unknown_fields`: the first member whose key is not among `known` is an error.
+pub fn deny_unknown(members: &[(Cow<str>, Json)], known: &[&str]) -> Result<(), Error> {
+    match members.iter().find(|(k, _)| !known.contains(&k.as_ref())) {
+        Some((key, _)) => Err(Error(format!(
+            "unknown field `{key}`, expected {}",
+            one_of(known)
+        ))),
+        None => Ok(()),
+    }
+}
+
+/// An internally tagged enum's variant name (`{"<tag>": "name", ...}`) and a reader for the
+/// variant's fields, which stand in the same object. `expected` names the enum in the error for
+/// anything but an object.
+pub fn tagged<'v, 'a>(
+    v: &'v Json<'a>,
+    tag: &str,
+    expected: &str,
+) -> Result<(&'v str, Fields<'v, 'a>), Error> {
+    let members = members(v, expected)?;
+    match unique(members, tag)? {
+        Some(Json::Str(name)) => Ok((name, Fields::from_members(members))),
+        Some(other) => Err(other.invalid_type("variant identifier")),
+        None => Err(Error(format!("missing field `{tag}`"))),
+    }
+}
+
+/// serde's error for a tag that names none of `variants`.
+pub fn unknown_variant(found: &str, variants: &[&str]) -> Error {
+    Error(format!(
+        "unknown variant `{found}`, expected {}",
+        one_of(variants)
+    ))
+}
+
+/// serde's words for the names it expected: "`a`", "`a` or `b`", "one of `a`, `b`, `c`".
+fn one_of(names: &[&str]) -> String {
+    let mut out = String::new();
+    if names.len() > 2 {
+        out.push_str("one of ");
+    }
+    for (i, name) in names.iter().enumerate() {
+        if i > 0 {
+            out.push_str(if names.len() == 2 { " or " } else { ", " });
+        }
+        out.push('`');
+        out.push_str(name);
+        out.push('`');
+    }
+    out
+}
+
+/// The JSON names of a struct's fields, in declaration order (implemented by [`json_read!`]):
+/// for a reader that accepts a struct's fields among others of its own.
+pub trait StructFields {
+    const FIELDS: &'static [&'static str];
 }
 
 impl FromJson for String {
@@ -1095,10 +1161,16 @@ macro_rules! json_write {
     };
 }
 
-/// The [`FromJson`] half of [`json_struct!`] (same syntax).
+/// The [`FromJson`] half of [`json_struct!`] (same syntax), and [`StructFields`]. One more
+/// container option: `Name [deny_unknown_fields] { .. }` refuses members it does not name, as
+/// serde's `#[serde(deny_unknown_fields)]` (for what pages write: a misspelt field must not be
+/// dropped without a word).
+///
+/// [`StructFields`]: crate::json::StructFields
 #[macro_export]
 macro_rules! json_read {
     ($name:ident [default] { $($f:ident: $k:literal $(= $d:ident)?),* $(,)? }) => {
+        $crate::json_read!(@names $name { $($k),* });
         impl $crate::json::FromJson for $name {
             fn from_json(v: &$crate::json::Json) -> Result<Self, $crate::json::Error> {
                 let mut r = $crate::json::Fields::of(v, concat!("struct ", stringify!($name)));
@@ -1111,7 +1183,22 @@ macro_rules! json_read {
             }
         }
     };
+    ($name:ident [deny_unknown_fields] { $($f:ident: $k:literal $(= $d:ident)?),* $(,)? }) => {
+        $crate::json_read!(@names $name { $($k),* });
+        impl $crate::json::FromJson for $name {
+            fn from_json(v: &$crate::json::Json) -> Result<Self, $crate::json::Error> {
+                let mut r = $crate::json::Fields::of(v, concat!("struct ", stringify!($name)));
+                r.deny_unknown(<$name as $crate::json::StructFields>::FIELDS);
+                let out = $name {
+                    $($f: $crate::json_read!(@field r, $k $(, $d)?),)*
+                };
+                r.finish()?;
+                Ok(out)
+            }
+        }
+    };
     ($name:ident { $($f:ident: $k:literal $(= $d:ident)?),* $(,)? }) => {
+        $crate::json_read!(@names $name { $($k),* });
         impl $crate::json::FromJson for $name {
             fn from_json(v: &$crate::json::Json) -> Result<Self, $crate::json::Error> {
                 let mut r = $crate::json::Fields::of(v, concat!("struct ", stringify!($name)));
@@ -1121,6 +1208,11 @@ macro_rules! json_read {
                 r.finish()?;
                 Ok(out)
             }
+        }
+    };
+    (@names $name:ident { $($k:literal),* }) => {
+        impl $crate::json::StructFields for $name {
+            const FIELDS: &'static [&'static str] = &[$($k),*];
         }
     };
     (@field $r:ident, $k:literal) => {

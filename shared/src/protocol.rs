@@ -80,6 +80,23 @@ pub enum Request {
     KeepAlive,
 }
 
+impl Request {
+    /// Its `type` on the wire.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Request::Enqueue { .. } => "enqueue",
+            Request::EnqueueMany { .. } => "enqueueMany",
+            Request::Cancel { .. } => "cancel",
+            Request::Retry { .. } => "retry",
+            Request::Dismiss { .. } => "dismiss",
+            Request::Configure { .. } => "configure",
+            Request::Snapshot => "snapshot",
+            Request::Jobs { .. } => "jobs",
+            Request::KeepAlive => "keepAlive",
+        }
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Envelope {
@@ -124,6 +141,23 @@ pub enum ReplyBody {
         jobs: Vec<JobUpdate>,
     },
     Alive,
+}
+
+impl ReplyBody {
+    /// Its `type` on the wire.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            ReplyBody::Enqueued { .. } => "enqueued",
+            ReplyBody::EnqueuedMany { .. } => "enqueuedMany",
+            ReplyBody::Cancelled { .. } => "cancelled",
+            ReplyBody::Retried { .. } => "retried",
+            ReplyBody::Dismissed { .. } => "dismissed",
+            ReplyBody::Configured => "configured",
+            ReplyBody::Snapshot { .. } => "snapshot",
+            ReplyBody::Jobs { .. } => "jobs",
+            ReplyBody::Alive => "alive",
+        }
+    }
 }
 
 /// Everything the worker sends to pages.
@@ -365,6 +399,28 @@ impl fmt::Display for ProtocolError {
 
 impl std::error::Error for ProtocolError {}
 
+impl ProtocolError {
+    /// The `code` it carries on the wire: a stable name for programs.
+    pub fn code(&self) -> &'static str {
+        match self {
+            ProtocolError::Malformed { .. } => "malformed",
+            ProtocolError::UnknownType { .. } => "unknown-type",
+            ProtocolError::TooLarge { .. } => "too-large",
+            ProtocolError::InvalidUrl { .. } => "invalid-url",
+            ProtocolError::InvalidRequest { .. } => "invalid-request",
+            ProtocolError::UnknownBudget { .. } => "unknown-budget",
+            ProtocolError::NoBudgetForUrl { .. } => "no-budget-for-url",
+            ProtocolError::UrlNotAllowed { .. } => "url-not-allowed",
+            ProtocolError::InvalidConfig { .. } => "invalid-config",
+            ProtocolError::NotFound { .. } => "not-found",
+            ProtocolError::IllegalTransition { .. } => "illegal-transition",
+            ProtocolError::Storage { .. } => "storage",
+            ProtocolError::Unavailable { .. } => "unavailable",
+            ProtocolError::StorageFull { .. } => "storage-full",
+        }
+    }
+}
+
 /// The error for a message of at least `bytes` bytes, if that is over [`MAX_MESSAGE_BYTES`].
 /// The worker asks this with a message's length in UTF-16 units (each at least one byte of
 /// UTF-8) before it copies the text into its memory, and again with the exact length after.
@@ -463,7 +519,7 @@ pub fn encode(message: &WorkerMessage) -> String {
     crate::json::to_string(message)
 }
 
-crate::json_write!(JobUpdate {
+crate::json_struct!(JobUpdate {
     id: "id",
     state: "state",
     lane: "lane",
@@ -475,51 +531,45 @@ crate::json_write!(JobUpdate {
     coalesced: "coalesced",
     last_error: "lastError",
     outcome: "outcome",
-    withheld: "withheld",
+    withheld: "withheld" = default,
 });
 
 impl crate::json::ToJson for ReplyBody {
     fn write_json(&self, out: &mut String) {
         use crate::json::{open_tagged, write_field};
-        let tag = |out: &mut String, name| open_tagged(out, "type", name);
+        // The name from `kind`, the one list of them.
+        open_tagged(out, "type", self.kind());
         match self {
             ReplyBody::Enqueued {
                 id,
                 coalesced,
                 state,
             } => {
-                tag(out, "enqueued");
                 write_field(out, "id", id);
                 write_field(out, "coalesced", coalesced);
                 write_field(out, "state", state);
             }
             ReplyBody::EnqueuedMany { ids, warning } => {
-                tag(out, "enqueuedMany");
                 write_field(out, "ids", ids);
                 write_field(out, "warning", warning);
             }
             ReplyBody::Cancelled { ids } => {
-                tag(out, "cancelled");
                 write_field(out, "ids", ids);
             }
             ReplyBody::Retried { id } => {
-                tag(out, "retried");
                 write_field(out, "id", id);
             }
             ReplyBody::Dismissed { id } => {
-                tag(out, "dismissed");
                 write_field(out, "id", id);
             }
-            ReplyBody::Configured => tag(out, "configured"),
+            ReplyBody::Configured => {}
             ReplyBody::Snapshot { status } => {
-                tag(out, "snapshot");
                 write_field(out, "status", status);
             }
             ReplyBody::Jobs { jobs } => {
-                tag(out, "jobs");
                 write_field(out, "jobs", jobs);
             }
-            ReplyBody::Alive => tag(out, "alive"),
+            ReplyBody::Alive => {}
         }
         out.push('}');
     }
@@ -557,14 +607,13 @@ impl crate::json::ToJson for WorkerMessage {
 impl crate::json::ToJson for ProtocolError {
     fn write_json(&self, out: &mut String) {
         use crate::json::{open_tagged, write_field};
-        let tag = |out: &mut String, name| open_tagged(out, "code", name);
+        // The name from `code`, the one list of them.
+        open_tagged(out, "code", self.code());
         match self {
             ProtocolError::Malformed { message } => {
-                tag(out, "malformed");
                 write_field(out, "message", message);
             }
             ProtocolError::UnknownType { found } => {
-                tag(out, "unknown-type");
                 write_field(out, "found", found);
             }
             ProtocolError::TooLarge {
@@ -572,60 +621,241 @@ impl crate::json::ToJson for ProtocolError {
                 bytes,
                 max_bytes,
             } => {
-                tag(out, "too-large");
                 write_field(out, "what", what);
                 write_field(out, "bytes", bytes);
                 write_field(out, "maxBytes", max_bytes);
             }
             ProtocolError::InvalidUrl { url, message } => {
-                tag(out, "invalid-url");
                 write_field(out, "url", url);
                 write_field(out, "message", message);
             }
             ProtocolError::InvalidRequest { message } => {
-                tag(out, "invalid-request");
                 write_field(out, "message", message);
             }
             ProtocolError::UnknownBudget { budget, known } => {
-                tag(out, "unknown-budget");
                 write_field(out, "budget", budget);
                 write_field(out, "known", known);
             }
             ProtocolError::NoBudgetForUrl { url } => {
-                tag(out, "no-budget-for-url");
                 write_field(out, "url", url);
             }
             ProtocolError::UrlNotAllowed { url, allowed } => {
-                tag(out, "url-not-allowed");
                 write_field(out, "url", url);
                 write_field(out, "allowed", allowed);
             }
             ProtocolError::InvalidConfig { message } => {
-                tag(out, "invalid-config");
                 write_field(out, "message", message);
             }
             ProtocolError::NotFound { id } => {
-                tag(out, "not-found");
                 write_field(out, "id", id);
             }
             ProtocolError::IllegalTransition { message } => {
-                tag(out, "illegal-transition");
                 write_field(out, "message", message);
             }
             ProtocolError::Storage { message } => {
-                tag(out, "storage");
                 write_field(out, "message", message);
             }
             ProtocolError::Unavailable { message } => {
-                tag(out, "unavailable");
                 write_field(out, "message", message);
             }
             ProtocolError::StorageFull { message } => {
-                tag(out, "storage-full");
                 write_field(out, "message", message);
             }
         }
         out.push('}');
+    }
+}
+
+// ----- what pages write and read --------------------------------------------------------
+//
+// The worker reads requests with `decode_request` and writes the messages above; the page
+// client does the reverse, with these.
+
+impl crate::json::ToJson for Envelope {
+    /// As serde writes it: `requestId`, then the request's `type` and fields (flattened).
+    fn write_json(&self, out: &mut String) {
+        use crate::json::{write_field, write_str};
+        out.push_str("{\"requestId\":");
+        write_str(out, &self.request_id);
+        write_field(out, "type", self.request.kind());
+        match &self.request {
+            Request::Enqueue { job } => write_field(out, "job", job),
+            Request::EnqueueMany { jobs, group_id } => {
+                write_field(out, "jobs", jobs);
+                write_field(out, "groupId", group_id);
+            }
+            Request::Cancel { target } => write_field(out, "target", target),
+            Request::Retry { id } | Request::Dismiss { id } => write_field(out, "id", id),
+            Request::Configure { config } => write_field(out, "config", config),
+            Request::Jobs { group_id, ids } => {
+                write_field(out, "groupId", group_id);
+                write_field(out, "ids", ids);
+            }
+            Request::Snapshot | Request::KeepAlive => {}
+        }
+        out.push('}');
+    }
+}
+
+impl crate::json::FromJson for WorkerMessage {
+    fn from_json(v: &crate::json::Json) -> Result<Self, crate::json::Error> {
+        const KINDS: &[&str] = &["reply", "error", "jobs", "status"];
+        let expected = "internally tagged enum WorkerMessage";
+        let (kind, mut r) = crate::json::tagged(v, "type", expected)?;
+        let message = match kind {
+            "reply" => WorkerMessage::Reply {
+                request_id: r.field("requestId"),
+                body: r.field("body"),
+            },
+            "error" => WorkerMessage::Error {
+                request_id: r.field("requestId"),
+                error: r.field("error"),
+            },
+            "jobs" => WorkerMessage::Jobs {
+                updates: r.field("updates"),
+                removed: r.field_or("removed", Vec::new()),
+            },
+            "status" => WorkerMessage::Status {
+                status: r.field("status"),
+            },
+            other => return Err(crate::json::unknown_variant(other, KINDS)),
+        };
+        r.finish()?;
+        Ok(message)
+    }
+}
+
+impl crate::json::FromJson for ReplyBody {
+    fn from_json(v: &crate::json::Json) -> Result<Self, crate::json::Error> {
+        const KINDS: &[&str] = &[
+            "enqueued",
+            "enqueuedMany",
+            "cancelled",
+            "retried",
+            "dismissed",
+            "configured",
+            "snapshot",
+            "jobs",
+            "alive",
+        ];
+        let expected = "internally tagged enum ReplyBody";
+        let (kind, mut r) = crate::json::tagged(v, "type", expected)?;
+        let body = match kind {
+            "enqueued" => ReplyBody::Enqueued {
+                id: r.field("id"),
+                coalesced: r.field("coalesced"),
+                state: r.field("state"),
+            },
+            "enqueuedMany" => ReplyBody::EnqueuedMany {
+                ids: r.field("ids"),
+                warning: r.field("warning"),
+            },
+            "cancelled" => ReplyBody::Cancelled {
+                ids: r.field("ids"),
+            },
+            "retried" => ReplyBody::Retried { id: r.field("id") },
+            "dismissed" => ReplyBody::Dismissed { id: r.field("id") },
+            "configured" => ReplyBody::Configured,
+            "snapshot" => ReplyBody::Snapshot {
+                status: r.field("status"),
+            },
+            "jobs" => ReplyBody::Jobs {
+                jobs: r.field("jobs"),
+            },
+            "alive" => ReplyBody::Alive,
+            other => return Err(crate::json::unknown_variant(other, KINDS)),
+        };
+        r.finish()?;
+        Ok(body)
+    }
+}
+
+/// What a `body` field holds while [`crate::json::Fields`] reads a reply that failed.
+impl crate::json::Placeholder for ReplyBody {
+    fn placeholder() -> Self {
+        ReplyBody::Alive
+    }
+}
+
+impl crate::json::FromJson for ProtocolError {
+    fn from_json(v: &crate::json::Json) -> Result<Self, crate::json::Error> {
+        const CODES: &[&str] = &[
+            "malformed",
+            "unknown-type",
+            "too-large",
+            "invalid-url",
+            "invalid-request",
+            "unknown-budget",
+            "no-budget-for-url",
+            "url-not-allowed",
+            "invalid-config",
+            "not-found",
+            "illegal-transition",
+            "storage",
+            "storage-full",
+            "unavailable",
+        ];
+        let expected = "internally tagged enum ProtocolError";
+        let (code, mut r) = crate::json::tagged(v, "code", expected)?;
+        let error = match code {
+            "malformed" => ProtocolError::Malformed {
+                message: r.field("message"),
+            },
+            "unknown-type" => ProtocolError::UnknownType {
+                found: r.field("found"),
+            },
+            "too-large" => ProtocolError::TooLarge {
+                what: r.field_or("what", String::new()),
+                bytes: r.field("bytes"),
+                max_bytes: r.field("maxBytes"),
+            },
+            "invalid-url" => ProtocolError::InvalidUrl {
+                url: r.field("url"),
+                message: r.field("message"),
+            },
+            "invalid-request" => ProtocolError::InvalidRequest {
+                message: r.field("message"),
+            },
+            "unknown-budget" => ProtocolError::UnknownBudget {
+                budget: r.field("budget"),
+                known: r.field("known"),
+            },
+            "no-budget-for-url" => ProtocolError::NoBudgetForUrl {
+                url: r.field("url"),
+            },
+            "url-not-allowed" => ProtocolError::UrlNotAllowed {
+                url: r.field("url"),
+                allowed: r.field("allowed"),
+            },
+            "invalid-config" => ProtocolError::InvalidConfig {
+                message: r.field("message"),
+            },
+            "not-found" => ProtocolError::NotFound { id: r.field("id") },
+            "illegal-transition" => ProtocolError::IllegalTransition {
+                message: r.field("message"),
+            },
+            "storage" => ProtocolError::Storage {
+                message: r.field("message"),
+            },
+            "storage-full" => ProtocolError::StorageFull {
+                message: r.field("message"),
+            },
+            "unavailable" => ProtocolError::Unavailable {
+                message: r.field("message"),
+            },
+            other => return Err(crate::json::unknown_variant(other, CODES)),
+        };
+        r.finish()?;
+        Ok(error)
+    }
+}
+
+/// What an `error` field holds while [`crate::json::Fields`] reads a message that failed.
+impl crate::json::Placeholder for ProtocolError {
+    fn placeholder() -> Self {
+        ProtocolError::Malformed {
+            message: String::new(),
+        }
     }
 }
 
@@ -794,6 +1024,84 @@ mod tests {
         messages.push(WorkerMessage::Status { status });
         for m in &messages {
             assert_eq!(encode(m), serde_json::to_string(m).unwrap());
+            // What pages read back (the client), with the same rules as serde.
+            assert_eq!(
+                &crate::json::from_str::<WorkerMessage>(&encode(m)).unwrap(),
+                m
+            );
+            crate::json::tests::reads_like_serde::<WorkerMessage>(&encode(m));
+        }
+    }
+
+    #[test]
+    fn pages_read_worker_messages_as_serde_does() {
+        use crate::json::tests::reads_like_serde;
+        let texts = [
+            // Fields the reader does not know are ignored, `removed` and `withheld` may be
+            // absent (older workers), and so may an `Option`.
+            r#"{"type":"jobs","updates":[{"id":"j","state":"done","lane":"bulk","budget":"b","attempts":1,"notBefore":0,"coalesced":0,"new":1}]}"#,
+            r#"{"type":"error","error":{"code":"too-large","bytes":1,"maxBytes":2}}"#,
+            r#"{"type":"reply","requestId":"r","body":{"type":"enqueuedMany","ids":[]}}"#,
+            // Refused: each with serde's words.
+            r#"{"type":"launch"}"#,
+            r#"{"updates":[]}"#,
+            r#"{"type":5}"#,
+            r#"{"type":"reply","type":"reply"}"#,
+            r#""reply""#,
+            r#"{"type":"reply","requestId":"r"}"#,
+            r#"{"type":"reply","requestId":"r","body":{"type":"enqueued","id":"j"}}"#,
+            r#"{"type":"reply","requestId":"r","body":{"type":"new"}}"#,
+            r#"{"type":"error","requestId":"r","error":{"code":"quota"}}"#,
+            r#"{"type":"error","requestId":"r","error":{"code":"not-found","id":5}}"#,
+            r#"{"type":"status","status":{"now":1}}"#,
+        ];
+        for text in texts {
+            reads_like_serde::<WorkerMessage>(text);
+        }
+    }
+
+    #[test]
+    fn every_request_is_written_as_serde_writes_it_and_the_worker_reads_it() {
+        let job = JobSpec {
+            url: "https://a.example/x".into(),
+            headers: vec![("A".into(), "1".into())],
+            ..JobSpec::default()
+        };
+        let requests = [
+            Request::Enqueue { job: job.clone() },
+            Request::EnqueueMany {
+                jobs: vec![job.clone(), job],
+                group_id: Some("g".into()),
+            },
+            Request::EnqueueMany {
+                jobs: vec![],
+                group_id: None,
+            },
+            Request::Cancel { target: "t".into() },
+            Request::Retry { id: "i".into() },
+            Request::Dismiss { id: "i".into() },
+            Request::Configure {
+                config: EngineConfig::default(),
+            },
+            Request::Snapshot,
+            Request::Jobs {
+                group_id: Some("g".into()),
+                ids: Some(vec!["a".into()]),
+            },
+            Request::Jobs {
+                group_id: None,
+                ids: None,
+            },
+            Request::KeepAlive,
+        ];
+        for request in requests {
+            let envelope = Envelope {
+                request_id: "r\"1".into(),
+                request,
+            };
+            let text = crate::json::to_string(&envelope);
+            assert_eq!(text, serde_json::to_string(&envelope).unwrap());
+            assert_eq!(decode_request(&text), Ok(envelope));
         }
     }
 

@@ -81,7 +81,8 @@ pub struct LaneStatus {
     pub wait_p95_ms: Option<DurationMs>,
 }
 
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+/// `Default` only for the JSON reader's placeholder (see `json::Placeholder`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Status {
     pub now: Millis,
@@ -98,7 +99,7 @@ pub struct Status {
     pub warnings: Vec<String>,
 }
 
-crate::json_write!(StateCounts {
+crate::json_struct!(StateCounts {
     queued: "queued",
     sending: "sending",
     retry_wait: "retryWait",
@@ -107,7 +108,7 @@ crate::json_write!(StateCounts {
     cancelled: "cancelled",
 });
 
-crate::json_write!(BudgetStatus {
+crate::json_struct!(BudgetStatus {
     name: "name",
     windows: "windows",
     concurrency: "concurrency",
@@ -126,7 +127,7 @@ crate::json_write!(BudgetStatus {
     achieved_share: "achievedShare",
 });
 
-crate::json_write!(GroupStatus {
+crate::json_struct!(GroupStatus {
     id: "id",
     total: "total",
     done: "done",
@@ -136,14 +137,14 @@ crate::json_write!(GroupStatus {
     warning: "warning",
 });
 
-crate::json_write!(LaneStatus {
+crate::json_struct!(LaneStatus {
     lane: "lane",
     waiting: "waiting",
     wait_p50_ms: "waitP50Ms",
     wait_p95_ms: "waitP95Ms",
 });
 
-crate::json_write!(Status {
+crate::json_struct!(Status {
     now: "now",
     counts: "counts",
     budgets: "budgets",
@@ -288,10 +289,7 @@ mod tests {
             offline: true,
             warnings: vec!["x".into()],
         };
-        assert_eq!(
-            crate::json::to_string(&status),
-            serde_json::to_string(&status).unwrap()
-        );
+        crate::json::tests::same_as_serde(&status);
     }
 
     #[test]
