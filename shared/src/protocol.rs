@@ -80,8 +80,23 @@ pub enum Request {
     KeepAlive,
 }
 
+/// Every request's `type` on the wire, the one list of them: [`decode_request`] reads these
+/// and no other, [`Request::kind`] names each variant by one of them (a test checks the two
+/// agree), and an unknown type's error lists them.
+pub const REQUEST_TYPES: [&str; 9] = [
+    "enqueue",
+    "enqueueMany",
+    "cancel",
+    "retry",
+    "dismiss",
+    "configure",
+    "snapshot",
+    "jobs",
+    "keepAlive",
+];
+
 impl Request {
-    /// Its `type` on the wire.
+    /// Its `type` on the wire (one of [`REQUEST_TYPES`]).
     pub fn kind(&self) -> &'static str {
         match self {
             Request::Enqueue { .. } => "enqueue",
@@ -325,10 +340,14 @@ impl fmt::Display for ProtocolError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             ProtocolError::Malformed { message } => write!(f, "malformed message: {message}"),
-            ProtocolError::UnknownType { found } => write!(
-                f,
-                "unknown message type '{found}'; expected one of enqueue, enqueueMany, cancel, retry, dismiss, configure, snapshot, jobs, keepAlive"
-            ),
+            ProtocolError::UnknownType { found } => {
+                write!(f, "unknown message type '{found}'; expected one of ")?;
+                for (i, kind) in REQUEST_TYPES.iter().enumerate() {
+                    let sep = if i == 0 { "" } else { ", " };
+                    write!(f, "{sep}{kind}")?;
+                }
+                Ok(())
+            }
             ProtocolError::TooLarge {
                 what,
                 bytes,
@@ -349,7 +368,9 @@ impl fmt::Display for ProtocolError {
                 size(*bytes),
                 size(*max_bytes)
             ),
-            ProtocolError::InvalidUrl { url, message } => write!(f, "invalid URL '{url}': {message}"),
+            ProtocolError::InvalidUrl { url, message } => {
+                write!(f, "invalid URL '{url}': {message}")
+            }
             ProtocolError::InvalidRequest { message } => write!(f, "invalid request: {message}"),
             ProtocolError::UnknownBudget { budget, known } => {
                 write!(f, "unknown budget '{budget}'; configured budgets: ")?;
@@ -457,24 +478,16 @@ pub fn decode_request(text: &str) -> Result<Envelope, (Option<String>, ProtocolE
             "a message needs a string field 'type'".into(),
         ));
     };
-    let known = [
-        "enqueue",
-        "enqueueMany",
-        "cancel",
-        "retry",
-        "dismiss",
-        "configure",
-        "snapshot",
-        "jobs",
-        "keepAlive",
-    ];
-    if !known.contains(&kind) {
-        return Err((
+    let unknown = |request_id: Option<String>| {
+        (
             request_id,
             ProtocolError::UnknownType {
                 found: kind.chars().take(64).collect(),
             },
-        ));
+        )
+    };
+    if !REQUEST_TYPES.contains(&kind) {
+        return Err(unknown(request_id));
     }
     let Some(request_id) = request_id else {
         return Err(malformed(
@@ -504,7 +517,9 @@ pub fn decode_request(text: &str) -> Result<Envelope, (Option<String>, ProtocolE
             ids: r.field("ids"),
         },
         "snapshot" => Request::Snapshot,
-        _ => Request::KeepAlive,
+        "keepAlive" => Request::KeepAlive,
+        // Only a type in REQUEST_TYPES but missing here: an unknown type, never another one.
+        _ => return Err(unknown(Some(request_id))),
     };
     match r.finish() {
         Ok(()) => Ok(Envelope {
@@ -877,6 +892,69 @@ mod tests {
             }
             other => panic!("unexpected {other:?}"),
         }
+    }
+
+    /// One of every request, each as the pages write it.
+    fn one_of_each_request() -> Vec<Request> {
+        let job = JobSpec {
+            url: "https://a.example/x".into(),
+            ..JobSpec::default()
+        };
+        let all = vec![
+            Request::Enqueue { job: job.clone() },
+            Request::EnqueueMany {
+                jobs: vec![job],
+                group_id: Some("g".into()),
+            },
+            Request::Cancel { target: "g".into() },
+            Request::Retry { id: "j".into() },
+            Request::Dismiss { id: "j".into() },
+            Request::Configure {
+                config: EngineConfig::default(),
+            },
+            Request::Snapshot,
+            Request::Jobs {
+                group_id: None,
+                ids: Some(vec!["j".into()]),
+            },
+            Request::KeepAlive,
+        ];
+        // A request added to the enum fails to compile here until it is added above too.
+        for r in &all {
+            match r {
+                Request::Enqueue { .. }
+                | Request::EnqueueMany { .. }
+                | Request::Cancel { .. }
+                | Request::Retry { .. }
+                | Request::Dismiss { .. }
+                | Request::Configure { .. }
+                | Request::Snapshot
+                | Request::Jobs { .. }
+                | Request::KeepAlive => {}
+            }
+        }
+        all
+    }
+
+    #[test]
+    fn every_request_type_is_read_as_itself_and_listed_once() {
+        let all = one_of_each_request();
+        let kinds: Vec<&str> = all.iter().map(Request::kind).collect();
+        assert_eq!(
+            kinds, REQUEST_TYPES,
+            "REQUEST_TYPES and Request::kind disagree"
+        );
+        for request in all {
+            let envelope = Envelope {
+                request_id: "r".into(),
+                request,
+            };
+            let text = crate::json::to_string(&envelope);
+            let read = decode_request(&text).unwrap_or_else(|e| panic!("{text}: {e:?}"));
+            assert_eq!(read, envelope, "{text}");
+        }
+        let message = ProtocolError::UnknownType { found: "x".into() }.to_string();
+        assert!(message.ends_with(&REQUEST_TYPES.join(", ")), "{message}");
     }
 
     #[test]
