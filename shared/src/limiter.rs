@@ -1720,6 +1720,35 @@ mod tests {
     }
 
     #[test]
+    fn the_saved_state_keeps_its_format() {
+        // Saved worker state is restored from IndexedDB by later versions: every field name and
+        // variant tag here is part of that format, and a change must come with a migration.
+        for (algorithm, expected) in ALL.into_iter().zip(SAVED) {
+            let mut lim = limiter(algorithm, &[w(2, 1000), w(3, 10_000)], 0.9);
+            lim.set_pacing(true);
+            lim.set_headroom(1);
+            let _ = lim.set_margin(5);
+            greedy(&mut lim, T0, 2);
+            lim.start_empty(T0 + 2500);
+            lim.retune(w(4, 60_000));
+            lim.align_to(T0 + 777);
+            // Both declarations of the format: the worker's codec and serde's.
+            assert_eq!(crate::json::to_string(&lim), expected, "{algorithm:?}");
+            assert_eq!(serde_json::to_string(&lim).unwrap(), expected);
+            let restored: Limiter = crate::json::from_str(expected).unwrap();
+            assert_eq!(restored, lim, "{algorithm:?}");
+        }
+    }
+
+    /// What `the_saved_state_keeps_its_format` saves, one per algorithm in the order of `ALL`.
+    const SAVED: [&str; 4] = [
+        r#"{"algorithm":"sliding-log","windows":[{"limit":2,"lengthMs":1000},{"limit":3,"lengthMs":10000},{"limit":4,"lengthMs":60000}],"targetUtilization":0.9,"meters":[{"limit":2,"length":1117,"state":{"log":{"floor":[1700000003059,1700000003617],"shift":0}}},{"limit":3,"length":11117,"state":{"log":{"floor":[1700000006206,1700000009912,1700000013617],"shift":0}}},{"limit":4,"length":66672,"state":{"log":{"floor":[],"shift":0}}}],"starts":[1700000000000,1700000001117],"pace":{"next":1700000002500,"frac":0,"step":1117,"per":1,"until":9007199254740991},"headroom":1,"margin":5}"#,
+        r#"{"algorithm":"token-bucket","windows":[{"limit":2,"lengthMs":1000},{"limit":3,"lengthMs":10000},{"limit":4,"lengthMs":60000}],"targetUtilization":0.9,"meters":[{"limit":2,"length":1117,"state":{"bucket":{"tokens":0,"partial":0,"at":1700000002500}}},{"limit":3,"length":11117,"state":{"bucket":{"tokens":0,"partial":0,"at":1700000002500}}},{"limit":4,"length":66672,"state":{"bucket":{"tokens":2,"partial":4468,"at":1700000001117}}}],"starts":[1700000000000,1700000001117],"pace":{"next":1700000002500,"frac":0,"step":1117,"per":1,"until":9007199254740991},"headroom":1,"margin":5}"#,
+        r#"{"algorithm":"gcra","windows":[{"limit":2,"lengthMs":1000},{"limit":3,"lengthMs":10000},{"limit":4,"lengthMs":60000}],"targetUtilization":0.9,"meters":[{"limit":2,"length":1117,"state":{"gcra":{"tat":1700000003617,"tatFrac":0}}},{"limit":3,"length":11117,"state":{"gcra":{"tat":1700000013617,"tatFrac":0}}},{"limit":4,"length":66672,"state":{"gcra":{"tat":1700000033336,"tatFrac":0}}}],"starts":[1700000000000,1700000001117],"pace":{"next":1700000002500,"frac":0,"step":1117,"per":1,"until":9007199254740991},"headroom":1,"margin":5}"#,
+        r#"{"algorithm":"fixed-window","windows":[{"limit":2,"lengthMs":1000},{"limit":3,"lengthMs":10000},{"limit":4,"lengthMs":60000}],"targetUtilization":0.9,"meters":[{"limit":1,"length":1000,"state":{"fixed":{"phase":777,"end":1700000001777,"count":1,"pacer":{"next":1700000003500,"frac":0,"step":1000,"per":1,"until":1700000003500}}}},{"limit":2,"length":10000,"state":{"fixed":{"phase":777,"end":1700000010777,"count":1,"pacer":{"next":1700000007500,"frac":0,"step":10000,"per":2,"until":1700000012500}}}},{"limit":3,"length":60000,"state":{"fixed":{"phase":20777,"end":1700000060777,"count":1,"pacer":null}}}],"starts":[1700000000000,1700000001000],"pace":{"next":1700000002500,"frac":0,"step":1000,"per":1,"until":9007199254740991},"headroom":1,"margin":5}"#,
+    ];
+
+    #[test]
     fn a_clock_step_back_never_panics_nor_loosens_the_limit() {
         for algorithm in ALL {
             let mut lim = limiter(algorithm, &[w(5, 1000), w(50, 60_000)], 0.95);
