@@ -7,7 +7,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{mul_div_ceil, to_millis};
+use super::{ceil_millis, mul_div_ceil, scaled, unscaled};
 use crate::time::{DurationMs, Millis};
 
 /// GCRA: the theoretical arrival time (TAT) is when the meter would be empty again. A start at
@@ -28,22 +28,17 @@ crate::json_struct!(GcraState {
 impl GcraState {
     /// The TAT in `1/limit` ms.
     fn scaled(&self, limit: u32) -> u128 {
-        u128::from(self.tat) * u128::from(limit) + u128::from(self.tat_frac)
+        scaled(self.tat, self.tat_frac, limit)
     }
 
     fn set_scaled(&mut self, scaled: u128, limit: u32) {
-        self.tat = to_millis(scaled / u128::from(limit));
-        self.tat_frac = (scaled % u128::from(limit)) as u64;
+        (self.tat, self.tat_frac) = unscaled(scaled, limit);
     }
 
     pub(super) fn earliest(&self, limit: u32, length: DurationMs) -> Millis {
         // tau = (limit - 1) * T, in 1/limit ms: (limit - 1) * length.
         let tau = u128::from(limit - 1) * u128::from(length);
-        to_millis(
-            self.scaled(limit)
-                .saturating_sub(tau)
-                .div_ceil(u128::from(limit)),
-        )
+        ceil_millis(self.scaled(limit).saturating_sub(tau), limit)
     }
 
     pub(super) fn record(&mut self, limit: u32, length: DurationMs, at: Millis) {

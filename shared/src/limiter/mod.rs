@@ -773,6 +773,31 @@ fn shrink(limit: u32, utilization: f64) -> u32 {
 
 // Exact integer arithmetic for the meters and the pacer, which keep instants and levels in whole
 // fractions (of a millisecond, of a token) so that nothing is ever rounded in a start's favour.
+// Kept here once, which also keeps their divisions' zero checks in this file: the location of a
+// check that can panic names its source file, so each file with one adds its path to the
+// worker's wasm (the pacer's and the GCRA's did until they divided here).
+
+/// An instant kept exactly in `1/per` ms, from its whole milliseconds and the fraction over them
+/// (`0..per`): how the GCRA keeps its theoretical arrival time and the pacer its grid.
+fn scaled(whole: Millis, frac: u64, per: u32) -> u128 {
+    u128::from(whole) * u128::from(per) + u128::from(frac)
+}
+
+/// The whole milliseconds (saturating) and the fraction over them of an instant kept in `1/per`
+/// ms: the inverse of [`scaled`].
+fn unscaled(scaled: u128, per: u32) -> (Millis, u64) {
+    (
+        to_millis(scaled / u128::from(per)),
+        (scaled % u128::from(per)) as u64,
+    )
+}
+
+/// An instant or a duration kept in `1/per` ms, rounded up to whole milliseconds.
+fn ceil_millis(scaled: u128, per: u32) -> Millis {
+    to_millis(scaled.div_ceil(u128::from(per)))
+}
+
+/// Whole milliseconds, saturating: an instant past `u64::MAX` is as good as never.
 fn to_millis(x: u128) -> Millis {
     u64::try_from(x).unwrap_or(u64::MAX)
 }

@@ -17,7 +17,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::to_millis;
+use super::{scaled, unscaled};
 use crate::time::{DurationMs, Millis};
 
 /// "No end" for a pacer, as an instant that survives saving: the state is stored as JavaScript
@@ -65,12 +65,11 @@ impl Pacer {
     }
 
     pub(super) fn scaled(&self) -> u128 {
-        u128::from(self.next) * u128::from(self.per) + u128::from(self.frac)
+        scaled(self.next, self.frac, self.per)
     }
 
     pub(super) fn set_scaled(&mut self, scaled: u128) {
-        self.next = to_millis(scaled / u128::from(self.per));
-        self.frac = (scaled % u128::from(self.per)) as u64;
+        (self.next, self.frac) = unscaled(scaled, self.per);
     }
 
     pub(super) fn next_ceil(&self) -> Millis {

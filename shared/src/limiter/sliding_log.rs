@@ -16,7 +16,7 @@ use std::collections::VecDeque;
 
 use serde::{Deserialize, Serialize};
 
-use super::to_millis;
+use super::ceil_millis;
 use crate::time::{DurationMs, Millis};
 
 /// A window's own part of the sliding log. The log itself is the limiter's list of real starts;
@@ -101,7 +101,7 @@ impl LogState {
         let mut floor = VecDeque::with_capacity(n);
         for position in (1..=n).rev() {
             let synthetic = (n - position + 1) as u128 * u128::from(length);
-            let synthetic = at.saturating_add(to_millis(synthetic.div_ceil(n as u128)));
+            let synthetic = at.saturating_add(ceil_millis(synthetic, limit));
             floor.push_back(
                 self.floor_at(position)
                     .map_or(synthetic, |e| e.max(synthetic)),

@@ -7,7 +7,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{mul_div_ceil, mul_div_floor, to_millis};
+use super::{ceil_millis, mul_div_ceil, mul_div_floor};
 use crate::time::{DurationMs, Millis};
 
 /// Token bucket, counted in exact fractions: one token is `length` units and the bucket refills
@@ -68,8 +68,7 @@ impl BucketState {
             return 0;
         }
         let missing = (i128::from(length) - self.level(length)) as u128;
-        self.at
-            .saturating_add(to_millis(missing.div_ceil(u128::from(limit))))
+        self.at.saturating_add(ceil_millis(missing, limit))
     }
 
     pub(super) fn record(&mut self, limit: u32, length: DurationMs, at: Millis) {
