@@ -1,4 +1,4 @@
-//! Sliding log (the default): the only algorithm exact in every placement of the window.
+//! Sliding log (the default): never more than `limit` starts in any placement of a window.
 //!
 //! It keeps the start times themselves. A start at `t` is allowed when the `limit`-th most
 //! recent start is at least one window before `t`; then no placement of the (half-open) window
