@@ -373,6 +373,9 @@ pub struct RigOptions {
     /// Also serve the API on a port of its own, as an API on another origin (CORS and its
     /// preflights included), and let the worker script send there: see [`Rig::api_origin`].
     pub cross_origin: bool,
+    /// Other origins the worker script lets jobs go to (`http://HOST:PORT`): a `sluice proxy`
+    /// in front of the API, say.
+    pub also_allow: Vec<String>,
 }
 
 /// The demo server in-process (site, strict API and the driver page at [`DRIVER_PATH`]), with
@@ -399,8 +402,13 @@ pub fn unix_ms(t: SystemTime) -> f64 {
 
 impl Site {
     /// Serves `www` and the API on `127.0.0.1:0`; with `cross_origin`, the API also on a port
-    /// of its own, which the worker script is allowed to send to.
-    pub async fn start(api: ApiConfig, www: WwwSource, cross_origin: bool) -> Result<Site, Error> {
+    /// of its own, which the worker script is allowed to send to, as it is to `also_allow`.
+    pub async fn start(
+        api: ApiConfig,
+        www: WwwSource,
+        cross_origin: bool,
+        also_allow: &[String],
+    ) -> Result<Site, Error> {
         if !wasm_built() {
             return Err(Error::NoWasm);
         }
@@ -418,13 +426,15 @@ impl Site {
             .map_err(|e| Error::Server(e.to_string()))?;
             other_origins.push(format!("http://{api_addr}"));
         }
-        let app = driver_router(api.clone(), www, other_origins.clone());
+        let api_origin = other_origins.first().cloned();
+        other_origins.extend_from_slice(also_allow);
+        let app = driver_router(api.clone(), www, other_origins);
         let addr = server::serve_in_background(SocketAddr::from(([127, 0, 0, 1], 0)), app)
             .await
             .map_err(|e| Error::Server(e.to_string()))?;
         let origin = format!("http://{addr}");
         Ok(Site {
-            api_origin: other_origins.pop().unwrap_or_else(|| origin.clone()),
+            api_origin: api_origin.unwrap_or_else(|| origin.clone()),
             origin,
             addr,
             api,
@@ -482,7 +492,13 @@ impl Rig {
             .clone()
             .or_else(find_chromium)
             .ok_or(Error::NoChromium)?;
-        let site = Site::start(options.api, options.www, options.cross_origin).await?;
+        let site = Site::start(
+            options.api,
+            options.www,
+            options.cross_origin,
+            &options.also_allow,
+        )
+        .await?;
         let browser = Browser::launch(&chromium, options.browser_log.as_deref()).await?;
         Ok(Rig { site, browser })
     }

@@ -34,7 +34,8 @@ pub struct ProxyRun {
     pub instances: usize,
     pub callers: usize,
     pub seconds: f64,
-    /// Admitted arrivals per `limit` in the whole windows from the first arrival on.
+    /// One window over the mean time from an admitted arrival back to the `limit`-th before
+    /// it (see [`share_of_limit`]).
     pub share_of_limit: f64,
     pub upstream_429: usize,
     pub most_in_any_window: usize,
@@ -166,25 +167,35 @@ async fn callers(
     answers
 }
 
-/// The share of the limit the upstream admitted: admitted arrivals in the whole windows from
-/// the first one on, per `limit` in each of those windows.
+/// The share of the limit the upstream admitted, whatever the phase of its windows: the limit
+/// lets an arrival in no sooner than a whole window after the `limit`-th arrival before it, so
+/// the share is one window over the mean time from each admitted arrival back to that one.
+///
+/// (A count of arrivals in whole windows from the first one is fooled by bunching: a budget
+/// that lets `limit` in at the start of each window and loses 40 ms of every window to its
+/// margins fills every one of the first twenty windows all the same.)
 pub fn share_of_limit(api: &ApiHandle, limit: u32, window_ms: u64) -> f64 {
-    let arrivals: Vec<f64> = api
+    let mut arrivals: Vec<f64> = api
         .arrivals()
         .into_iter()
         .filter(|a| a.admitted)
         .map(|a| a.at_ms)
         .collect();
-    let (Some(&first), Some(&last)) = (arrivals.first(), arrivals.last()) else {
-        return 0.0;
-    };
-    let windows = ((last - first) / window_ms as f64).floor();
-    if windows < 1.0 {
+    arrivals.sort_by(f64::total_cmp);
+    let limit = limit as usize;
+    if limit == 0 || arrivals.len() <= limit {
         return 0.0;
     }
-    let end = first + windows * window_ms as f64;
-    let inside = arrivals.iter().filter(|&&t| t < end).count();
-    inside as f64 / (windows * f64::from(limit))
+    let back: f64 = arrivals
+        .iter()
+        .skip(limit)
+        .zip(&arrivals)
+        .map(|(later, earlier)| later - earlier)
+        .sum();
+    if back <= 0.0 {
+        return 0.0;
+    }
+    (arrivals.len() - limit) as f64 * window_ms as f64 / back
 }
 
 async fn saturated(

@@ -55,8 +55,9 @@ pub struct ProxyArgs {
     /// The header the credential goes in; its value comes from $SLUICE_UPSTREAM_CREDENTIAL.
     #[arg(long, default_value = "authorization")]
     pub credential_header: String,
-    /// Milliseconds each window is stretched by, for the spread of delays between a decision
-    /// and the upstream's count of the request.
+    /// Milliseconds a request still under way may trail its decision on its way to the
+    /// upstream, until this instance has measured enough round trips to know (then it follows
+    /// them, as the worker does).
     #[arg(long, default_value_t = 25)]
     pub margin_ms: u64,
     /// Longest a request may take upstream; then it is answered 504.

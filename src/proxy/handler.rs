@@ -107,25 +107,25 @@ impl Proxy {
         })
     }
 
-    /// The budget's rule with the windows stretched by the larger of `--margin-ms` and what
-    /// this instance's round trips call for.
+    /// The budget's rule with the margin this instance's round trips call for, or
+    /// `--margin-ms` until it has measured enough of them to say (as the worker starts from
+    /// its initial margin and then follows its trips).
     fn rule_for(&self, index: usize, budget: &ProxyBudget) -> RuleParams {
         let measured = self
             .trips
             .get(index)
-            .and_then(|t| t.lock().ok().and_then(|t| t.margin()))
-            .unwrap_or(0);
+            .and_then(|t| t.lock().ok().and_then(|t| t.margin()));
         RuleParams {
-            margin_ms: budget.rule.margin_ms.max(measured),
+            margin_ms: measured.unwrap_or(budget.rule.margin_ms),
             ..budget.rule.clone()
         }
     }
 
-    /// Records the trip of a request decided at `decided` and answered at `answered`, and
-    /// returns the latest instant it can have reached the upstream.
-    fn arrived_by(&self, index: usize, decided: Instant, answered: Instant) -> Instant {
+    /// Records the trip of a request whose granted ask left at `asked` and whose answer came
+    /// at `answered`, and returns the latest instant it can have reached the upstream.
+    fn arrived_by(&self, index: usize, asked: Instant, answered: Instant) -> Instant {
         let ms = |t: Instant| t.saturating_duration_since(self.epoch).as_millis() as u64;
-        let (d, a) = (ms(decided), ms(answered));
+        let (d, a) = (ms(asked), ms(answered));
         let Some(Ok(mut trips)) = self.trips.get(index).map(|t| t.lock()) else {
             return answered;
         };
@@ -164,8 +164,11 @@ struct LeaseGuard {
     lease: String,
     caller: String,
     holder: Holder,
-    /// Where its start is to be counted (see `lua/finish.lua`), once it left.
+    /// Where its start is to be counted (see `lua/finish.lua`), once answered.
     counted_at: Option<Instant>,
+    /// Whether it was handed to the upstream: one dropped on the way (the caller hung up) may
+    /// have arrived any time until then.
+    sending: bool,
 }
 
 impl Drop for LeaseGuard {
@@ -177,9 +180,11 @@ impl Drop for LeaseGuard {
             std::mem::take(&mut self.caller),
             self.holder,
         );
+        let now = Instant::now();
         let counted_ms_ago = self
             .counted_at
-            .map(|t| Instant::now().saturating_duration_since(t).as_secs_f64() * 1_000.0);
+            .or(self.sending.then_some(now))
+            .map(|t| now.saturating_duration_since(t).as_secs_f64() * 1_000.0);
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
             rt.spawn(async move {
                 proxy
@@ -391,10 +396,14 @@ async fn forward(proxy: &Arc<Proxy>, peer: SocketAddr, req: Request) -> Response
     // Ask until granted, holding the request while the wait fits in --max-wait-ms.
     let lease = proxy.lease_id();
     let deadline = Instant::now() + Duration::from_millis(config.max_wait_ms);
-    let (share, holder, decided_at) = loop {
+    let (share, holder, asked_at) = loop {
         let rule = proxy.rule_for(index, budget);
+        // The trip is measured from the ask, not from its answer: the way back from the store
+        // and this instance's own scheduling lie between the decision and the send too, so
+        // their spread belongs in the margin.
+        let asked_at = Instant::now();
         match proxy.store.acquire(index, &rule, &caller, &lease).await {
-            Ok((Decision::Granted(share), holder)) => break (share, holder, Instant::now()),
+            Ok((Decision::Granted(share), holder)) => break (share, holder, asked_at),
             Ok((
                 Decision::Wait {
                     wait_ms,
@@ -428,6 +437,7 @@ async fn forward(proxy: &Arc<Proxy>, peer: SocketAddr, req: Request) -> Response
         caller,
         holder,
         counted_at: None,
+        sending: false,
     };
 
     let mut url = url;
@@ -450,10 +460,11 @@ async fn forward(proxy: &Arc<Proxy>, peer: SocketAddr, req: Request) -> Response
     if let Some(c) = &config.credential {
         out = out.header(&c.header, &c.value);
     }
+    guard.sending = true;
     let sent = out.body(body).send().await;
     let upstream = match sent {
         Ok(r) => {
-            guard.counted_at = Some(proxy.arrived_by(index, decided_at, Instant::now()));
+            guard.counted_at = Some(proxy.arrived_by(index, asked_at, Instant::now()));
             r
         }
         Err(e) => {

@@ -10,16 +10,20 @@
 //! 2. **Pause.** An upstream 429 (or 503 with `Retry-After`) pauses the budget for everyone.
 //! 3. **Concurrency.** At most `concurrency` leases at once; a lease expires `lease_ms` after
 //!    it was taken, so an instance that dies mid-request holds its slots no longer than that.
-//! 4. **Windows**, each stretched by `margin_ms` for the spread of arrival delays between the
-//!    decision and the upstream's count: an exact sliding log (low limits) or GCRA without
-//!    burst tolerance (high limits: one instant of state per window). Both guarantee at most
-//!    `limit` starts in any half-open window of the stretched length.
-//!    A logged start is stamped at its decision and, once its request is answered, moved to
-//!    the latest instant it can have reached the upstream (its answer less the fastest trip
-//!    measured, `shared`'s `RoundTrips::arrived_by`), or to its end when it failed. Each
-//!    instance stretches the windows by the larger of `--margin-ms` and the margin its own
-//!    round trips call for (`RoundTrips::margin`, measured from the decision, so the
-//!    instance's own delays count), widened after an upstream 429.
+//! 4. **Windows**: an exact sliding log (low limits) or GCRA without burst tolerance (high
+//!    limits: one instant of state per window).
+//!    The log holds, for every start, the latest instant it can have reached the upstream, and
+//!    enforces each window at its own length against those: a start is allowed once the
+//!    `limit`-th latest of them is a whole window old. A start still under way is logged at
+//!    its decision plus `margin_ms`, the spread of arrival delays its instance allows for
+//!    (`shared`'s `RoundTrips::margin`, or `--margin-ms` until the instance has measured its
+//!    round trips). Once its request is answered it moves to the latest instant it can have
+//!    reached the upstream (its answer less the fastest trip measured, `shared`'s
+//!    `RoundTrips::arrived_by`), or to its end when it failed, when that is later. This is the
+//!    worker's own frame (`Limiter::reached_server_by`): the margin is paid only by the starts
+//!    it covers, never again by an answered start already placed at its latest arrival.
+//!    GCRA keeps no starts to place, so it spaces starts over each window stretched by the
+//!    margin. Both guarantee at most `limit` arrivals in any half-open window of the length.
 //! 5. **Fair share** over the shortest window: every caller that asked within it is active and
 //!    is owed `floor(limit / active)` (at least 1) starts per window. A caller past its share
 //!    may borrow only what leaves every other active caller's unused share free. Under the log
@@ -73,6 +77,8 @@ pub struct RuleParams {
     pub windows: Vec<Window>,
     pub concurrency: u32,
     pub counting: Counting,
+    /// How far the asking instance's requests may trail their decision on the way to the
+    /// upstream (step 4).
     pub margin_ms: DurationMs,
     pub lease_ms: DurationMs,
     /// How soon a request turned away by a full concurrency cap asks again: a lease may be
@@ -194,6 +200,11 @@ impl BudgetState {
             self.learned.clear();
         }
         let margin = p.margin_ms as f64;
+        // The log carries the margin in its entries (step 4); GCRA's windows carry it instead.
+        let stretch = match p.counting {
+            Counting::Log => 0.0,
+            Counting::Gcra => margin,
+        };
         let mut limits = Vec::with_capacity(p.windows.len());
         let mut lengths = Vec::with_capacity(p.windows.len());
         let (mut longest, mut fair) = (0.0_f64, 0usize);
@@ -202,7 +213,7 @@ impl BudgetState {
                 .learned
                 .get(&i)
                 .map_or(u64::from(w.limit), |&l| l.min(u64::from(w.limit)));
-            let length = w.length_ms as f64 + margin;
+            let length = w.length_ms as f64 + stretch;
             limits.push(limit);
             lengths.push(length);
             longest = longest.max(length);
@@ -211,8 +222,10 @@ impl BudgetState {
             }
         }
         if self.counted_since.is_none() {
+            // Whatever was sent before may still arrive as late as the margin allows.
+            let unstretched = p.windows.iter().map(|w| w.length_ms).max().unwrap_or(0);
             self.counted_since = Some(now);
-            self.paused_until = self.paused_until.max(now + longest);
+            self.paused_until = self.paused_until.max(now + unstretched as f64 + margin);
         }
 
         let (fair_len, fair_limit) = (lengths[fair], limits[fair]);
@@ -349,8 +362,12 @@ impl BudgetState {
                 }
             }
             Counting::Log => {
-                self.log.push_back((now, log_member(lease_id, caller)));
-                // Kept for twice the longest window: instances stretch windows by margins of
+                // Where it may arrive at the latest while its trip stays within the margin.
+                // Margins change as trips are measured, so a later decision may sit earlier.
+                let latest = now + margin;
+                let at = self.log.partition_point(|(s, _)| *s <= latest);
+                self.log.insert(at, (latest, log_member(lease_id, caller)));
+                // Kept for twice the longest window: instances log starts with margins of
                 // their own.
                 while self
                     .log
@@ -545,6 +562,45 @@ mod tests {
         }
         // The retuned limit: 3 per second.
         assert_eq!(granted, 3);
+    }
+
+    #[test]
+    fn an_answered_start_counts_at_its_latest_arrival_and_pays_no_margin_again() {
+        let mut p = params(1, 1_000, Counting::Log, 4);
+        p.margin_ms = 30;
+        let mut s = warmed(&p);
+        // Under way: it may arrive up to the margin after its decision.
+        let t = 2_100.0;
+        assert!(matches!(s.acquire(&p, t, "a", "1"), Decision::Granted(_)));
+        assert!(matches!(
+            s.acquire(&p, t + 1_029.0, "a", "2"),
+            Decision::Wait {
+                reason: WaitReason::Limit,
+                ..
+            }
+        ));
+        // Answered: it reached the upstream by 20 ms after its decision, inside the margin, so
+        // it keeps the margin's place.
+        s.release(t + 100.0, "1", "a", Some(80.0));
+        assert!(matches!(
+            s.acquire(&p, t + 1_030.0, "a", "2"),
+            Decision::Granted(_)
+        ));
+        // One that may have arrived 60 ms after its decision counts there, and the window
+        // after it is one window, not one window and a margin.
+        let t = t + 1_030.0;
+        s.release(t + 100.0, "2", "a", Some(40.0));
+        assert!(matches!(
+            s.acquire(&p, t + 1_059.0, "a", "3"),
+            Decision::Wait {
+                reason: WaitReason::Limit,
+                ..
+            }
+        ));
+        assert!(matches!(
+            s.acquire(&p, t + 1_060.0, "a", "3"),
+            Decision::Granted(_)
+        ));
     }
 
     #[test]

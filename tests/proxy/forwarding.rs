@@ -10,15 +10,9 @@ use std::sync::Arc;
 use axum::http::HeaderMap;
 use axum::routing::any;
 use axum::{Json, Router};
-use clap::Parser;
 use serde_json::{json, Value};
-use sluice::proxy::{ProxyArgs, ProxyConfig};
 
-#[derive(Parser)]
-struct Cli {
-    #[command(flatten)]
-    args: ProxyArgs,
-}
+use crate::support::proxy_config;
 
 /// An upstream that answers every request with the headers it got, and counts them.
 async fn header_echo() -> (SocketAddr, Arc<AtomicUsize>) {
@@ -48,23 +42,23 @@ async fn header_echo() -> (SocketAddr, Arc<AtomicUsize>) {
 }
 
 async fn proxy_for(upstream: SocketAddr) -> SocketAddr {
-    let cli = Cli::try_parse_from([
-        "proxy",
-        "--upstream",
-        &format!("http://{upstream}/"),
-        // A short window: the first ask of a fresh budget waits one.
-        "--windows",
-        "50/200ms",
-        "--route",
-        "/api/",
-        "--allow-origin",
-        "http://app.example:8080",
-    ])
-    .expect("flags");
     let env = |name: &str| {
         (name == sluice::proxy::config::CREDENTIAL_ENV).then(|| "Bearer proxy-secret".to_owned())
     };
-    let config = ProxyConfig::resolve(&cli.args, &env).expect("config");
+    let config = proxy_config(
+        &[
+            "--upstream",
+            &format!("http://{upstream}/"),
+            // A short window: the first ask of a fresh budget waits one.
+            "--windows",
+            "50/200ms",
+            "--route",
+            "/api/",
+            "--allow-origin",
+            "http://app.example:8080",
+        ],
+        &env,
+    );
     sluice::proxy::spawn(SocketAddr::from(([127, 0, 0, 1], 0)), config)
         .await
         .expect("proxy")

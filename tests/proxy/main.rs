@@ -6,6 +6,7 @@
 //! upstream never sees more than its limit in any window, never answers 429, and every
 //! request is answered.
 
+mod browser;
 mod equivalence;
 mod forwarding;
 mod support;
@@ -20,17 +21,22 @@ use support::{load, one_at_a_time, redis_available, report, share_of_limit, Prox
 const LIMIT: u32 = 20;
 const WINDOW_MS: u64 = 1_000;
 
-async fn upstream() -> (SocketAddr, ApiHandle) {
-    api::spawn(ApiConfig {
+/// The strict demo API every test's instances forward to.
+fn upstream_config() -> ApiConfig {
+    ApiConfig {
         limit: LIMIT,
         window_ms: WINDOW_MS,
         latency_ms: 10,
         jitter_ms: 5,
         seed: Some(19),
         ..ApiConfig::default()
-    })
-    .await
-    .expect("the demo API starts")
+    }
+}
+
+async fn upstream() -> (SocketAddr, ApiHandle) {
+    api::spawn(upstream_config())
+        .await
+        .expect("the demo API starts")
 }
 
 /// Flags of instances sharing `redis`; requests are held up to `max_wait_ms` for their turn.

@@ -41,6 +41,41 @@ pub fn redis_available(test: &str) -> bool {
     false
 }
 
+/// Whether Chromium and the wasm bundles are there for a browser test; skips with a message
+/// (or fails under CI) if not.
+pub fn browser_available(test: &str) -> bool {
+    let missing = if sluice::browser::find_chromium().is_none() {
+        "Chromium not found (apt-get install -y chromium, or set SLUICE_CHROMIUM)"
+    } else if !sluice::browser::wasm_built() {
+        "the wasm bundles were not built (build without SLUICE_SKIP_WASM)"
+    } else {
+        return true;
+    };
+    if ci() {
+        panic!("{missing} (CI is set, so this is a failure, not a skip)");
+    }
+    report(&format!("SKIPPED {test}: {missing}"));
+    false
+}
+
+#[derive(clap::Parser)]
+struct Flags {
+    #[command(flatten)]
+    args: sluice::proxy::ProxyArgs,
+}
+
+/// A proxy's configuration from its command-line flags (after `proxy`), as `sluice proxy`
+/// reads them; `env` stands in for the environment.
+pub fn proxy_config(
+    flags: &[&str],
+    env: &dyn Fn(&str) -> Option<String>,
+) -> sluice::proxy::ProxyConfig {
+    use clap::Parser;
+    let argv = std::iter::once("proxy").chain(flags.iter().copied());
+    let parsed = Flags::try_parse_from(argv).expect("proxy flags");
+    sluice::proxy::ProxyConfig::resolve(&parsed.args, env).expect("proxy config")
+}
+
 /// A test's own Redis (see `sluice::proxy::redis_server`).
 pub struct Redis(pub sluice::proxy::redis_server::RedisServer);
 

@@ -3,8 +3,8 @@
 -- count and no instance's clock matters. The rule is written out in src/proxy/rule.rs; the
 -- in-memory store (src/proxy/memory_store.rs) carries out the same rule for one instance.
 --
--- KEYS: 1 log (zset: start instant per lease id), 2 gcra (hash: window -> theoretical arrival
--- time), 3 leases (zset: lease id -> expiry), 4 callers (hash: caller -> usage record),
+-- KEYS: 1 log (zset: per start, the latest instant it can reach the upstream), 2 gcra (hash:
+-- window -> theoretical arrival time), 3 leases (zset: lease id -> expiry), 4 callers (hash: caller -> usage record),
 -- 5 pause (string: paused until), 6 learned (hash: window -> limit the upstream stated),
 -- 7 marker (string: set once; its absence means a new or restarted, empty Redis)
 -- ARGV: 1 caller, 2 lease id, 3 lease ms, 4 concurrency, 5 algorithm ('log' or 'gcra'),
@@ -25,11 +25,15 @@ local n = tonumber(ARGV[8])
 -- tostring keeps 14 digits, which rounds a millisecond timestamp to 10 us.
 local function fmt(x) return string.format('%.3f', x) end
 
+-- The log carries the margin in its entries (a start under way is logged where it may arrive
+-- at the latest, see below); GCRA, which keeps no starts, stretches its windows by it instead.
+local stretch = 0
+if algorithm == 'gcra' then stretch = margin end
 local limits, lengths = {}, {}
 local longest, fair = 0, 1
 for i = 1, n do
   limits[i] = tonumber(ARGV[7 + 2 * i])
-  lengths[i] = tonumber(ARGV[8 + 2 * i]) + margin
+  lengths[i] = tonumber(ARGV[8 + 2 * i]) + stretch
   local learned = redis.call('HGET', KEYS[6], tostring(i))
   if learned and tonumber(learned) < limits[i] then limits[i] = tonumber(learned) end
   if lengths[i] > longest then longest = lengths[i] end
@@ -37,10 +41,12 @@ for i = 1, n do
 end
 
 -- A Redis that lost the count (new, restarted empty, flushed) cannot know what was sent in the
--- last window: the budget counts as used to the full at this instant.
+-- last window: the budget counts as used to the full at this instant (and what was sent
+-- before it may still arrive as late as the margin allows).
 if redis.call('EXISTS', KEYS[7]) == 0 then
+  local fresh = longest - stretch + margin
   redis.call('SET', KEYS[7], fmt(now))
-  redis.call('SET', KEYS[5], fmt(now + longest), 'PX', math.ceil(longest))
+  redis.call('SET', KEYS[5], fmt(now + fresh), 'PX', math.ceil(fresh))
 end
 
 -- Fair shares over the shortest window: every caller that asked within it is active; each is
@@ -132,8 +138,8 @@ for i = 1, n do
     local tat = tonumber(redis.call('HGET', KEYS[2], tostring(i)) or '0')
     if tat > now then wait = math.max(wait, tat - now) end
   else
-    -- Exact log: a start is allowed once the limit-th most recent start in the window is a
-    -- whole window old.
+    -- Exact log: a start is allowed once the limit-th latest arrival logged is a whole window
+    -- old (entries of starts under way lie up to a margin ahead of now).
     local from = '(' .. fmt(now - lengths[i])
     local count = redis.call('ZCOUNT', KEYS[1], from, '+inf')
     if i == fair then counted = count end
@@ -169,8 +175,10 @@ if algorithm == 'gcra' then
   end
   redis.call('PEXPIRE', KEYS[2], math.ceil(longest) + 1000)
 else
-  redis.call('ZADD', KEYS[1], fmt(now), lease_id .. ' ' .. caller)
-  -- Kept for twice the longest window: instances stretch windows by margins of their own.
+  -- Where it may arrive at the latest while its trip stays within the margin; its answer may
+  -- move it later (finish.lua).
+  redis.call('ZADD', KEYS[1], fmt(now + margin), lease_id .. ' ' .. caller)
+  -- Kept for twice the longest window: instances log starts with margins of their own.
   redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', '(' .. fmt(now - 2 * longest))
   redis.call('PEXPIRE', KEYS[1], math.ceil(2 * longest) + 1000)
 end

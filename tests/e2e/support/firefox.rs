@@ -450,7 +450,7 @@ impl FirefoxHarness {
             .join(name);
         let _ = std::fs::remove_dir_all(&artifacts);
         std::fs::create_dir_all(&artifacts).expect("artifacts dir");
-        let site = Site::start(options.api, WwwSource::Embedded, options.cross_origin)
+        let site = Site::start(options.api, WwwSource::Embedded, options.cross_origin, &[])
             .await
             .unwrap_or_else(|e| panic!("starting the server: {e}"));
         let profile = tempfile::Builder::new()

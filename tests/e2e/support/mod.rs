@@ -353,6 +353,7 @@ impl Harness {
             chromium,
             browser_log: Some(artifacts.join("chromium.log")),
             cross_origin: options.cross_origin,
+            also_allow: Vec::new(),
         })
         .await
         .unwrap_or_else(|e| panic!("starting the server and browser: {e}"));
