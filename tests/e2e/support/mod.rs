@@ -245,6 +245,21 @@ pub fn save_arrivals(api: &ApiHandle, artifacts: &Path) -> Vec<Arrival> {
     arrivals
 }
 
+/// Exactly one 429 reached the API, and nothing arrived during the `pause_ms` it asked for
+/// (from 5 ms after the 429, its answer's way back, to 2 ms before the pause ends): the pause
+/// was kept, whatever happened to the pages or the worker meanwhile.
+pub fn assert_one_pause_kept(api: &ApiHandle, pause_ms: f64) {
+    let arrivals = api.arrivals();
+    let rejected: Vec<&Arrival> = arrivals.iter().filter(|a| a.status == 429).collect();
+    assert_eq!(rejected.len(), 1, "{rejected:?}");
+    let answered = rejected[0].at_ms + 5.0;
+    let early: Vec<&Arrival> = arrivals
+        .iter()
+        .filter(|a| a.at_ms > answered && a.at_ms < rejected[0].at_ms + pause_ms - 2.0)
+        .collect();
+    assert!(early.is_empty(), "sent during the pause: {early:?}");
+}
+
 /// Every create applied exactly once, `n` of them, each with a key, and never more than
 /// `limit` arrivals in any second: "never above the limit" is asserted in every lifecycle case,
 /// since reloads, restarts, pauses and offline spells are where it is hard. The arrivals are
