@@ -12,7 +12,9 @@ use redis::{Script, Value};
 use tokio::sync::Mutex;
 
 use super::rule::DEFAULT_PAUSE_MS;
-use super::rule::{Decision, Observation, RuleParams, Share, WaitReason, LEARNED_TTL_MS};
+use super::rule::{
+    log_member, Decision, Observation, RuleParams, Share, WaitReason, LEARNED_TTL_MS,
+};
 
 /// How long after a failed connection attempt asks fail at once (the first connection only:
 /// once connected, the connection manager reconnects by itself).
@@ -206,7 +208,7 @@ impl RedisStore {
                 // that grant at once instead of leaving the slot taken for a whole lease.
                 // (The start it logged stays counted: counting one too many is safe.)
                 let mut cmd = redis::cmd("ZREM");
-                cmd.arg(&k.leases).arg(lease_id);
+                cmd.arg(&k.leases).arg(log_member(lease_id, caller));
                 tokio::spawn(async move {
                     let _: redis::RedisResult<i64> = cmd.query_async(&mut conn).await;
                 });

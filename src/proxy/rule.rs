@@ -22,6 +22,9 @@
 //!    `RoundTrips::arrived_by`), or to its end when it failed, when that is later. This is the
 //!    worker's own frame (`Limiter::reached_server_by`): the margin is paid only by the starts
 //!    it covers, never again by an answered start already placed at its latest arrival.
+//!    A start still unanswered past that latest instant (a slow upstream, a request queued in
+//!    the instance's connection pool) may reach the upstream at any moment until its answer:
+//!    while its lease lives it counts as arriving now, in every window.
 //!    GCRA keeps no starts to place, so it spaces starts over each window stretched by the
 //!    margin. Both guarantee at most `limit` arrivals in any half-open window of the length.
 //! 5. **Fair share** over the shortest window: every caller that asked within it is active and
@@ -319,6 +322,22 @@ impl BudgetState {
         if self.tat.len() != p.windows.len() {
             self.tat.resize(p.windows.len(), 0.0);
         }
+        // Requests still unanswered past the latest arrival their decision logged may reach
+        // the upstream any moment: until answered they count as arriving now (step 4).
+        let overdue: Vec<f64> = match p.counting {
+            Counting::Gcra => Vec::new(),
+            Counting::Log => self
+                .log
+                .iter()
+                .filter(|(at, member)| {
+                    *at <= now
+                        && member
+                            .split_once(' ')
+                            .is_some_and(|(id, _)| self.leases.contains_key(id))
+                })
+                .map(|(at, _)| *at)
+                .collect(),
+        };
         for i in 0..p.windows.len() {
             match p.counting {
                 Counting::Gcra => {
@@ -328,14 +347,33 @@ impl BudgetState {
                 }
                 Counting::Log => {
                     let from = now - lengths[i];
-                    let inside =
-                        self.log.iter().rev().take_while(|(s, _)| *s > from).count() as u64;
+                    let logged = self.log.iter().rev().take_while(|(s, _)| *s > from).count();
+                    // Overdue starts the window no longer holds by their logged instant.
+                    let held = overdue.iter().filter(|&&at| at <= from).count();
+                    let inside = (logged + held) as u64;
                     if i == fair {
                         counted_in_fair_window = inside as f64;
                     }
                     if inside >= limits[i] {
-                        let idx = self.log.len() - inside as usize + (inside - limits[i]) as usize;
-                        wait = wait.max(self.log[idx].0 + lengths[i] - now);
+                        // The window frees when its (inside - limit)-th oldest start leaves it:
+                        // in order, those logged before now, the held ones (at now, until
+                        // answered: ask again soon), then those logged at or after now.
+                        let nth = (inside - limits[i]) as usize;
+                        let first = self.log.len() - logged;
+                        let before_now = self
+                            .log
+                            .iter()
+                            .skip(first)
+                            .take_while(|(s, _)| *s < now)
+                            .count();
+                        let frees_in = if nth < before_now {
+                            self.log[first + nth].0 + lengths[i] - now
+                        } else if nth < before_now + held {
+                            p.reask_ms as f64
+                        } else {
+                            self.log[first + nth - held].0 + lengths[i] - now
+                        };
+                        wait = wait.max(frees_in);
                     }
                 }
             }
@@ -367,13 +405,10 @@ impl BudgetState {
                 let latest = now + margin;
                 let at = self.log.partition_point(|(s, _)| *s <= latest);
                 self.log.insert(at, (latest, log_member(lease_id, caller)));
-                // Kept for twice the longest window: instances log starts with margins of
-                // their own.
-                while self
-                    .log
-                    .front()
-                    .is_some_and(|(s, _)| *s < now - 2.0 * longest)
-                {
+                // Kept for twice the longest window (instances log starts with margins of
+                // their own), and as long as a lease lives: an unanswered start counts.
+                let kept_from = now - (2.0 * longest).max(p.lease_ms as f64);
+                while self.log.front().is_some_and(|(s, _)| *s < kept_from) {
                     self.log.pop_front();
                 }
             }
@@ -545,6 +580,7 @@ mod tests {
             stated_window_ms: Some(1_000),
         };
         assert_eq!(s.observe(&p, t, &seen), 2_000);
+        s.release(t, "1", "a", Some(0.0));
         assert!(matches!(
             s.acquire(&p, t + 1_999.0, "a", "2"),
             Decision::Wait {
@@ -604,6 +640,46 @@ mod tests {
     }
 
     #[test]
+    fn a_request_slow_to_reach_the_upstream_counts_until_answered() {
+        let p = params(2, 1_000, Counting::Log, 4);
+        let mut s = warmed(&p);
+        let t = 1_000.0;
+        assert!(matches!(
+            s.acquire(&p, t, "a", "slow"),
+            Decision::Granted(_)
+        ));
+        assert!(matches!(
+            s.acquire(&p, t, "a", "quick"),
+            Decision::Granted(_)
+        ));
+        s.release(t + 30.0, "quick", "a", Some(30.0));
+        // A window later "slow" is still on its way: it may arrive any moment, so only one
+        // more start fits beside it, and the next is told to ask again soon, not in a window.
+        let t = t + 1_001.0;
+        assert!(matches!(s.acquire(&p, t, "a", "c"), Decision::Granted(_)));
+        match s.acquire(&p, t, "a", "d") {
+            Decision::Wait {
+                wait_ms, reason, ..
+            } => assert_eq!((wait_ms, reason), (p.reask_ms, WaitReason::Limit)),
+            other => panic!("expected a wait, got {other:?}"),
+        }
+        // Answered: it reached the upstream by 1,150, so the window holds it and "c" until
+        // "c" leaves it.
+        s.release(t + 199.0, "slow", "a", Some(50.0));
+        s.release(t + 199.0, "c", "a", Some(199.0));
+        match s.acquire(&p, t + 199.0, "a", "d") {
+            Decision::Wait {
+                wait_ms, reason, ..
+            } => assert_eq!((wait_ms, reason), (801, WaitReason::Limit)),
+            other => panic!("expected a wait, got {other:?}"),
+        }
+        assert!(matches!(
+            s.acquire(&p, t + 1_000.0, "a", "d"),
+            Decision::Granted(_)
+        ));
+    }
+
+    #[test]
     fn a_busy_caller_cannot_starve_a_light_one() {
         let p = params(10, 1_000, Counting::Log, 100);
         let mut s = warmed(&p);
@@ -651,6 +727,47 @@ mod tests {
             let refs: Vec<&str> = names.iter().map(String::as_str).collect();
             let grants = run(&p, &mut s, &refs, 3_000, step);
             prop_assert!(most_in_any_window(&grants, length_ms as f64) <= limit as usize);
+        }
+
+        /// Requests that take any time to reach the upstream (up to three windows, longer
+        /// than any margin) and are answered a trip later: the arrivals, not the decisions,
+        /// never exceed the limit in any window.
+        #[test]
+        fn slow_requests_never_put_arrivals_above_the_limit(
+            limit in 1u32..12,
+            length_ms in 100u64..1_000,
+            delays in proptest::collection::vec(0.0f64..3.0, 200),
+            step in 1.0f64..40.0,
+        ) {
+            let p = params(limit, length_ms, Counting::Log, 4);
+            let mut s = BudgetState::default();
+            let fastest = 5.0;
+            // (answered at, lease, arrived at)
+            let mut under_way: Vec<(f64, String, f64)> = Vec::new();
+            let mut arrivals = Vec::new();
+            let mut now = 0.0;
+            let mut next = 0;
+            while next < delays.len() {
+                under_way.sort_by(|a, b| b.0.total_cmp(&a.0));
+                while under_way.last().is_some_and(|u| u.0 <= now) {
+                    if let Some((answered, lease, arrived)) = under_way.pop() {
+                        s.release(answered, &lease, "a", Some(fastest));
+                        arrivals.push((arrived, String::new()));
+                    }
+                }
+                let lease = format!("l{next}");
+                if let Decision::Granted(_) = s.acquire(&p, now, "a", &lease) {
+                    let arrived = now + delays[next] * length_ms as f64;
+                    under_way.push((arrived + fastest, lease, arrived));
+                    next += 1;
+                }
+                now += step;
+            }
+            for (_, _, arrived) in under_way {
+                arrivals.push((arrived, String::new()));
+            }
+            arrivals.sort_by(|a, b| a.0.total_cmp(&b.0));
+            prop_assert!(most_in_any_window(&arrivals, length_ms as f64) <= limit as usize);
         }
     }
 }

@@ -4,7 +4,7 @@
 -- in-memory store (src/proxy/memory_store.rs) carries out the same rule for one instance.
 --
 -- KEYS: 1 log (zset: per start, the latest instant it can reach the upstream), 2 gcra (hash:
--- window -> theoretical arrival time), 3 leases (zset: lease id -> expiry), 4 callers (hash: caller -> usage record),
+-- window -> theoretical arrival time), 3 leases (zset: '<lease id> <caller>' -> expiry), 4 callers (hash: caller -> usage record),
 -- 5 pause (string: paused until), 6 learned (hash: window -> limit the upstream stated),
 -- 7 marker (string: set once; its absence means a new or restarted, empty Redis)
 -- ARGV: 1 caller, 2 lease id, 3 lease ms, 4 concurrency, 5 algorithm ('log' or 'gcra'),
@@ -131,6 +131,16 @@ end
 local wait = 0
 -- What the fair-share step may hand out: exact from the log, estimated under GCRA.
 local counted = total
+-- Requests still unanswered past the latest arrival their decision logged may reach the
+-- upstream any moment: until answered they count as arriving now. A live lease is named as
+-- its start in the log ('<lease id> <caller>').
+local overdue = {}
+if algorithm ~= 'gcra' then
+  for _, member in ipairs(redis.call('ZRANGE', KEYS[3], 0, -1)) do
+    local at = redis.call('ZSCORE', KEYS[1], member)
+    if at and tonumber(at) <= now then overdue[#overdue + 1] = tonumber(at) end
+  end
+end
 for i = 1, n do
   if algorithm == 'gcra' then
     -- Starts spaced by length / limit with no burst: any half-open window of the length then
@@ -141,12 +151,30 @@ for i = 1, n do
     -- Exact log: a start is allowed once the limit-th latest arrival logged is a whole window
     -- old (entries of starts under way lie up to a margin ahead of now).
     local from = '(' .. fmt(now - lengths[i])
-    local count = redis.call('ZCOUNT', KEYS[1], from, '+inf')
+    local logged = redis.call('ZCOUNT', KEYS[1], from, '+inf')
+    -- Overdue starts the window no longer holds by their logged instant.
+    local held = 0
+    for _, at in ipairs(overdue) do
+      if at <= now - lengths[i] then held = held + 1 end
+    end
+    local count = logged + held
     if i == fair then counted = count end
     if count >= limits[i] then
-      local oldest = redis.call('ZRANGEBYSCORE', KEYS[1], from, '+inf', 'WITHSCORES', 'LIMIT',
-        count - limits[i], 1)
-      wait = math.max(wait, tonumber(oldest[2]) + lengths[i] - now)
+      -- The window frees when its (count - limit)-th oldest start leaves it: in order, those
+      -- logged before now, the held ones (at now, until answered: ask again soon), then those
+      -- logged at or after now.
+      local nth = count - limits[i]
+      local before_now = redis.call('ZCOUNT', KEYS[1], from, '(' .. fmt(now))
+      local frees_in
+      if nth >= before_now and nth < before_now + held then
+        frees_in = reask_ms
+      else
+        if nth >= before_now then nth = nth - held end
+        local oldest = redis.call('ZRANGEBYSCORE', KEYS[1], from, '+inf', 'WITHSCORES', 'LIMIT',
+          nth, 1)
+        frees_in = tonumber(oldest[2]) + lengths[i] - now
+      end
+      wait = math.max(wait, frees_in)
     end
   end
 end
@@ -178,11 +206,13 @@ else
   -- Where it may arrive at the latest while its trip stays within the margin; its answer may
   -- move it later (finish.lua).
   redis.call('ZADD', KEYS[1], fmt(now + margin), lease_id .. ' ' .. caller)
-  -- Kept for twice the longest window: instances log starts with margins of their own.
-  redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', '(' .. fmt(now - 2 * longest))
-  redis.call('PEXPIRE', KEYS[1], math.ceil(2 * longest) + 1000)
+  -- Kept for twice the longest window (instances log starts with margins of their own), and
+  -- as long as a lease lives: an unanswered start counts.
+  local kept = math.max(2 * longest, lease_ms)
+  redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', '(' .. fmt(now - kept))
+  redis.call('PEXPIRE', KEYS[1], math.ceil(kept) + 1000)
 end
-redis.call('ZADD', KEYS[3], fmt(now + lease_ms), lease_id)
+redis.call('ZADD', KEYS[3], fmt(now + lease_ms), lease_id .. ' ' .. caller)
 redis.call('PEXPIRE', KEYS[3], lease_ms + 1000)
 mine.cur = mine.cur + 1
 mine.used = mine.used + 1

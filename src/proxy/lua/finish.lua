@@ -13,7 +13,7 @@
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000
 
-redis.call('ZREM', KEYS[2], ARGV[1])
+redis.call('ZREM', KEYS[2], ARGV[1] .. ' ' .. ARGV[3])
 local back = tonumber(ARGV[2])
 if back >= 0 then
   redis.call('ZADD', KEYS[1], 'XX', 'GT', string.format('%.3f', now - back),
