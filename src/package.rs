@@ -52,6 +52,8 @@ pub enum PackageError {
     MissingBundle(&'static str),
     #[error("this binary was built with SLUICE_SKIP_WASM, so it holds no wasm to package: build it again without that variable")]
     NoWasm,
+    #[error("the worker's wasm-bindgen glue lacks {0}, which the worker entry (sw/js/sluice-worker.js) relies on: a wasm-bindgen upgrade changed its shape, so update the entry with it")]
+    GlueShape(&'static str),
     #[error("cannot write {path}: {source}")]
     Write {
         path: PathBuf,
@@ -82,14 +84,27 @@ impl Package {
         let need = |name: &'static str| binding(name).ok_or(PackageError::MissingBundle(name));
         let wasm = need("sluice_sw_bg.wasm")?;
         let glue = need("sluice_sw.js")?;
+        // What the entry assumes of the glue: the name it binds, and the key of the imports
+        // it instantiates with (`GLUE_IMPORTS` in the entry).
+        let glue_text = String::from_utf8_lossy(glue);
+        for shape in ["let wasm_bindgen = ", "\"./sluice_sw_bg.js\""] {
+            if !glue_text.contains(shape) {
+                return Err(PackageError::GlueShape(shape));
+            }
+        }
         let sha256 = sha256_hex(wasm);
         // 64 bits of the hash tell builds apart; the entry checks all 256.
         let worker_wasm = format!("{WORKER_WASM_PREFIX}{}.wasm", &sha256[..16]);
+        // The glue binds the first instance it makes for good; as a factory, each call makes a
+        // fresh copy, so a worker whose instance broke can start another (see `Fenced` in the
+        // entry).
         let entry = format!(
             "// {NAME} {version}: the worker entry (wasm-bindgen's glue, then the listeners). \
-             Written by `sluice build`.\n{glue}\n{listeners}",
+             Written by `sluice build`.\n\
+             // wasm-bindgen's glue, made fresh for each wasm instance.\n\
+             function sluiceGlue() {{\n{glue}\nreturn wasm_bindgen;\n}}\n{listeners}",
             version = env!("CARGO_PKG_VERSION"),
-            glue = String::from_utf8_lossy(glue),
+            glue = glue_text,
             listeners = WORKER_TEMPLATE
                 .replace(WASM_FILE_MARK, &worker_wasm)
                 .replace(WASM_SHA256_MARK, &sha256),
@@ -207,7 +222,9 @@ mod tests {
     fn bindings(wasm: &'static [u8]) -> impl Fn(&str) -> Option<&'static [u8]> {
         move |name| match name {
             "sluice_sw_bg.wasm" => Some(wasm),
-            "sluice_sw.js" => Some(b"let wasm_bindgen = {};".as_slice()),
+            "sluice_sw.js" => {
+                Some(b"let wasm_bindgen = (() => ({ \"./sluice_sw_bg.js\": {} }))();".as_slice())
+            }
             n if CLIENT_FILES.contains(&n) => Some(b"client".as_slice()),
             _ => None,
         }
@@ -238,8 +255,13 @@ mod tests {
         );
         assert!(entry.contains(&format!("const WASM_SHA256 = '{sha256}';")));
         assert!(!entry.contains(WASM_FILE_MARK) && !entry.contains(WASM_SHA256_MARK));
-        // The glue comes first: the listeners call its `wasm_bindgen`.
-        assert!(entry.find("let wasm_bindgen").unwrap() < entry.find("addEventListener").unwrap());
+        // The glue comes first, as a factory the listeners call.
+        assert!(
+            entry
+                .find("function sluiceGlue() {\nlet wasm_bindgen")
+                .unwrap()
+                < entry.find("addEventListener").unwrap()
+        );
     }
 
     #[test]

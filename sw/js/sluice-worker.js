@@ -1,7 +1,7 @@
 // Sluice's worker entry: the listeners that run the Rust/wasm worker (crate `sluice-sw`) in an
 // app's own service worker. `sluice build` writes it into the package as `sluice-worker.js`,
-// after wasm-bindgen's glue (the global `wasm_bindgen`) and with the wasm's name and SHA-256
-// filled in. An app's worker script sets its configuration and loads this with one line:
+// after wasm-bindgen's glue (wrapped as `sluiceGlue()`, which makes a fresh copy of it per
+// instance) and with the wasm's name and SHA-256 filled in. An app's worker script sets its configuration and loads this with one line:
 //
 //   self.SLUICE_CONFIG = { budgets: [...], allow: [...], packageUrl: '/sluice/' };
 //   importScripts('/sluice/sluice-worker.js');
@@ -75,29 +75,127 @@
     }
   }
 
-  let started = false;
+  // A wasm instance whose code stopped half-way (a trap: `unreachable`, out of memory; or a
+  // browser call that threw through the Rust code) has its state half-updated: a RefCell left
+  // borrowed, an async task stuck mid-poll. Entered again it fails again, or worse, acts on
+  // that state. So it is never entered again: every later call into it (its timers, its
+  // fetches' answers, its listeners) throws `Fenced` at once, so it can neither send, store nor
+  // post, and the next event starts a fresh instance that rebuilds the queue from storage, as
+  // after the worker was stopped.
+  class Fenced extends Error {
+    constructor(what) {
+      super(`sluice: ${what} of a wasm instance that stopped after an error: not entered again`);
+      this.name = 'Fenced';
+    }
+  }
+
+  // The key of the glue's imports object: tells its instantiation apart from any other wasm
+  // the app's worker script instantiates.
+  const GLUE_IMPORTS = './sluice_sw_bg.js';
+
+  // The instance's exports, each wrapped: an error escaping one marks the instance broken.
+  function fenced(exports, life) {
+    const out = {};
+    for (const [name, value] of Object.entries(exports)) {
+      if (typeof value !== 'function') {
+        out[name] = value; // memory, tables
+        continue;
+      }
+      out[name] = function (...args) {
+        if (life.broken) throw new Fenced(name);
+        try {
+          return value.apply(this, args);
+        } catch (error) {
+          if (!(error instanceof Fenced)) broke(life, error);
+          throw error;
+        }
+      };
+    }
+    return out;
+  }
+
+  function broke(life, error) {
+    if (life.broken) return;
+    life.broken = true;
+    console.error(
+      'sluice: the worker\'s wasm stopped in the middle of its work; that instance is fenced ' +
+        'and a fresh one takes the queue over from storage with the next event:',
+      error,
+    );
+    if (current === life) {
+      current = null;
+      ready = null;
+    }
+  }
+
+  // Instantiates the wasm (bytes, or the cached Response) with a fresh copy of the glue whose
+  // exports are wrapped by `fenced`. The glue calls WebAssembly.instantiate itself, with
+  // imports it builds; this one call is caught on its way (recognised by the glue's imports)
+  // and its exports wrapped. Bytes, never a Response: the glue would stream-compile that
+  // (instantiateStreaming) past the catch.
+  async function instantiate(wasm) {
+    const bytes = wasm instanceof Response ? await wasm.arrayBuffer() : wasm;
+    const glue = sluiceGlue();
+    const life = { glue, broken: false, wrapped: false };
+    const original = WebAssembly.instantiate;
+    WebAssembly.instantiate = function (source, imports) {
+      const made = original.call(WebAssembly, source, imports);
+      if (!imports || !Object.prototype.hasOwnProperty.call(imports, GLUE_IMPORTS)) return made;
+      WebAssembly.instantiate = original;
+      life.wrapped = true;
+      return made.then((result) => {
+        const instance = result instanceof WebAssembly.Instance ? result : result.instance;
+        const module = result instanceof WebAssembly.Instance ? source : result.module;
+        return { instance: { exports: fenced(instance.exports, life) }, module };
+      });
+    };
+    try {
+      await glue({ module_or_path: bytes });
+    } finally {
+      if (WebAssembly.instantiate !== original) WebAssembly.instantiate = original;
+    }
+    if (!life.wrapped) throw new Error('sluice: the wasm was instantiated past its fence');
+    return life;
+  }
+
+  // The running instance ({glue, broken}), once started.
+  let current = null;
   let ready = null;
-  // Starts the wasm once; a failed start (e.g. offline before anything was cached) is tried
-  // again by the next event instead of leaving this worker broken for good.
+  // Starts the wasm once per instance, resolving to its glue; a failed start (e.g. offline
+  // before anything was cached) is tried again by the next event instead of leaving this
+  // worker broken for good, and so is an instance that broke (see `Fenced`).
   function whenReady(fromNetwork) {
     if (!ready) {
-      ready = (fromNetwork ? storeWasm() : cachedWasm())
-        .then((wasm) => wasm_bindgen({ module_or_path: wasm }))
-        .then(() => {
-          wasm_bindgen.start(self.SLUICE_CONFIG);
-          started = true;
+      const starting = (fromNetwork ? storeWasm() : cachedWasm())
+        .then(instantiate)
+        .then((life) => {
+          life.glue.start(self.SLUICE_CONFIG);
+          if (!life.broken) current = life;
+          return life.glue;
         })
         .catch((error) => {
-          ready = null;
+          if (ready === starting) ready = null;
           throw error;
         });
+      ready = starting;
     }
     return ready;
   }
 
+  // Runs `use(glue)` on the running instance; if that instance broke before this call entered
+  // it, once more on a fresh one (an event that broke an instance itself is not repeated).
+  function withWasm(use, fromNetwork) {
+    return whenReady(fromNetwork)
+      .then(use)
+      .catch((error) => {
+        if (!(error instanceof Fenced)) throw error;
+        return whenReady(fromNetwork).then(use);
+      });
+  }
+
   // A broken build must never replace a working worker: install fails if the wasm does not load.
   self.addEventListener('install', (event) => {
-    const installed = whenReady(true).then(() => wasm_bindgen.on_install(event));
+    const installed = withWasm((glue) => glue.on_install(event), true);
     event.waitUntil(
       installed.catch((error) => {
         // The browser only says the install failed; this says why (in the worker's console).
@@ -109,22 +207,23 @@
 
   self.addEventListener('activate', (event) => {
     event.waitUntil(
-      Promise.all([whenReady().then(() => wasm_bindgen.on_activate(event)), forgetOtherBuilds()]),
+      Promise.all([withWasm((glue) => glue.on_activate(event)), forgetOtherBuilds()]),
     );
   });
 
   // Replies and broadcasts are sent from inside; the promise resolves when the queue is idle
   // (at the latest after 90 s), keeping the worker alive while it works.
   self.addEventListener('message', (event) => {
-    event.waitUntil(whenReady().then(() => wasm_bindgen.on_message(event)));
+    event.waitUntil(withWasm((glue) => glue.on_message(event)));
   });
 
   self.addEventListener('sync', (event) => {
-    event.waitUntil(whenReady().then(() => wasm_bindgen.on_sync(event)));
+    event.waitUntil(withWasm((glue) => glue.on_sync(event)));
   });
 
   // Whether to intercept must be decided synchronously. Once the wasm runs, Rust decides
-  // (`should_intercept`). In the first milliseconds of a cold start, before it runs, this mirror
+  // (`should_intercept`). In the first milliseconds of a cold start (or of a fresh instance
+  // after one broke), before it runs, this mirror
   // of the same rule (method, URL prefix, required header) picks candidates, and Rust confirms
   // once ready; a candidate it declines is fetched as it was.
   function mightIntercept(request) {
@@ -146,11 +245,16 @@
   self.addEventListener('fetch', (event) => {
     const request = event.request;
     if (request.mode === 'navigate') return;
-    const candidate = started ? wasm_bindgen.should_intercept(request) : mightIntercept(request);
+    let candidate;
+    try {
+      candidate = current ? current.glue.should_intercept(request) : mightIntercept(request);
+    } catch (_) {
+      candidate = mightIntercept(request); // the instance broke: the mirror decides
+    }
     if (!candidate) return; // not ours: the browser handles it untouched
-    const response = whenReady().then(() =>
-      wasm_bindgen.should_intercept(request) ? wasm_bindgen.on_fetch(event) : fetch(request));
+    const response = withWasm((glue) =>
+      glue.should_intercept(request) ? glue.on_fetch(event) : fetch(request));
     event.respondWith(response);
-    event.waitUntil(response.then(() => wasm_bindgen.settled(), () => undefined));
+    event.waitUntil(response.then(() => withWasm((glue) => glue.settled()), () => undefined));
   });
 })();

@@ -192,3 +192,77 @@ e2e!(
         );
     }
 );
+
+e2e!(
+    /// Finding 5: the worker's wasm stops half-way through its work (here the browser's clock
+    /// throws through the Rust code for 300 ms while 40 creates are being sent, which leaves the
+    /// instance as a trap does: a borrow left taken, an async task stuck mid-poll). That
+    /// instance is fenced and the next event (the page's keep-alive) starts a fresh one that
+    /// rebuilds the queue from storage, with the browser never stopping the worker: every job
+    /// ends done, each create applied once, the limit kept. Before, the worker kept the broken
+    /// instance and sent nothing more until the browser stopped it.
+    a_wasm_instance_that_broke_is_replaced_from_storage_with_nothing_lost,
+    90,
+    // Alone: it checks the told limit on the server's arrivals.
+    Options::default().exclusive(),
+    |h| {
+        const JOBS: usize = 40;
+        const LIMIT: u32 = 20;
+        let tab = h.open_e2e_with("keepAliveMs=300").await;
+        tab.eval(&js::configure(
+            LIMIT,
+            2,
+            "retry: { baseDelayMs: 50, maxDelayMs: 1000, timeoutMs: 2000 }",
+        ))
+        .await;
+        let ids: Vec<String> = tab.eval_as(&js::enqueue_group(JOBS, "broken")).await;
+        assert_eq!(ids.len(), JOBS);
+        h.wait_until("5 contacts", std::time::Duration::from_secs(10), || {
+            h.api.contacts().len() >= 5
+        })
+        .await;
+        let stops = h.worker_stops();
+        let thrown = h
+            .browser
+            .eval_in_worker(
+                r#"(async () => {
+                  const real = Date.now;
+                  let thrown = 0;
+                  Date.now = () => { thrown += 1; throw new Error('test: the clock fails'); };
+                  await new Promise((resolve) => setTimeout(resolve, 300));
+                  Date.now = real;
+                  return thrown;
+                })()"#,
+                std::time::Duration::from_secs(10),
+            )
+            .await
+            .unwrap_or_else(|e| panic!("breaking the worker's clock: {e}"));
+        let contacts_then = h.api.contacts().len();
+        report(&format!(
+            "the clock threw {thrown} times inside the wasm, {contacts_then} of {JOBS} applied by then"
+        ));
+        assert!(
+            thrown.as_u64().is_some_and(|n| n > 0),
+            "the wasm never read the clock in 300 ms of sending: nothing was broken ({thrown})"
+        );
+        let settling = std::time::Instant::now();
+        let results: Vec<String> = tab.eval_as(&js::settle_group("broken")).await;
+        report(&format!(
+            "every job settled {:?} after the clock came back: {}",
+            settling.elapsed(),
+            if js::all_done(&results) { "all done" } else { "not all done" }
+        ));
+        assert!(js::all_done(&results), "{results:?}");
+        assert_eq!(
+            h.worker_stops(),
+            stops,
+            "the browser stopped the worker: the fresh instance was not the one that recovered"
+        );
+        let log = h.log().join("\n");
+        assert!(
+            log.contains("stopped in the middle of its work"),
+            "the broken instance was not noticed; worker log:\n{log}"
+        );
+        h.assert_each_applied_once(JOBS, LIMIT as usize);
+    }
+);
