@@ -326,14 +326,15 @@ impl BudgetState {
         // the upstream any moment: until answered they count as arriving now (step 4).
         let overdue: Vec<f64> = match p.counting {
             Counting::Gcra => Vec::new(),
+            // The log is in order of instants: only its part up to now can be overdue.
             Counting::Log => self
                 .log
                 .iter()
-                .filter(|(at, member)| {
-                    *at <= now
-                        && member
-                            .split_once(' ')
-                            .is_some_and(|(id, _)| self.leases.contains_key(id))
+                .take_while(|(at, _)| *at <= now)
+                .filter(|(_, member)| {
+                    member
+                        .split_once(' ')
+                        .is_some_and(|(id, _)| self.leases.contains_key(id))
                 })
                 .map(|(at, _)| *at)
                 .collect(),

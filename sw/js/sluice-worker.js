@@ -1,7 +1,8 @@
 // Sluice's worker entry: the listeners that run the Rust/wasm worker (crate `sluice-sw`) in an
 // app's own service worker. `sluice build` writes it into the package as `sluice-worker.js`,
 // after wasm-bindgen's glue (wrapped as `sluiceGlue()`, which makes a fresh copy of it per
-// instance) and with the wasm's name and SHA-256 filled in. An app's worker script sets its configuration and loads this with one line:
+// instance) and with the wasm's name and SHA-256 filled in. An app's worker script sets its
+// configuration and loads this with one line:
 //
 //   self.SLUICE_CONFIG = { budgets: [...], allow: [...], packageUrl: '/sluice/' };
 //   importScripts('/sluice/sluice-worker.js');
@@ -169,8 +170,9 @@
       const starting = (fromNetwork ? storeWasm() : cachedWasm())
         .then(instantiate)
         .then((life) => {
+          // An instance that breaks here throws (see `fenced`), so it never becomes current.
           life.glue.start(self.SLUICE_CONFIG);
-          if (!life.broken) current = life;
+          current = life;
           return life.glue;
         })
         .catch((error) => {
@@ -223,9 +225,9 @@
 
   // Whether to intercept must be decided synchronously. Once the wasm runs, Rust decides
   // (`should_intercept`). In the first milliseconds of a cold start (or of a fresh instance
-  // after one broke), before it runs, this mirror
-  // of the same rule (method, URL prefix, required header) picks candidates, and Rust confirms
-  // once ready; a candidate it declines is fetched as it was.
+  // after one broke), before it runs, this mirror of the same rule (method, URL prefix,
+  // required header) picks candidates, and Rust confirms once ready; a candidate it declines
+  // is fetched as it was.
   function mightIntercept(request) {
     const routes = (self.SLUICE_CONFIG && self.SLUICE_CONFIG.intercept) || [];
     return routes.some((route) => {

@@ -2,6 +2,8 @@
 //! replayed as the page made it, nothing it sends or receives can grow the worker's memory
 //! past a bound, and (in `input`) nothing goes where the worker script does not allow.
 
+use std::time::{Duration, Instant};
+
 use serde_json::Value;
 
 use crate::e2e;
@@ -165,7 +167,7 @@ e2e!(
         assert!(r["body"].as_str().is_some_and(|b| b.contains("secret-marker-7")), "{r}");
         let id = r["id"].as_str().expect("id").to_owned();
         // Give the other tab time to hear every broadcast about the job.
-        tokio::time::sleep(std::time::Duration::from_millis(600)).await;
+        tokio::time::sleep(Duration::from_millis(600)).await;
         let heard = other
             .eval(&format!(
                 r#"
@@ -217,7 +219,7 @@ e2e!(
         .await;
         let ids: Vec<String> = tab.eval_as(&js::enqueue_group(JOBS, "broken")).await;
         assert_eq!(ids.len(), JOBS);
-        h.wait_until("5 contacts", std::time::Duration::from_secs(10), || {
+        h.wait_until("5 contacts", Duration::from_secs(10), || {
             h.api.contacts().len() >= 5
         })
         .await;
@@ -233,7 +235,7 @@ e2e!(
                   Date.now = real;
                   return thrown;
                 })()"#,
-                std::time::Duration::from_secs(10),
+                Duration::from_secs(10),
             )
             .await
             .unwrap_or_else(|e| panic!("breaking the worker's clock: {e}"));
@@ -245,7 +247,7 @@ e2e!(
             thrown.as_u64().is_some_and(|n| n > 0),
             "the wasm never read the clock in 300 ms of sending: nothing was broken ({thrown})"
         );
-        let settling = std::time::Instant::now();
+        let settling = Instant::now();
         let results: Vec<String> = tab.eval_as(&js::settle_group("broken")).await;
         report(&format!(
             "every job settled {:?} after the clock came back: {}",
