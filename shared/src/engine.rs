@@ -222,6 +222,9 @@ struct InFlight {
     /// How far narrowings moved the whole log since it was sent: real instants about this
     /// attempt are that much later in the log's frame.
     shifted: DurationMs,
+    /// Saved first and not handed to the network yet ([`Engine::on_sent`]): it reaches the
+    /// server no earlier than any instant it is still waiting at.
+    unsent: bool,
 }
 
 impl Budget {
@@ -241,7 +244,10 @@ impl Budget {
             .unwrap_or_else(|| self.state.limiter.margin());
         let mut moved = false;
         for attempt in &mut self.in_flight {
-            if now.saturating_sub(attempt.sent) <= overdue_after {
+            // A start still waiting for its save has not left: each later start counts it as
+            // arriving now (its stamp ages while it waits, and a slow save let later starts
+            // fill the window it would go out into).
+            if !attempt.unsent && now.saturating_sub(attempt.sent) <= overdue_after {
                 continue;
             }
             let latest = now.saturating_add(attempt.shifted);
@@ -570,7 +576,8 @@ impl Engine {
     /// A budget saved while its starts could go out before being saved
     /// ([`Transmit::save_first`] false) may have lost the record of its last starts: at most
     /// `concurrency` of them (the engine never lets more be out unsaved), which are counted at
-    /// `now` so the limit holds across the restart.
+    /// `now` so the limit holds across the restart. A start saved before it went out is
+    /// counted at `now` as well: the instant it really went out was not saved.
     /// Its jobs need nothing: a job sent but saved as waiting is sent again with its key, as
     /// if it had been saved as sending.
     pub fn restore(
@@ -585,13 +592,20 @@ impl Engine {
             if let Some(b) = engine.budgets.get_mut(&saved.name) {
                 b.state = saved;
                 b.state.reconfigure(&b.config, now)?;
-                if b.state.sends_before_saving {
-                    b.state.count_unsaved_starts(b.config.concurrency, now);
-                    b.mark = Mark::Saved;
-                }
             }
         }
+        // The jobs first: a start they move to `now` must still be in the log, and counting
+        // the unsaved starts at `now` drops what has aged out.
         engine.restore_more(jobs, now);
+        for (name, b) in engine.budgets.0.iter_mut() {
+            if b.state.sends_before_saving {
+                b.state.count_unsaved_starts(b.config.concurrency, now);
+                // Counted in memory only: until a save holds them, the next starts are saved
+                // first (the mark is not saved), or a second stop would lose them with
+                // whatever went out unsaved in between.
+                engine.changed_budgets.insert(name.clone());
+            }
+        }
         Ok(engine)
     }
 
@@ -617,6 +631,15 @@ impl Engine {
             }
             self.next_seq = self.next_seq.max(job.seq + 1);
             if job.state == JobState::Sending {
+                // Saved as sending, so its start is in the saved log, but at the instant it
+                // was polled: a start saved first went out later, when its save landed, and
+                // that instant was in memory only. It is counted as going out at the restore.
+                if let (Some(started), Some(b)) =
+                    (job.started_at, self.budgets.get_mut(&job.budget))
+                {
+                    b.state.limiter.sent_by(started, now);
+                    self.changed_budgets.insert(job.budget.clone());
+                }
                 job.state = JobState::Queued;
                 self.changed_jobs.insert(job.id.clone());
             }
@@ -1154,6 +1177,18 @@ impl Engine {
     /// report [`Engine::on_sent`]), else start the fetch at once and persist with the next
     /// save. Report every save that lands with [`Engine::on_saved`].
     pub fn poll_transmit(&mut self, now: Millis) -> Option<Transmit> {
+        self.poll_start(now, false)
+    }
+
+    /// As [`Engine::poll_transmit`], for a start that goes out only once a save taken after it
+    /// landed, whatever the engine would allow (a page request's save carries it): it is
+    /// counted as saved first ([`Transmit::save_first`]), so a restore knows that it went out
+    /// later than its saved stamp.
+    pub fn poll_transmit_saved_first(&mut self, now: Millis) -> Option<Transmit> {
+        self.poll_start(now, true)
+    }
+
+    fn poll_start(&mut self, now: Millis, saved_first: bool) -> Option<Transmit> {
         self.forget_expired(now);
         if self.offline_until.is_some_and(|t| t > now) {
             return None;
@@ -1236,7 +1271,8 @@ impl Engine {
             save_first: false,
         };
         let b = self.budgets.get_mut(&budget_name)?;
-        let save_first = b.mark != Mark::Saved || b.unsaved_starts >= b.config.concurrency;
+        let save_first =
+            saved_first || b.mark != Mark::Saved || b.unsaved_starts >= b.config.concurrency;
         b.state.sends_before_saving = true;
         if !save_first {
             b.unsaved_starts += 1;
@@ -1255,7 +1291,14 @@ impl Engine {
             logged: now,
             sent: now,
             shifted: 0,
+            unsent: save_first,
         });
+        if save_first {
+            // Written as sending (a plain start is not: see `Changes::started`), so that a
+            // restore knows its start went out later than the saved log says (see
+            // `Engine::restore_more`).
+            self.changed_jobs.insert(id.clone());
+        }
         self.started_jobs.insert(id);
         self.changed_budgets.insert(budget_name);
         Some(Transmit {
@@ -1301,6 +1344,7 @@ impl Engine {
         let Some(entry) = b.in_flight.iter_mut().find(|a| a.job == id) else {
             return;
         };
+        entry.unsent = false;
         if now > entry.sent {
             let logged = entry.logged.max(now.saturating_add(entry.shifted));
             b.state.limiter.restamp(entry.logged, logged);

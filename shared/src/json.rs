@@ -968,7 +968,9 @@ fn write_integer(out: &mut String, negative: bool, n: u64) {
     if negative {
         out.push('-');
     }
-    out.push_str(itoa::Buffer::new().format(n));
+    // The standard library's integer formatting is in the wasm anyway (messages use it);
+    // itoa's faster writer would add a second copy of the digit table and its code.
+    let _ = fmt::Write::write_fmt(out, format_args!("{n}"));
 }
 
 /// serde_json's float form: the shortest text that reads back the same; not finite is `null`.

@@ -154,7 +154,7 @@ impl Pump {
     pub fn request_save_begins(&mut self, engine: &mut Engine, now: Millis) -> Vec<Transmit> {
         let mut starts = Vec::new();
         if self.may_start() {
-            while let Some(t) = engine.poll_transmit(now) {
+            while let Some(t) = engine.poll_transmit_saved_first(now) {
                 starts.push(t);
             }
         }
