@@ -2,10 +2,10 @@
 //!
 //! # Schema (database `sluice`, version [`DB_VERSION`])
 //! - `jobs`, key path `id`: one record per [`Job`], the job itself as a plain object (its
-//!   serde JSON form, camelCase). Indexes: `state`; `budget_state` on `[budget, state]`; `key`
-//!   (jobs without a key have `key: null` and are simply absent from that index); `state_seq`
-//!   on `[state, seq]` (a state's jobs in enqueue order, for reading the head of a large queue
-//!   first: see [`Store::load_start`]).
+//!   serde JSON form, camelCase). One index, `state_seq` on `[state, seq]` (a state's jobs in
+//!   enqueue order, for reading the head of a large queue first: see [`Store::load_start`]).
+//!   Versions before 4 also kept `state`, `budget_state` and `key`, which no read used and
+//!   every put paid for; the upgrade to 4 drops them and keeps every record.
 //! - `budgets`, key path `name`: one [`BudgetState`] per budget (limiter history, pause,
 //!   server view, retry tokens, counters).
 //! - `meta`, key path `k`: `{k: "config", configJson, scriptFingerprint}` (a configuration
@@ -59,8 +59,8 @@ use crate::config::SavedConfig;
 
 pub const DB_NAME: &str = "sluice";
 /// Bump when stores or indexes change (see "Upgrades keep every job"). 2: `journal` added.
-/// 3: the `state_seq` index.
-pub const DB_VERSION: u32 = 3;
+/// 3: the `state_seq` index. 4: the unread `state`, `budget_state` and `key` indexes dropped.
+pub const DB_VERSION: u32 = 4;
 /// Bump when the shape of stored records changes incompatibly.
 pub const RECORD_FORMAT: u32 = 1;
 
@@ -266,12 +266,7 @@ mod web {
         StoreSpec {
             name: JOBS,
             key_path: "id",
-            indexes: &[
-                ("state", "\"state\""),
-                ("budget_state", "[\"budget\",\"state\"]"),
-                ("key", "\"key\""),
-                (STATE_SEQ, "[\"state\",\"seq\"]"),
-            ],
+            indexes: &[(STATE_SEQ, "[\"state\",\"seq\"]")],
         },
         StoreSpec {
             name: BUDGETS,
@@ -731,8 +726,7 @@ mod tests {
         let rec = &v[0];
         assert_eq!(rec["id"], "j1");
         assert_eq!(rec["state"], "retry-wait");
-        assert_eq!(rec["budget"], "demo");
-        assert!(rec["key"].is_null(), "no key: absent from the key index");
+        assert_eq!(rec["seq"], 42);
         assert_eq!(decode_job(&rec.to_string()).unwrap(), job());
     }
 

@@ -4,6 +4,10 @@
 use std::time::Duration;
 
 use serde_json::Value;
+use sluice_shared::config::{BudgetConfig, EngineConfig, Window};
+use sluice_shared::engine::Engine;
+use sluice_shared::job::{JobKind, JobSpec, Lane};
+use sluice_shared::random::Rng;
 
 use crate::e2e;
 use crate::support::js::{enqueue_group as enqueue_group_js, settle_group as settle_group_js};
@@ -443,5 +447,102 @@ e2e!(
         let stats = h.api.stats();
         assert_eq!(stats.contacts, 21, "{stats:?}");
         assert_eq!(stats.duplicate_creates, 0, "{stats:?}");
+    }
+);
+
+e2e!(
+    /// Storage written by the previous schema (version 3: three more indexes on the jobs,
+    /// which no read used) is upgraded in place: every job in it is sent, each once and within
+    /// the limit, and the unread indexes are gone.
+    a_queue_saved_by_the_previous_schema_is_upgraded_with_every_job,
+    90,
+    |h| {
+        const JOBS: usize = 20;
+        // The jobs as a worker of version 3 stored them: the engine's own records, queued.
+        let config = EngineConfig {
+            budgets: vec![BudgetConfig {
+                name: "demo".into(),
+                windows: vec![Window {
+                    limit: 10,
+                    length_ms: 1_000,
+                }],
+                match_prefixes: vec![format!("{}/api/", h.api_origin)],
+                ..BudgetConfig::default()
+            }],
+            ..EngineConfig::default()
+        };
+        let mut engine = Engine::new(config, Rng::seeded(3)).expect("engine");
+        let mut records = Vec::new();
+        for i in 0..JOBS {
+            let spec = JobSpec {
+                budget: "demo".into(),
+                lane: Lane::Bulk,
+                kind: JobKind::Create,
+                method: "POST".into(),
+                url: format!("{}/api/contacts", h.api_origin),
+                headers: vec![("content-type".into(), "application/json".into())],
+                body: Some(format!("{{\"name\":\"Upgraded {i}\"}}")),
+                ..JobSpec::default()
+            };
+            let id = engine.enqueue(spec, 0).expect("enqueue").id;
+            let job = engine.job(&id).expect("the job just enqueued");
+            records.push(serde_json::to_value(job).expect("job record"));
+        }
+        let records = serde_json::to_string(&records).expect("records");
+
+        // Written from a page of the origin before any worker is registered.
+        let page = h.open("/no-worker-here").await;
+        page.eval(&format!(
+            r#"
+            const records = {records};
+            await new Promise((resolve, reject) => {{
+              const open = indexedDB.open('sluice', 3);
+              open.onupgradeneeded = () => {{
+                const db = open.result;
+                const jobs = db.createObjectStore('jobs', {{ keyPath: 'id' }});
+                jobs.createIndex('state', 'state');
+                jobs.createIndex('budget_state', ['budget', 'state']);
+                jobs.createIndex('key', 'key');
+                jobs.createIndex('state_seq', ['state', 'seq']);
+                db.createObjectStore('budgets', {{ keyPath: 'name' }});
+                db.createObjectStore('meta', {{ keyPath: 'k' }});
+                db.createObjectStore('journal', {{ keyPath: 'id' }});
+              }};
+              open.onerror = () => reject(open.error);
+              open.onsuccess = () => {{
+                const db = open.result;
+                const tx = db.transaction(['jobs', 'meta'], 'readwrite');
+                for (const r of records) tx.objectStore('jobs').put(r);
+                tx.objectStore('meta').put({{ k: 'schema', version: 3, recordFormat: 1 }});
+                tx.oncomplete = () => {{ db.close(); resolve(); }};
+                tx.onerror = () => reject(tx.error);
+              }};
+            }});
+            "#
+        ))
+        .await;
+        page.close().await;
+
+        let tab = h.open_e2e().await;
+        h.wait_until(
+            "every job of the old schema sent",
+            Duration::from_secs(30),
+            || h.api.contacts().len() >= JOBS,
+        )
+        .await;
+        h.assert_each_applied_once(JOBS, 10);
+        let db = tab
+            .eval(
+                "const db = await new Promise((resolve, reject) => { \
+                   const open = indexedDB.open('sluice'); \
+                   open.onsuccess = () => resolve(open.result); \
+                   open.onerror = () => reject(open.error); }); \
+                 const jobs = db.transaction('jobs').objectStore('jobs'); \
+                 const out = { version: db.version, indexes: [...jobs.indexNames] }; \
+                 db.close(); return out;",
+            )
+            .await;
+        assert_eq!(db["version"], 4, "{db}");
+        assert_eq!(db["indexes"], serde_json::json!(["state_seq"]), "{db}");
     }
 );
