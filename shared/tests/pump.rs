@@ -500,6 +500,16 @@ fn run_ops(concurrency: u32, seed: u64, ops: &[Op]) -> Result<World, TestCaseErr
     Ok(w)
 }
 
+/// Runs `ops` to the end and checks that no window saw more than the limit.
+fn assert_limit_kept(concurrency: u32, ops: &[Op]) {
+    let w = run_ops(concurrency, 0, ops).unwrap();
+    assert!(
+        sim::max_in_window(&w.sent_at, WINDOW_MS) <= LIMIT,
+        "more than {LIMIT} sent in {WINDOW_MS} ms: {:?}",
+        w.sent_at
+    );
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
 
@@ -563,12 +573,7 @@ fn a_kill_before_a_saved_first_starts_send_time_is_saved_still_keeps_the_limit()
         Kill,
         Kill,
     ];
-    let w = run_ops(2, 0, &ops).unwrap();
-    assert!(
-        sim::max_in_window(&w.sent_at, WINDOW_MS) <= LIMIT,
-        "{:?}",
-        w.sent_at
-    );
+    assert_limit_kept(2, &ops);
 }
 
 /// A restore counts the starts that may have gone out unsaved at the restore; those are in its
@@ -579,12 +584,7 @@ fn a_kill_before_a_saved_first_starts_send_time_is_saved_still_keeps_the_limit()
 fn two_kills_before_any_save_lands_still_keep_the_limit() {
     use Op::*;
     let ops = [Enqueue(3), Land, Answer(0), Kill, Kill];
-    let w = run_ops(1, 0, &ops).unwrap();
-    assert!(
-        sim::max_in_window(&w.sent_at, WINDOW_MS) <= LIMIT,
-        "{:?}",
-        w.sent_at
-    );
+    assert_limit_kept(1, &ops);
 }
 
 /// A start polled for a page request's save goes out only when that save lands, later than
@@ -610,12 +610,7 @@ fn a_start_carried_by_a_page_requests_save_keeps_the_limit_across_a_kill() {
         Answer(0),
         Kill,
     ];
-    let w = run_ops(2, 0, &ops).unwrap();
-    assert!(
-        sim::max_in_window(&w.sent_at, WINDOW_MS) <= LIMIT,
-        "{:?}",
-        w.sent_at
-    );
+    assert_limit_kept(2, &ops);
 }
 
 /// A start saved first keeps its stamp from when it was polled until its save lands. With
@@ -653,10 +648,5 @@ fn a_start_waiting_for_a_slow_save_counts_as_arriving_until_it_leaves() {
         Advance(272),
         Answer(0),
     ];
-    let w = run_ops(3, 0, &ops).unwrap();
-    assert!(
-        sim::max_in_window(&w.sent_at, WINDOW_MS) <= LIMIT,
-        "{:?}",
-        w.sent_at
-    );
+    assert_limit_kept(3, &ops);
 }
