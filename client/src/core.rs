@@ -33,8 +33,8 @@ use sluice_shared::protocol::{
 use sluice_shared::status::Status;
 use sluice_shared::JobId;
 
-use crate::id_map::IdMap;
 use crate::oneshot::{self, Receiver, Sender};
+use sluice_shared::id_map::IdMap;
 
 /// How long to wait for answers and how often to remind the worker that work is pending.
 #[derive(Clone, Debug, PartialEq)]

@@ -10,7 +10,6 @@
 //! - `web` (wasm only): the browser glue and the exported JS API.
 
 pub mod core;
-mod id_map;
 pub mod input;
 pub mod job;
 pub mod oneshot;

@@ -29,6 +29,7 @@ use serde::{Deserialize, Serialize};
 use crate::budget::{BudgetState, Trip};
 use crate::config::{BudgetConfig, ConfigError, EngineConfig};
 use crate::headers::read_signal;
+use crate::id_map::IdMap;
 use crate::job::{Job, JobError, JobId, JobKind, JobOutcome, JobSpec, JobState, Lane};
 use crate::preflight::{needs_preflight, Preflights};
 use crate::protocol::ProtocolError;
@@ -275,56 +276,6 @@ impl Budget {
     }
 }
 
-/// Budgets by name, in name order. A sorted vector: there are a handful, and a `BTreeMap`
-/// of them cost the wasm a B-tree of its own.
-#[derive(Default)]
-struct Budgets(Vec<(String, Budget)>);
-
-impl Budgets {
-    fn position(&self, name: &str) -> Result<usize, usize> {
-        self.0.binary_search_by(|(n, _)| n.as_str().cmp(name))
-    }
-
-    fn get(&self, name: &str) -> Option<&Budget> {
-        self.position(name).ok().map(|i| &self.0[i].1)
-    }
-
-    fn get_mut(&mut self, name: &str) -> Option<&mut Budget> {
-        self.position(name).ok().map(|i| &mut self.0[i].1)
-    }
-
-    fn contains_key(&self, name: &str) -> bool {
-        self.position(name).is_ok()
-    }
-
-    fn insert(&mut self, name: String, budget: Budget) {
-        match self.position(&name) {
-            Ok(i) => self.0[i].1 = budget,
-            Err(i) => self.0.insert(i, (name, budget)),
-        }
-    }
-
-    fn remove(&mut self, name: &str) -> Option<Budget> {
-        self.position(name).ok().map(|i| self.0.remove(i).1)
-    }
-
-    fn iter(&self) -> impl Iterator<Item = (&String, &Budget)> {
-        self.0.iter().map(|(n, b)| (n, b))
-    }
-
-    fn keys(&self) -> impl Iterator<Item = &String> {
-        self.0.iter().map(|(n, _)| n)
-    }
-
-    fn values(&self) -> impl Iterator<Item = &Budget> {
-        self.0.iter().map(|(_, b)| b)
-    }
-
-    fn values_mut(&mut self) -> impl Iterator<Item = &mut Budget> {
-        self.0.iter_mut().map(|(_, b)| b)
-    }
-}
-
 /// Keys in ascending order: what the engine's queues need (add, remove, take the first)
 /// without a B-tree. `BTreeSet` cost the worker's wasm 6.5 KB more than this and [`IdSet`]
 /// (2.6 KB gzipped).
@@ -485,7 +436,7 @@ pub struct Engine {
     /// (see [`Engine::set_identifier_source`]).
     identifiers: Option<IdentifierSource>,
     jobs: FxHashMap<JobId, Job>,
-    budgets: Budgets,
+    budgets: IdMap<Budget>,
     placed: FxHashMap<JobId, Placement>,
     delayed: SortedQueue<(Millis, u64, JobId)>,
     /// Unfinished jobs per ordering key, in enqueue order.
@@ -522,7 +473,7 @@ impl Engine {
     pub fn new(config: EngineConfig, rng: Rng) -> Result<Self, ConfigError> {
         config.validate()?;
         let allowed = config.allowed_scopes()?;
-        let mut budgets = Budgets::default();
+        let mut budgets = IdMap::new();
         for b in &config.budgets {
             budgets.insert(b.name.clone(), Self::fresh_budget(b, &config)?);
         }
@@ -597,7 +548,7 @@ impl Engine {
         // The jobs first: a start they move to `now` must still be in the log, and counting
         // the unsaved starts at `now` drops what has aged out.
         engine.restore_more(jobs, now);
-        for (name, b) in engine.budgets.0.iter_mut() {
+        for (name, b) in engine.budgets.iter_mut() {
             if b.state.sends_before_saving {
                 b.state.count_unsaved_starts(b.config.concurrency, now);
                 // Counted in memory only: until a save holds them, the next starts are saved
@@ -692,7 +643,7 @@ impl Engine {
                 )));
             }
         }
-        let mut budgets = Budgets::default();
+        let mut budgets = IdMap::new();
         for b in &config.budgets {
             let budget = match self.budgets.remove(&b.name) {
                 Some(mut old) => {
@@ -1788,7 +1739,7 @@ impl Engine {
         let save = self.next_save;
         self.next_save += 1;
         let mut carried = Vec::new();
-        for (name, b) in self.budgets.0.iter_mut() {
+        for (name, b) in self.budgets.iter_mut() {
             // A budget with nothing in flight and nothing ready has no start that could go out
             // unsaved: its next start is saved first again, and a restore owes nothing. (Starts
             // carried by earlier saves are saved once this one is: saves land in order.)
@@ -1855,7 +1806,7 @@ impl Engine {
     /// Returns whether a mark changed (a save must take it; the caller saves next).
     pub fn hand_over(&mut self) -> bool {
         let mut changed = false;
-        for (name, b) in self.budgets.0.iter_mut() {
+        for (name, b) in self.budgets.iter_mut() {
             if b.state.sends_before_saving && b.in_flight.is_empty() && b.untaken_starts == 0 {
                 b.state.sends_before_saving = false;
                 b.mark = Mark::NotSaved;

@@ -8,6 +8,7 @@
 
 pub mod config;
 pub mod headers;
+pub mod id_map;
 pub mod job;
 pub mod json;
 pub mod limiter;

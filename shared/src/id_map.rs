@@ -1,8 +1,10 @@
-//! A map from ids (request ids, job ids) to values, kept as a vector sorted by id.
+//! A map from ids (budget names, request ids, job ids) to values, kept as a vector sorted by id:
+//! the one sorted map of the engine and the page client.
 //!
-//! Not a `BTreeMap`: its code is several kilobytes of the page's wasm for each value type, and
-//! the page client's maps hold what one page waits on (a few requests, at most some thousands
-//! of jobs), for which a binary search and moving a few entries on change is quick.
+//! Not a `BTreeMap`: its code is several kilobytes of wasm for each value type, and these maps
+//! hold a handful of budgets, or what one page waits on (a few requests, at most some thousands
+//! of jobs), for which a binary search and moving a few entries on change is quick. (The
+//! engine's queues of jobs, which may hold a million, are `SortedQueue`s in blocks.)
 
 /// Entries sorted by id, each id once.
 #[derive(Debug)]
@@ -34,6 +36,11 @@ impl<V> IdMap<V> {
 
     pub fn contains_key(&self, id: &str) -> bool {
         self.position(id).is_ok()
+    }
+
+    pub fn get(&self, id: &str) -> Option<&V> {
+        let i = self.position(id).ok()?;
+        Some(&self.0[i].1)
     }
 
     pub fn get_mut(&mut self, id: &str) -> Option<&mut V> {
@@ -78,6 +85,11 @@ impl<V> IdMap<V> {
     /// In id order.
     pub fn iter_mut(&mut self) -> impl Iterator<Item = (&String, &mut V)> {
         self.0.iter_mut().map(|(k, v)| (&*k, v))
+    }
+
+    /// In id order.
+    pub fn keys(&self) -> impl Iterator<Item = &String> {
+        self.0.iter().map(|(k, _)| k)
     }
 
     pub fn values(&self) -> impl Iterator<Item = &V> {
