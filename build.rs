@@ -226,7 +226,12 @@ fn build_wasm(root: &Path, out_dir: &Path) -> Result<PathBuf, BoxError> {
         }
     }
 
-    cmd.env("CARGO_ENCODED_RUSTFLAGS", remapped_paths().join("\x1f"));
+    // These flags take the place of any `rustflags` in cargo's configuration for this nested
+    // build: the wasm is built the same way wherever it is built.
+    let flags = remapped_paths();
+    if !flags.is_empty() {
+        cmd.env("CARGO_ENCODED_RUSTFLAGS", flags.join("\x1f"));
+    }
 
     let status = cmd.status()?;
     if !status.success() {

@@ -469,13 +469,13 @@ impl Limiter {
         (to > recorded && self.move_start(recorded, to)).then_some(to)
     }
 
-    /// Moves one logged start from `from` to the later `to`, keeping the log in order.
     /// A start recorded at or after `since` may have gone out as late as `by`: its request
     /// waited for a save, and the instant it really went out was in memory only when the worker
-    /// stopped. The earliest such start still logged before `by` moves to `by`. Moving a past
-    /// start later never loosens a window that holds a future start (such a window holds `by`
-    /// as well), so any start at or after `since` will do when several match.
-    /// One no longer in the log (aged out, or the log was cut) is counted anew at `by`.
+    /// stopped. The earliest start logged at or after `since` moves to `by`. That may be
+    /// another start than the one meant, but never a later one, and moving an earlier start
+    /// instead is as strict for every window still to come: such a window holds `by`, and it
+    /// holds the start left in place whenever it would have held the one moved. One no longer
+    /// in the log (aged out, or the log was cut) is counted anew at `by`.
     pub fn sent_by(&mut self, since: Millis, by: Millis) {
         match self.starts.iter().find(|&&s| s >= since && s <= by) {
             Some(&from) => {
@@ -485,6 +485,7 @@ impl Limiter {
         }
     }
 
+    /// Moves one logged start from `from` to the later `to`, keeping the log in order.
     fn move_start(&mut self, from: Millis, to: Millis) -> bool {
         let Some(mut i) = self.starts.iter().rposition(|&s| s == from) else {
             return false;
