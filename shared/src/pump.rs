@@ -150,7 +150,8 @@ impl Pump {
 
     /// A page request's handler is about to save its own changes: the starts the engine allows
     /// now go into that save (counted as saved first: they leave when it lands), and the pump
-    /// starts nothing of its own until it ends. Empty while starting is over. Report the end with [`Pump::request_save_ended`].
+    /// starts nothing of its own until it ends. Empty while starting is over. Report the end
+    /// with [`Pump::request_save_ended`].
     pub fn request_save_begins(&mut self, engine: &mut Engine, now: Millis) -> Vec<Transmit> {
         let mut starts = Vec::new();
         if self.may_start() {

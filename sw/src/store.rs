@@ -727,6 +727,8 @@ mod tests {
         assert_eq!(rec["id"], "j1");
         assert_eq!(rec["state"], "retry-wait");
         assert_eq!(rec["seq"], 42);
+        assert_eq!(rec["budget"], "demo");
+        assert!(rec["key"].is_null(), "no key: null, not absent");
         assert_eq!(decode_job(&rec.to_string()).unwrap(), job());
     }
 
