@@ -325,7 +325,8 @@ pub enum ProtocolError {
         message: String,
     },
     /// The browser's storage for the site is full (`QuotaExceededError`): the request had no
-    /// effect, everything queued before is kept and goes on being sent.
+    /// effect, everything queued before is kept and is sent as storage allows (see the
+    /// README's "Safe" section on a full storage).
     StorageFull {
         message: String,
     },
@@ -410,7 +411,7 @@ impl fmt::Display for ProtocolError {
             ProtocolError::StorageFull { message } => write!(
                 f,
                 "the browser's storage for this site is full, so nothing of this request was \
-                 saved ({message}); what was queued before is kept and goes on being sent. \
+                 saved ({message}); what was queued before is kept and is sent as storage allows. \
                  Enqueue again once queued jobs have finished, after dismissing failed jobs, \
                  or after freeing space"
             ),

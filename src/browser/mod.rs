@@ -226,13 +226,31 @@ impl Browser {
         load::CpuSample::take(Some(self.pid()))
     }
 
-    /// Sends a `ServiceWorker.*` command through the control page session.
-    async fn service_worker_call(&self, method: &str, params: Value) -> Result<Value, Error> {
+    /// Sends a browser-wide command (`ServiceWorker.*`, `Storage.*`) through the control page
+    /// session.
+    async fn browser_call(&self, method: &str, params: Value) -> Result<Value, Error> {
         let session = self.cdp.control_session().await.map_err(Error::Cdp)?;
         self.cdp
             .call(method, params, Some(&session))
             .await
             .map_err(Error::Cdp)
+    }
+
+    /// Sets how many bytes `origin` may store in all (IndexedDB included), or with `None`
+    /// gives it back the browser's own quota. Chromium enforces it on writes with
+    /// `QuotaExceededError` (its `navigator.storage.estimate()` still reports the default
+    /// quota). It counts what is stored, which the browser compresses: a write of repeated
+    /// text takes next to no room.
+    pub async fn override_quota(&self, origin: &str, bytes: Option<u64>) -> Result<(), Error> {
+        self.cdp
+            .note(format!("driver: quota of {origin} = {bytes:?} bytes"));
+        let params = match bytes {
+            Some(b) => json!({ "origin": origin, "quotaSize": b }),
+            None => json!({ "origin": origin }),
+        };
+        self.browser_call("Storage.overrideQuotaForOrigin", params)
+            .await
+            .map(|_| ())
     }
 
     /// Stops every service worker (their memory is gone; the next event starts them afresh)
@@ -241,7 +259,7 @@ impl Browser {
     pub async fn stop_workers(&self) -> Result<(), Error> {
         self.cdp.note("driver: stopping all workers");
         let stops = self.worker_stops();
-        self.service_worker_call("ServiceWorker.stopAllWorkers", json!({}))
+        self.browser_call("ServiceWorker.stopAllWorkers", json!({}))
             .await?;
         wait_for("the worker to stop", Duration::from_secs(10), || {
             self.worker_stops() > stops
@@ -341,7 +359,7 @@ impl Browser {
         last_chance: bool,
     ) -> Result<(), Error> {
         let registration_id = self.registration_id(origin).await?;
-        self.service_worker_call(
+        self.browser_call(
             "ServiceWorker.dispatchSyncEvent",
             json!({
                 "origin": origin,

@@ -268,3 +268,88 @@ e2e!(
         h.assert_each_applied_once(JOBS, LIMIT as usize);
     }
 );
+
+e2e!(
+    /// Storage full: the site may store 8 MiB in all (Chromium's per-origin quota, set over
+    /// CDP before the site stores anything), and the page enqueues batches of incompressible
+    /// bodies until one does not fit. That `enqueueMany` is refused with `storage-full`,
+    /// saying what to do, and none of it is saved. Once there is room again, every job queued
+    /// before is sent, once each and within the limit, and new jobs are taken again.
+    a_full_quota_refuses_new_jobs_clearly_and_keeps_what_was_queued,
+    120,
+    Options::default(),
+    |h| {
+        const LIMIT: u32 = 10;
+        // Before the site stores anything: Chromium reads an origin's quota when its storage
+        // is first opened.
+        h.override_quota(Some(8 << 20)).await;
+        let tab = h.open_e2e().await;
+        tab.eval(&js::configure(LIMIT, 2, "")).await;
+        let before: Vec<String> = tab.eval_as(&js::enqueue_group(20, "before")).await;
+        assert_eq!(before.len(), 20);
+        let r = tab
+            .eval(
+                r#"
+                // Random text: the browser compresses what it stores, and a repeated letter
+                // would take next to no room.
+                const noise = (n) => {
+                  const bytes = crypto.getRandomValues(new Uint8Array(n));
+                  return Array.from(bytes, (b) => b.toString(16).padStart(2, '0')).join('');
+                };
+                let accepted = 0;
+                for (let batch = 0; batch < 40; batch++) {
+                  // 50 jobs of 20 KB each: 1 MB a batch.
+                  const jobs = Array.from({ length: 50 }, (_, i) => ({
+                    url: '/api/contacts', kind: 'create', lane: 'background',
+                    body: { name: 'big ' + batch + '-' + i, pad: noise(10000) },
+                  }));
+                  try {
+                    await sluice.enqueueMany(jobs, 'big-' + batch);
+                    accepted += jobs.length;
+                  } catch (e) {
+                    return { accepted, batch, code: e.code, message: e.message };
+                  }
+                }
+                return { accepted, code: null };
+                "#,
+            )
+            .await;
+        report(&format!("enqueue into a full quota: {r}"));
+        assert_eq!(r["code"], "storage-full", "{r}");
+        assert!(
+            r["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("is kept") && m.contains("Enqueue again")),
+            "the error says what was kept and what to do: {r}"
+        );
+        let accepted = r["accepted"].as_u64().unwrap_or(0);
+        assert!(accepted > 0, "some batches fitted before the quota was reached: {r}");
+        // Room again.
+        h.override_quota(None).await;
+        let refused_batch = r["batch"].as_u64().unwrap_or(0);
+        let refused_saved: u64 = tab
+            .eval_as(&format!(
+                "return (await sluice.jobs('big-{refused_batch}')).length;"
+            ))
+            .await;
+        assert_eq!(refused_saved, 0, "nothing of the refused batch was saved");
+        let results: Vec<String> = tab.eval_as(&js::settle_group("before")).await;
+        assert!(js::all_done(&results), "{results:?}");
+        // The batches that were accepted are all still there, to be sent later.
+        let kept: u64 = tab
+            .eval_as(
+                "const s = (await sluice.snapshot()).counts; \
+                 return s.queued + s.sending + s.retryWait + s.done;",
+            )
+            .await;
+        assert!(kept >= accepted + 20, "kept {kept} of {accepted} + 20 jobs");
+        let after: Vec<String> = tab.eval_as(&js::enqueue_group(3, "after")).await;
+        assert_eq!(after.len(), 3);
+        let results: Vec<String> = tab.eval_as(&js::settle_group("after")).await;
+        assert!(js::all_done(&results), "{results:?}");
+        let stats = h.api.stats();
+        assert_eq!(stats.duplicate_creates, 0, "{stats:?}");
+        assert_eq!(stats.rate_limited, 0, "{stats:?}");
+        assert!(stats.max_in_window <= LIMIT as usize, "{stats:?}");
+    }
+);

@@ -469,6 +469,16 @@ impl Harness {
         self.rig.browser.set_worker_offline(offline).await
     }
 
+    /// Lets the site store at most `bytes` in all, or its default quota again with `None`
+    /// (see [`sluice::browser::Browser::override_quota`]).
+    pub async fn override_quota(&self, bytes: Option<u64>) {
+        self.rig
+            .browser
+            .override_quota(&self.origin, bytes)
+            .await
+            .unwrap_or_else(|e| panic!("Storage.overrideQuotaForOrigin: {e}"));
+    }
+
     /// Fires a Background Sync event at the worker.
     pub async fn dispatch_sync(&self, tag: &str, last_chance: bool) {
         self.rig
