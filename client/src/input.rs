@@ -2,29 +2,25 @@
 //! `register` and the configuration of `configure`, read with the worker's JSON codec.
 
 use sluice_shared::config::EngineConfig;
-use sluice_shared::json;
+use sluice_shared::json::{self, FromJson};
 use sluice_shared::protocol::ProtocolError;
 
 use crate::core::ClientError;
 
-/// Options of `Sluice::register`; from JS, the `options` object.
-#[derive(Clone, Debug, Default, PartialEq)]
+/// Options of `Sluice::register`; from JS, the `options` object. A member it does not know is
+/// refused, so that a misspelt one is not dropped without a word. Only `json` reads it: its
+/// `#[serde]` attributes are read by that derive alone.
+#[derive(Clone, Debug, Default, PartialEq, FromJson)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct RegisterOptions {
     pub scope: Option<String>,
     /// `"classic"` (default) or `"module"`.
+    #[serde(rename = "type")]
     pub worker_type: Option<String>,
     pub resend_after_ms: Option<f64>,
     pub keep_alive_ms: Option<f64>,
     pub control_timeout_ms: Option<f64>,
 }
-
-sluice_shared::json_read!(RegisterOptions [deny_unknown_fields] {
-    scope: "scope",
-    worker_type: "type",
-    resend_after_ms: "resendAfterMs",
-    keep_alive_ms: "keepAliveMs",
-    control_timeout_ms: "controlTimeoutMs",
-});
 
 /// A page's configuration for `configure` (its JSON text), read as the worker reads the
 /// configuration in a request.

@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::config::{Algorithm, BudgetConfig, ConfigError, RetryConfig, Window};
 use crate::headers::Quota;
+use crate::json::{FromJson, ToJson};
 use crate::limiter::Limiter;
 use crate::random::Rng;
 use crate::time::{DurationMs, Millis};
@@ -27,7 +28,7 @@ const OTHERS_HALF_LIFE_WINDOWS: f64 = 20.0;
 const OTHERS_FROM_429_HALF_LIFE_WINDOWS: f64 = 1_000.0;
 
 /// What the server last said about the quota, in our terms.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToJson, FromJson)]
 #[serde(rename_all = "camelCase")]
 pub struct ServerView {
     /// Starts still allowed before `reset_at`, after subtracting ours that the server had not
@@ -39,7 +40,7 @@ pub struct ServerView {
     pub observed_start: Millis,
 }
 
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, ToJson, FromJson)]
 #[serde(rename_all = "camelCase")]
 pub struct BudgetCounters {
     /// Every start, retries included.
@@ -51,7 +52,7 @@ pub struct BudgetCounters {
 }
 
 /// The persisted state of one budget.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToJson, FromJson)]
 #[serde(rename_all = "camelCase")]
 pub struct BudgetState {
     pub name: String,
@@ -93,36 +94,6 @@ pub struct BudgetState {
     #[serde(default)]
     pub others_from_429: bool,
 }
-
-crate::json_struct!(ServerView {
-    remaining: "remaining",
-    reset_at: "resetAt",
-    observed_start: "observedStart",
-});
-
-crate::json_struct!(BudgetCounters {
-    requests: "requests",
-    rate_limited: "rateLimited",
-    retries: "retries",
-});
-
-crate::json_struct!(BudgetState {
-    name: "name",
-    limiter: "limiter",
-    paused_until: "pausedUntil",
-    resume_at: "resumeAt",
-    pause_reason: "pauseReason",
-    server: "server",
-    retry_tokens: "retryTokens",
-    trouble: "trouble",
-    consecutive_rate_limits: "consecutiveRateLimits",
-    counters: "counters",
-    learned: "learned" = default,
-    others: "others" = default,
-    sends_before_saving: "sendsBeforeSaving" = default,
-    own_timing_429_at: "ownTiming429At" = default,
-    others_from_429: "othersFrom429" = default,
-});
 
 /// One request's way to the server, as far as we can tell: when it started, and the latest it
 /// can have arrived (its answer time less a usual return, or the answer time itself).

@@ -8,11 +8,12 @@ use serde::{Deserialize, Serialize};
 use std::fmt;
 
 use crate::job::Lane;
+use crate::json::{FromJson, ToJson};
 use crate::scope::{Scope, Target};
 use crate::time::DurationMs;
 
 /// "At most `limit` starts in any `length_ms` window."
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, ToJson, FromJson)]
 #[serde(rename_all = "camelCase")]
 pub struct Window {
     pub limit: u32,
@@ -20,7 +21,7 @@ pub struct Window {
 }
 
 /// How the limiter counts; choose the one that mirrors the server.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Default, ToJson, FromJson)]
 #[serde(rename_all = "kebab-case")]
 pub enum Algorithm {
     /// Exact log of recent starts: no window placement ever sees more than the limit.
@@ -34,7 +35,7 @@ pub enum Algorithm {
     FixedWindow,
 }
 
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToJson, FromJson)]
 #[serde(default, rename_all = "camelCase")]
 pub struct BudgetConfig {
     pub name: String,
@@ -79,7 +80,7 @@ impl Default for BudgetConfig {
     }
 }
 
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToJson, FromJson)]
 #[serde(default, rename_all = "camelCase")]
 pub struct RetryConfig {
     /// Attempts per job, the first included (429s are not counted).
@@ -111,7 +112,7 @@ impl Default for RetryConfig {
 }
 
 /// How long a job may wait in each lane before it is served as one lane higher.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToJson, FromJson)]
 #[serde(default, rename_all = "camelCase")]
 pub struct AgingConfig {
     pub bulk_ms: DurationMs,
@@ -146,7 +147,7 @@ impl AgingConfig {
     }
 }
 
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToJson, FromJson)]
 #[serde(default, rename_all = "camelCase")]
 pub struct EngineConfig {
     pub budgets: Vec<BudgetConfig>,
@@ -179,55 +180,6 @@ impl Default for EngineConfig {
         }
     }
 }
-
-crate::json_struct!(Window {
-    limit: "limit",
-    length_ms: "lengthMs",
-});
-
-crate::json_enum!(Algorithm {
-    SlidingLog = "sliding-log",
-    TokenBucket = "token-bucket",
-    Gcra = "gcra",
-    FixedWindow = "fixed-window",
-});
-
-crate::json_struct!(BudgetConfig [default] {
-    name: "name",
-    windows: "windows",
-    concurrency: "concurrency",
-    algorithm: "algorithm",
-    match_prefixes: "matchPrefixes",
-    target_utilization: "targetUtilization",
-    pacing: "pacing",
-    count_preflights: "countPreflights",
-    preflight_max_age_ms: "preflightMaxAgeMs",
-});
-
-crate::json_struct!(RetryConfig [default] {
-    max_attempts: "maxAttempts",
-    base_delay_ms: "baseDelayMs",
-    max_delay_ms: "maxDelayMs",
-    retry_ratio: "retryRatio",
-    retry_reserve: "retryReserve",
-    default_pause_ms: "defaultPauseMs",
-    timeout_ms: "timeoutMs",
-});
-
-crate::json_struct!(AgingConfig [default] {
-    bulk_ms: "bulkMs",
-    background_ms: "backgroundMs",
-});
-
-crate::json_struct!(EngineConfig [default] {
-    budgets: "budgets",
-    retry: "retry",
-    aging: "aging",
-    retention_ms: "retentionMs",
-    max_body_bytes: "maxBodyBytes",
-    allow: "allow",
-    drop_failed_headers: "dropFailedHeaders",
-});
 
 /// A configuration that cannot work, with what to change.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -8,6 +8,7 @@
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
+use crate::json::{FromJson, ToJson};
 use crate::request_options::RequestOptions;
 use crate::time::Millis;
 
@@ -15,7 +16,19 @@ pub type JobId = String;
 
 /// Which queue a job waits in. Declared from most to least urgent; the order is the priority.
 #[derive(
-    Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, Default,
+    Clone,
+    Copy,
+    Debug,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    Serialize,
+    Deserialize,
+    Default,
+    ToJson,
+    FromJson,
 )]
 #[serde(rename_all = "lowercase")]
 pub enum Lane {
@@ -54,7 +67,9 @@ impl Lane {
 }
 
 /// What the action does to the remote record; it decides coalescing and idempotency.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, Default, ToJson, FromJson,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum JobKind {
     /// Makes a record: not idempotent by itself, so every attempt carries one idempotency key.
@@ -68,7 +83,7 @@ pub enum JobKind {
     Custom,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, ToJson, FromJson)]
 #[serde(rename_all = "kebab-case")]
 pub enum JobState {
     Queued,
@@ -167,7 +182,7 @@ impl fmt::Display for IllegalTransition {
 impl std::error::Error for IllegalTransition {}
 
 /// Why a job did not succeed, kept for the user.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToJson, FromJson)]
 pub struct JobError {
     /// The HTTP status, if a response arrived.
     pub status: Option<u16>,
@@ -176,7 +191,7 @@ pub struct JobError {
 }
 
 /// What a page asks to have sent. Everything else about a job is decided by Sluice.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, Default, ToJson, FromJson)]
 #[serde(default, rename_all = "camelCase")]
 pub struct JobSpec {
     /// The job's id, fixed by the page before its first send so that an `enqueue` sent again
@@ -201,7 +216,7 @@ pub struct JobSpec {
 }
 
 /// What the server said about a finished attempt, kept with a done job for its callers.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, Default, ToJson, FromJson)]
 #[serde(rename_all = "camelCase")]
 pub struct JobOutcome {
     pub status: u16,
@@ -210,7 +225,7 @@ pub struct JobOutcome {
 }
 
 /// A job as stored and scheduled.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToJson, FromJson)]
 #[serde(rename_all = "camelCase")]
 pub struct Job {
     pub id: JobId,
@@ -325,79 +340,6 @@ pub fn sort_by_seq(jobs: &mut Vec<&Job>) {
     }
     *jobs = sorted;
 }
-
-crate::json_enum!(Lane {
-    Interactive = "interactive",
-    Bulk = "bulk",
-    Background = "background",
-});
-
-crate::json_enum!(JobKind {
-    Create = "create",
-    Patch = "patch",
-    Delete = "delete",
-    Custom = "custom",
-});
-
-crate::json_enum!(JobState {
-    Queued = "queued",
-    Sending = "sending",
-    RetryWait = "retry-wait",
-    Done = "done",
-    Failed = "failed",
-    Cancelled = "cancelled",
-});
-
-crate::json_struct!(JobError {
-    status: "status",
-    message: "message",
-});
-
-crate::json_struct!(JobSpec [default] {
-    id: "id",
-    budget: "budget",
-    lane: "lane",
-    key: "key",
-    kind: "kind",
-    method: "method",
-    url: "url",
-    headers: "headers",
-    body: "body",
-    group_id: "groupId",
-    options: "options",
-});
-
-crate::json_struct!(JobOutcome {
-    status: "status",
-    headers: "headers",
-    body: "body",
-});
-
-crate::json_struct!(Job {
-    id: "id",
-    budget: "budget",
-    lane: "lane",
-    key: "key",
-    kind: "kind",
-    method: "method",
-    url: "url",
-    headers: "headers",
-    body: "body",
-    options: "options" = default,
-    idempotency_key: "idempotencyKey",
-    state: "state",
-    attempts: "attempts",
-    not_before: "notBefore",
-    enqueued_at: "enqueuedAt",
-    coalesced: "coalesced",
-    group_id: "groupId",
-    last_error: "lastError",
-    outcome: "outcome" = default,
-    finished_at: "finishedAt" = default,
-    started_at: "startedAt" = default,
-    seq: "seq" = default,
-    folded: "folded" = default,
-});
 
 #[cfg(test)]
 mod tests {

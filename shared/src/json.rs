@@ -5,8 +5,9 @@
 //! records and messages through this module instead of `serde_json`. Serde's derives
 //! monomorphize a streaming visitor per type (twice over: maps and sequences), which made up
 //! more than a third of the worker's wasm and most of the client's; here there is one parser
-//! into a [`Json`] tree, one writer, and per type only a list of fields ([`json_struct!`],
-//! [`json_enum!`]).
+//! into a [`Json`] tree, one writer, and per type a small reader and writer over its fields,
+//! derived (`#[derive(ToJson, FromJson)]`) from the same declaration and `#[serde(...)]`
+//! attributes as serde's traits: one list of fields and names per type, read by both.
 //!
 //! The output is byte for byte what `serde_json::to_string` writes for the same value (same
 //! field order, escapes, integer and float forms), and the input rules are serde's: unknown
@@ -14,10 +15,44 @@
 //! fall back to their defaults, integers must fit their type. The tests of each type check
 //! both directions against serde. Error messages follow serde's wording; type errors name no
 //! line and column.
+//!
+//! The derives refuse what they cannot follow, at compile time:
+//!
+//! ```compile_fail
+//! // serde would leave the field out; the derive refuses rather than write it.
+//! #[derive(sluice_shared::json::ToJson)]
+//! struct Cached {
+//!     #[serde(skip)]
+//!     cache: u32,
+//! }
+//! ```
+//!
+//! ```compile_fail
+//! // A tagged enum's form is not the derive's: those are written by hand (see `protocol`).
+//! #[derive(sluice_shared::json::FromJson)]
+//! #[serde(tag = "type")]
+//! enum Message {
+//!     Ping,
+//! }
+//! ```
+//!
+//! ```compile_fail
+//! // Only unit variants, written as strings.
+//! #[derive(sluice_shared::json::ToJson)]
+//! enum Shape {
+//!     Circle { radius: u32 },
+//! }
+//! ```
 
 use std::borrow::Cow;
 use std::collections::VecDeque;
 use std::fmt;
+
+/// `#[derive(ToJson, FromJson)]`: a struct's or a unit enum's writer and reader, from its
+/// declaration and its `#[serde(...)]` attributes; any serde attribute they cannot follow is
+/// a compile error (see the `sluice-json-derive` crate for the ones they do), so that serde
+/// and this codec never silently disagree about a type (the module's examples).
+pub use sluice_json_derive::{FromJson, ToJson};
 
 /// A parsed JSON value. Strings borrow from the text unless they had escapes.
 #[derive(Clone, Debug, PartialEq)]
@@ -594,7 +629,7 @@ pub trait FromJson: Sized {
     const OPTIONAL: bool = false;
 }
 
-/// Reads a struct's fields for [`json_read!`], keeping the first error.
+/// Reads a struct's fields for [`FromJson`]'s derive, keeping the first error.
 ///
 /// Each field yields a value even when it cannot be read (a [`Placeholder`]; fields after the
 /// first error are not looked at), and [`Fields::finish`] then returns that error in place of
@@ -785,7 +820,8 @@ fn one_of(names: &[&str]) -> String {
     out
 }
 
-/// The JSON names of a struct's fields, in declaration order (implemented by [`json_read!`]):
+/// The JSON names of a struct's fields, in declaration order (implemented by the derive of
+/// [`FromJson`]):
 /// for a reader that accepts a struct's fields among others of its own.
 pub trait StructFields {
     const FIELDS: &'static [&'static str];
@@ -1131,130 +1167,6 @@ pub fn write_field<T: ToJson + ?Sized>(out: &mut String, key: &str, value: &T) {
     value.write_json(out);
 }
 
-/// Implements [`ToJson`] and [`FromJson`] for a struct with named fields, as serde derives
-/// them. List every field in declaration order with its JSON name. `Name [default] { .. }`:
-/// absent fields take the struct's `Default` (`#[serde(default)]` on the container);
-/// `field: "key" = default`: that field alone falls back to its type's default.
-#[macro_export]
-macro_rules! json_struct {
-    ($($t:tt)*) => {
-        $crate::json_write!($($t)*);
-        $crate::json_read!($($t)*);
-    };
-}
-
-/// The [`ToJson`] half of [`json_struct!`] (same syntax).
-#[macro_export]
-macro_rules! json_write {
-    ($name:ident $(<$lt:lifetime>)? $([$cd:ident])? {
-        $f0:ident: $k0:literal $(= $d0:ident)? $(, $f:ident: $k:literal $(= $d:ident)?)* $(,)?
-    }) => {
-        impl $(<$lt>)? $crate::json::ToJson for $name $(<$lt>)? {
-            fn write_json(&self, out: &mut String) {
-                out.push_str(concat!("{\"", $k0, "\":"));
-                $crate::json::ToJson::write_json(&self.$f0, out);
-                $(
-                    out.push_str(concat!(",\"", $k, "\":"));
-                    $crate::json::ToJson::write_json(&self.$f, out);
-                )*
-                out.push('}');
-            }
-        }
-    };
-}
-
-/// The [`FromJson`] half of [`json_struct!`] (same syntax), and [`StructFields`]. One more
-/// container option: `Name [deny_unknown_fields] { .. }` refuses members it does not name, as
-/// serde's `#[serde(deny_unknown_fields)]` (for what pages write: a misspelt field must not be
-/// dropped without a word).
-///
-/// [`StructFields`]: crate::json::StructFields
-#[macro_export]
-macro_rules! json_read {
-    ($name:ident [default] { $($f:ident: $k:literal $(= $d:ident)?),* $(,)? }) => {
-        $crate::json_read!(@names $name { $($k),* });
-        impl $crate::json::FromJson for $name {
-            fn from_json(v: &$crate::json::Json) -> Result<Self, $crate::json::Error> {
-                let mut r = $crate::json::Fields::of(v, concat!("struct ", stringify!($name)));
-                let d = <$name as Default>::default();
-                let out = $name {
-                    $($f: r.field_or($k, d.$f),)*
-                };
-                r.finish()?;
-                Ok(out)
-            }
-        }
-    };
-    ($name:ident [deny_unknown_fields] { $($f:ident: $k:literal $(= $d:ident)?),* $(,)? }) => {
-        $crate::json_read!(@names $name { $($k),* });
-        impl $crate::json::FromJson for $name {
-            fn from_json(v: &$crate::json::Json) -> Result<Self, $crate::json::Error> {
-                let mut r = $crate::json::Fields::of(v, concat!("struct ", stringify!($name)));
-                r.deny_unknown(<$name as $crate::json::StructFields>::FIELDS);
-                let out = $name {
-                    $($f: $crate::json_read!(@field r, $k $(, $d)?),)*
-                };
-                r.finish()?;
-                Ok(out)
-            }
-        }
-    };
-    ($name:ident { $($f:ident: $k:literal $(= $d:ident)?),* $(,)? }) => {
-        $crate::json_read!(@names $name { $($k),* });
-        impl $crate::json::FromJson for $name {
-            fn from_json(v: &$crate::json::Json) -> Result<Self, $crate::json::Error> {
-                let mut r = $crate::json::Fields::of(v, concat!("struct ", stringify!($name)));
-                let out = $name {
-                    $($f: $crate::json_read!(@field r, $k $(, $d)?),)*
-                };
-                r.finish()?;
-                Ok(out)
-            }
-        }
-    };
-    (@names $name:ident { $($k:literal),* }) => {
-        impl $crate::json::StructFields for $name {
-            const FIELDS: &'static [&'static str] = &[$($k),*];
-        }
-    };
-    (@field $r:ident, $k:literal) => {
-        $r.field($k)
-    };
-    (@field $r:ident, $k:literal, default) => {
-        $r.field_or($k, Default::default())
-    };
-}
-
-/// Implements [`ToJson`] and [`FromJson`] for an enum of unit variants written as strings.
-#[macro_export]
-macro_rules! json_enum {
-    ($name:ident { $v0:ident = $s0:literal $(, $v:ident = $s:literal)* $(,)? }) => {
-        impl $crate::json::ToJson for $name {
-            fn write_json(&self, out: &mut String) {
-                out.push_str(match self {
-                    $name::$v0 => concat!("\"", $s0, "\""),
-                    $($name::$v => concat!("\"", $s, "\""),)*
-                });
-            }
-        }
-
-        impl $crate::json::FromJson for $name {
-            fn from_json(v: &$crate::json::Json) -> Result<Self, $crate::json::Error> {
-                match v.as_str() {
-                    Some($s0) => Ok($name::$v0),
-                    $(Some($s) => Ok($name::$v),)*
-                    Some(other) => Err($crate::json::Error(format!(
-                        concat!("unknown variant `{}`, expected one of `", $s0, "`" $(, ", `", $s, "`")*),
-                        other
-                    ))),
-                    // serde_json's words for a unit variant that is not a string.
-                    None => Err($crate::json::Error("expected value".into())),
-                }
-            }
-        }
-    };
-}
-
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
@@ -1289,6 +1201,90 @@ pub(crate) mod tests {
             }
             (a, b) => panic!("{text}: ours {a:?}, serde_json {b:?}"),
         }
+    }
+
+    /// The derive's attributes that no wire type uses yet, checked against serde's all the
+    /// same: a rule applied to every name, a renamed field, a default from a function and
+    /// from the type, unknown fields refused.
+    #[derive(Debug, PartialEq, serde::Serialize, serde::Deserialize, ToJson, FromJson)]
+    #[serde(rename_all = "SCREAMING-KEBAB-CASE", deny_unknown_fields)]
+    struct EveryFieldAttribute {
+        #[serde(rename = "renamed")]
+        plain: String,
+        #[serde(default = "seven")]
+        from_path: u32,
+        #[serde(default)]
+        from_type: Option<bool>,
+    }
+
+    fn seven() -> u32 {
+        7
+    }
+
+    /// A struct's own `Default` for its absent fields, but a field's `default` wins.
+    #[derive(Debug, PartialEq, serde::Serialize, serde::Deserialize, ToJson, FromJson)]
+    #[serde(default)]
+    struct StructDefault {
+        from_struct: u32,
+        #[serde(default)]
+        from_type: u32,
+    }
+
+    impl Default for StructDefault {
+        fn default() -> Self {
+            StructDefault {
+                from_struct: 3,
+                from_type: 4,
+            }
+        }
+    }
+
+    /// Two variants: serde words the names it expected as "`a` or `b`".
+    #[derive(Debug, PartialEq, serde::Serialize, serde::Deserialize, ToJson, FromJson)]
+    #[serde(rename_all = "snake_case")]
+    enum TwoVariants {
+        FirstOne,
+        #[serde(rename = "other")]
+        Second,
+    }
+
+    #[test]
+    fn derived_attributes_read_and_write_as_serde_does() {
+        same_as_serde(&EveryFieldAttribute {
+            plain: "p".into(),
+            from_path: 1,
+            from_type: Some(true),
+        });
+        for text in [
+            r#"{"renamed":"p"}"#,
+            r#"{"renamed":"p","FROM-PATH":2,"FROM-TYPE":false}"#,
+            r#"{"plain":"p"}"#,
+            r#"{"renamed":"p","extra":1}"#,
+            r#"{"FROM-PATH":2}"#,
+        ] {
+            reads_like_serde::<EveryFieldAttribute>(text);
+        }
+        same_as_serde(&StructDefault::default());
+        for text in [r#"{}"#, r#"{"fromStruct":1}"#, r#"{"from_struct":1}"#] {
+            reads_like_serde::<StructDefault>(text);
+        }
+        assert_eq!(
+            from_str::<StructDefault>("{}"),
+            Ok(StructDefault {
+                from_struct: 3,
+                from_type: 0
+            })
+        );
+        same_as_serde(&TwoVariants::FirstOne);
+        same_as_serde(&TwoVariants::Second);
+        for text in [r#""first_one""#, r#""other""#, r#""Second""#, "1"] {
+            reads_like_serde::<TwoVariants>(text);
+        }
+        let unknown = from_str::<TwoVariants>(r#""Second""#).expect_err("not a name");
+        assert_eq!(
+            unknown.0,
+            "unknown variant `Second`, expected `first_one` or `other`"
+        );
     }
 
     #[test]

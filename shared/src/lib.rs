@@ -6,6 +6,10 @@
 //! single timer for `poll_timeout`. The same code runs natively under `cargo test` and in the
 //! simulator, where a fake clock drives hours of traffic in milliseconds.
 
+// `#[derive(ToJson, FromJson)]` names this crate as `::sluice_shared`, as it must from the
+// worker and the client; this makes the same path work inside it.
+extern crate self as sluice_shared;
+
 pub mod config;
 pub mod headers;
 pub mod id_map;

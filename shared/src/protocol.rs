@@ -10,6 +10,7 @@ use std::fmt;
 
 use crate::config::EngineConfig;
 use crate::job::{Job, JobError, JobId, JobOutcome, JobSpec, JobState, Lane};
+use crate::json::{FromJson, ToJson};
 use crate::status::Status;
 use crate::time::Millis;
 
@@ -210,7 +211,7 @@ pub enum WorkerMessage {
 /// outcome (status, headers, body) and the server's words in its last error go to the tab
 /// that enqueued it, and to any tab that asks (`jobs` with the job's id). What a server
 /// answered one tab's request is not every open tab's business.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToJson, FromJson)]
 #[serde(rename_all = "camelCase")]
 pub struct JobUpdate {
     pub id: JobId,
@@ -535,21 +536,11 @@ pub fn encode(message: &WorkerMessage) -> String {
     crate::json::to_string(message)
 }
 
-crate::json_struct!(JobUpdate {
-    id: "id",
-    state: "state",
-    lane: "lane",
-    key: "key",
-    group_id: "groupId",
-    budget: "budget",
-    attempts: "attempts",
-    not_before: "notBefore",
-    coalesced: "coalesced",
-    last_error: "lastError",
-    outcome: "outcome",
-    withheld: "withheld" = default,
-});
-
+// The tagged enums' readers and writers below are written by hand, not derived: the derive
+// takes structs and unit enums only. Internally tagged variants, `rename_all_fields` and
+// `Envelope`'s flattened request would be most of a second derive for these four types, and
+// the writers here take their tags from `kind` and `code`, the one list of names that
+// `decode_request` and the tests check.
 impl crate::json::ToJson for ReplyBody {
     fn write_json(&self, out: &mut String) {
         use crate::json::{open_tagged, write_field};

@@ -11,10 +11,11 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::json::{FromJson, ToJson};
 use crate::protocol::ProtocolError;
 
 /// `RequestInit` members of a job's request; `None` is the browser's default.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, ToJson, FromJson)]
 #[serde(default, rename_all = "camelCase")]
 pub struct RequestOptions {
     /// `omit`, `same-origin` or `include`: whether cookies and HTTP authentication go along.
@@ -29,14 +30,6 @@ pub struct RequestOptions {
     /// A subresource-integrity string the response must match.
     pub integrity: Option<String>,
 }
-
-crate::json_struct!(RequestOptions [default] {
-    credentials: "credentials",
-    mode: "mode",
-    redirect: "redirect",
-    referrer_policy: "referrerPolicy",
-    integrity: "integrity",
-});
 
 const CREDENTIALS: [&str; 3] = ["omit", "same-origin", "include"];
 const MODES: [&str; 2] = ["cors", "same-origin"];

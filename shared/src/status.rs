@@ -8,9 +8,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::config::Window;
 use crate::job::Lane;
+use crate::json::{FromJson, ToJson};
 use crate::time::{human_duration, DurationMs, Millis};
 
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, ToJson, FromJson)]
 #[serde(rename_all = "camelCase")]
 pub struct StateCounts {
     pub queued: u64,
@@ -31,7 +32,7 @@ impl StateCounts {
     }
 }
 
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToJson, FromJson)]
 #[serde(rename_all = "camelCase")]
 pub struct BudgetStatus {
     pub name: String,
@@ -58,7 +59,7 @@ pub struct BudgetStatus {
     pub achieved_share: f64,
 }
 
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToJson, FromJson)]
 #[serde(rename_all = "camelCase")]
 pub struct GroupStatus {
     pub id: String,
@@ -71,7 +72,7 @@ pub struct GroupStatus {
     pub warning: Option<String>,
 }
 
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToJson, FromJson)]
 #[serde(rename_all = "camelCase")]
 pub struct LaneStatus {
     pub lane: Lane,
@@ -82,7 +83,7 @@ pub struct LaneStatus {
 }
 
 /// `Default` only for the JSON reader's placeholder (see `json::Placeholder`).
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, ToJson, FromJson)]
 #[serde(rename_all = "camelCase")]
 pub struct Status {
     pub now: Millis,
@@ -98,63 +99,6 @@ pub struct Status {
     pub offline: bool,
     pub warnings: Vec<String>,
 }
-
-crate::json_struct!(StateCounts {
-    queued: "queued",
-    sending: "sending",
-    retry_wait: "retryWait",
-    done: "done",
-    failed: "failed",
-    cancelled: "cancelled",
-});
-
-crate::json_struct!(BudgetStatus {
-    name: "name",
-    windows: "windows",
-    concurrency: "concurrency",
-    in_flight: "inFlight",
-    pending: "pending",
-    paused_until: "pausedUntil",
-    pause_reason: "pauseReason",
-    trouble: "trouble",
-    server_remaining: "serverRemaining",
-    server_reset_at: "serverResetAt",
-    eta_ms: "etaMs",
-    requests: "requests",
-    rate_limited: "rateLimited",
-    retries: "retries",
-    rate_limited_per_1000: "rateLimitedPer1000",
-    achieved_share: "achievedShare",
-});
-
-crate::json_struct!(GroupStatus {
-    id: "id",
-    total: "total",
-    done: "done",
-    failed: "failed",
-    cancelled: "cancelled",
-    pending: "pending",
-    warning: "warning",
-});
-
-crate::json_struct!(LaneStatus {
-    lane: "lane",
-    waiting: "waiting",
-    wait_p50_ms: "waitP50Ms",
-    wait_p95_ms: "waitP95Ms",
-});
-
-crate::json_struct!(Status {
-    now: "now",
-    counts: "counts",
-    budgets: "budgets",
-    groups: "groups",
-    lanes: "lanes",
-    eta_ms: "etaMs",
-    attempts_per_job: "attemptsPerJob",
-    offline: "offline",
-    warnings: "warnings",
-});
 
 /// Percentile of a sample (nearest rank); `None` when empty.
 pub fn percentile(samples: &[DurationMs], p: f64) -> Option<DurationMs> {

@@ -19,7 +19,7 @@
 //! so the request is replayed as the page made it, not with the browser's defaults.
 
 use serde::{Deserialize, Serialize};
-use sluice_shared::json::{self, FromJson, Json};
+use sluice_shared::json::{self, FromJson, Json, ToJson};
 use sluice_shared::protocol::ProtocolError;
 use sluice_shared::request_options::RequestOptions;
 use sluice_shared::{JobKind, JobSpec, JobState, Lane};
@@ -259,18 +259,15 @@ fn parse_kind(v: &str) -> Option<JobKind> {
     }
 }
 
-/// The `202 Accepted` body for a queued request.
+/// The `202 Accepted` body for a queued request. Only `json` writes it: its `#[serde]`
+/// attribute is read by that derive alone.
+#[derive(ToJson)]
+#[serde(rename_all = "camelCase")]
 struct Accepted<'a> {
     job_id: &'a str,
     coalesced: bool,
     state: JobState,
 }
-
-sluice_shared::json_write!(Accepted<'a> {
-    job_id: "jobId",
-    coalesced: "coalesced",
-    state: "state",
-});
 
 pub fn accepted_body(job_id: &str, coalesced: bool, state: JobState) -> String {
     json::to_string(&Accepted {

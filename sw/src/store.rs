@@ -19,8 +19,8 @@
 //! store *with its records*, creates missing stores (version 2 added `journal`), and
 //! (re)builds indexes from the records already there. Key paths never change. Record contents
 //! evolve through their serde form (written and read here with `sluice_shared::json`, which
-//! follows it): fields added to `Job` or `BudgetState` carry `#[serde(default)]` (and
-//! `= default` in their `json_struct!`), so older records still decode; [`RECORD_FORMAT`] in the `schema` record tells a future version
+//! follows it): fields added to `Job` or `BudgetState` carry `#[serde(default)]` (which both
+//! derives read), so older records still decode; [`RECORD_FORMAT`] in the `schema` record tells a future version
 //! which shape it is reading. A record that cannot be decoded is skipped for the session and
 //! left in place, never deleted.
 //!
@@ -52,7 +52,7 @@
 use rustc_hash::FxHashMap;
 
 use sluice_shared::budget::BudgetState;
-use sluice_shared::json::{self, ToJson};
+use sluice_shared::json::{self, FromJson, ToJson};
 use sluice_shared::{Job, JobId};
 
 use crate::config::SavedConfig;
@@ -99,30 +99,24 @@ pub enum MetaOp {
 
 /// The saved configuration's record. The configuration is kept as JSON text, read back through
 /// [`crate::config::engine_config_from_json`] (one decoder for every configuration source).
+///
+/// The two records here are only ever written and read by `json`: their `#[serde]`
+/// attributes are read by its derives alone.
+#[derive(ToJson, FromJson)]
+#[serde(rename_all = "camelCase")]
 struct ConfigRecord {
     k: String,
     config_json: String,
     script_fingerprint: String,
 }
 
-#[derive(Debug, PartialEq)]
+#[derive(Debug, PartialEq, ToJson, FromJson)]
+#[serde(rename_all = "camelCase")]
 pub struct SchemaRecord {
     pub k: String,
     pub version: u32,
     pub record_format: u32,
 }
-
-sluice_shared::json_struct!(ConfigRecord {
-    k: "k",
-    config_json: "configJson",
-    script_fingerprint: "scriptFingerprint",
-});
-
-sluice_shared::json_struct!(SchemaRecord {
-    k: "k",
-    version: "version",
-    record_format: "recordFormat",
-});
 
 impl SchemaRecord {
     pub fn current() -> Self {

@@ -13,12 +13,13 @@ use std::collections::VecDeque;
 use serde::{Deserialize, Serialize};
 
 use super::pacer::Pacer;
+use crate::json::{FromJson, ToJson};
 use crate::time::{DurationMs, Millis};
 
 /// A fixed window's state: a counter for the window `[end - length, end)`, boundaries at `phase`
 /// modulo the length. A `pacer` spaces starts evenly for one window after `start_empty`, because
 /// a fixed window would otherwise hand out its whole count at the first boundary.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, ToJson, FromJson)]
 #[serde(rename_all = "camelCase")]
 pub(super) struct FixedState {
     /// Boundaries fall on instants equal to `phase` modulo the length (0: on multiples of
@@ -29,13 +30,6 @@ pub(super) struct FixedState {
     count: u32,
     pacer: Option<Pacer>,
 }
-
-crate::json_struct!(FixedState {
-    phase: "phase",
-    end: "end",
-    count: "count",
-    pacer: "pacer",
-});
 
 impl FixedState {
     pub(super) fn earliest(&self, limit: u32) -> Millis {

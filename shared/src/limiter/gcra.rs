@@ -8,22 +8,18 @@
 use serde::{Deserialize, Serialize};
 
 use super::{ceil_millis, mul_div_ceil, scaled, unscaled};
+use crate::json::{FromJson, ToJson};
 use crate::time::{DurationMs, Millis};
 
 /// GCRA: the theoretical arrival time (TAT) is when the meter would be empty again. A start at
 /// `t` conforms if `t >= TAT - tau`, and moves TAT to `max(TAT, t) + T`. The TAT is kept exactly,
 /// in whole milliseconds plus `tat_frac / limit`, since `T = length / limit` is rarely whole.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, ToJson, FromJson)]
 #[serde(rename_all = "camelCase")]
 pub(super) struct GcraState {
     tat: Millis,
     tat_frac: u64,
 }
-
-crate::json_struct!(GcraState {
-    tat: "tat",
-    tat_frac: "tatFrac",
-});
 
 impl GcraState {
     /// The TAT in `1/limit` ms.

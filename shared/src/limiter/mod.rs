@@ -78,6 +78,7 @@ use std::collections::VecDeque;
 use serde::{Deserialize, Serialize};
 
 use crate::config::{Algorithm, ConfigError, Window};
+use crate::json::{FromJson, ToJson};
 use crate::time::{DurationMs, Millis};
 use fixed_window::FixedState;
 use gcra::GcraState;
@@ -110,7 +111,7 @@ const HISTORY_LIMITS: usize = 2;
 const HISTORY_BEYOND_WINDOW: (u64, u64) = (1, 2);
 
 /// Decides the earliest instant at which one more request may start; see the module docs.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToJson, FromJson)]
 #[serde(rename_all = "camelCase")]
 pub struct Limiter {
     algorithm: Algorithm,
@@ -135,23 +136,6 @@ pub struct Limiter {
     #[serde(default)]
     margin: DurationMs,
 }
-
-crate::json_struct!(Limiter {
-    algorithm: "algorithm",
-    windows: "windows",
-    target_utilization: "targetUtilization",
-    meters: "meters",
-    starts: "starts",
-    pace: "pace" = default,
-    headroom: "headroom" = default,
-    margin: "margin" = default,
-});
-
-crate::json_struct!(Meter {
-    limit: "limit",
-    length: "length",
-    state: "state",
-});
 
 impl crate::json::ToJson for State {
     fn write_json(&self, out: &mut String) {
@@ -641,7 +625,7 @@ impl Limiter {
 
 /// One window as enforced: its limit and length after the utilization margin, and the state of
 /// the limiter's algorithm for it.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToJson, FromJson)]
 #[serde(rename_all = "camelCase")]
 struct Meter {
     /// Starts allowed per `length`: the window's limit (fixed windows: after the margin).

@@ -18,6 +18,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::{scaled, unscaled};
+use crate::json::{FromJson, ToJson};
 use crate::time::{DurationMs, Millis};
 
 /// "No end" for a pacer, as an instant that survives saving: the state is stored as JavaScript
@@ -32,7 +33,7 @@ pub(super) const NEVER: Millis = (1 << 53) - 1;
 pub const PACING_CATCH_UP: u32 = 3;
 
 /// Spaces starts `step / per` ms apart until `until`, kept exactly like the GCRA's TAT.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, ToJson, FromJson)]
 #[serde(rename_all = "camelCase")]
 pub(super) struct Pacer {
     /// The next start may come at `next + frac / per`.
@@ -42,14 +43,6 @@ pub(super) struct Pacer {
     pub(super) per: u32,
     pub(super) until: Millis,
 }
-
-crate::json_struct!(Pacer {
-    next: "next",
-    frac: "frac",
-    step: "step",
-    per: "per",
-    until: "until",
-});
 
 impl Pacer {
     pub(super) fn new(at: Millis, length: DurationMs, limit: u32) -> Self {

@@ -17,6 +17,7 @@ use std::collections::VecDeque;
 use serde::{Deserialize, Serialize};
 
 use super::ceil_millis;
+use crate::json::{FromJson, ToJson};
 use crate::time::{DurationMs, Millis};
 
 /// A window's own part of the sliding log. The log itself is the limiter's list of real starts;
@@ -29,7 +30,7 @@ use crate::time::{DurationMs, Millis};
 /// the real starts) and at least as strict as the synthetic one (so no burst). Once merged, the
 /// entries age like real ones: each new start pushes every earlier one a position back, which
 /// `shift` counts instead of rewriting the floor.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, ToJson, FromJson)]
 #[serde(rename_all = "camelCase")]
 pub(super) struct LogState {
     /// The instants at which the floor's starts leave the window (start + length), oldest
@@ -38,11 +39,6 @@ pub(super) struct LogState {
     /// Starts recorded since the floor was laid down.
     shift: u32,
 }
-
-crate::json_struct!(LogState {
-    floor: "floor",
-    shift: "shift",
-});
 
 impl LogState {
     /// When the floor's start at `position` (1 = the most recent start) leaves the window.

@@ -8,13 +8,14 @@
 use serde::{Deserialize, Serialize};
 
 use super::{ceil_millis, mul_div_ceil, mul_div_floor};
+use crate::json::{FromJson, ToJson};
 use crate::time::{DurationMs, Millis};
 
 /// Token bucket, counted in exact fractions: one token is `length` units and the bucket refills
 /// `limit` units per millisecond, so nothing is ever rounded and the bucket never hands out more
 /// than its capacity plus its refill. The level may go below zero if a caller records starts it
 /// was not allowed: that debt is paid back before the next start.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToJson, FromJson)]
 #[serde(rename_all = "camelCase")]
 pub(super) struct BucketState {
     /// Whole tokens.
@@ -24,12 +25,6 @@ pub(super) struct BucketState {
     /// When the level was last brought up to date.
     at: Millis,
 }
-
-crate::json_struct!(BucketState {
-    tokens: "tokens",
-    partial: "partial",
-    at: "at",
-});
 
 impl BucketState {
     pub(super) fn full(limit: u32) -> Self {
