@@ -59,24 +59,41 @@ pub struct Worker {
     /// tab alone (see `broadcast::JobNews`). Memory only: after a restart every tab gets the
     /// state, and the page client asks for the outcome it waits on.
     requesters: RefCell<FxHashMap<JobId, String>>,
+    /// Whether the task that posts broadcasts runs (one at a time; it drains `batcher`).
     broadcasting: Cell<bool>,
     pub pump: Pump,
-    stopped: Cell<bool>,
+    lifecycle: Cell<Lifecycle>,
+    /// Whether a Background Sync is registered and its `sync` event not yet fired (one at a
+    /// time).
     sync_requested: Cell<bool>,
     /// Shown in every status: records skipped at load, a configuration that was refused.
     notes: RefCell<Vec<String>>,
     /// Which job each folded job id lives on (see [`Folds`]).
     folds: RefCell<Folds>,
-    /// Whether the engine holds the whole saved queue; until it does, only the pump uses it
-    /// and requests wait ([`Worker::whole_queue`]).
-    whole_queue: Cell<bool>,
+    /// Requests waiting for the whole saved queue ([`Worker::whole_queue`]).
     whole_queue_waiters: RefCell<Vec<Function>>,
-    reading_rest: Cell<bool>,
     /// Journal entries whose jobs are still to be written one per record, oldest first. A
     /// `Vec`, not a `VecDeque`: entries are few, and a `VecDeque` of its own element type
     /// costs the wasm more code than the `Vec` does.
     journals: RefCell<Vec<Journaled>>,
+    /// Whether the task that writes `journals` one per record runs (one at a time).
     writing_journals: Cell<bool>,
+}
+
+/// Where an instance is in its life. A start reads the head of the saved queue
+/// ([`Worker::start`]) and the rest after the pump's first save ([`Worker::load_rest`]); until
+/// the rest is in, only the pump uses the engine and requests wait. A failed save, a refused
+/// storage or a hand-over ends the instance for good: the next event starts a fresh one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Lifecycle {
+    /// The engine holds the head of the saved queue; the rest is not being read yet.
+    HeadOnly,
+    /// The rest of the saved queue is being read.
+    ReadingRest,
+    /// The engine holds the whole saved queue.
+    Whole,
+    /// Given up ([`Worker::stop`]); nothing more is sent, saved or posted from here.
+    Stopped,
 }
 
 /// How many waiting jobs a start reads before the pump may send; the rest follows in chunks
@@ -257,13 +274,15 @@ impl Worker {
             requesters: RefCell::default(),
             broadcasting: Cell::new(false),
             pump: Pump::default(),
-            stopped: Cell::new(false),
+            lifecycle: Cell::new(if loaded.complete {
+                Lifecycle::Whole
+            } else {
+                Lifecycle::HeadOnly
+            }),
             sync_requested: Cell::new(false),
             notes: RefCell::new(notes),
             folds: RefCell::new(folds),
-            whole_queue: Cell::new(loaded.complete),
             whole_queue_waiters: RefCell::new(Vec::new()),
-            reading_rest: Cell::new(false),
             journals: RefCell::new(Vec::new()),
             writing_journals: Cell::new(false),
         });
@@ -290,9 +309,10 @@ impl Worker {
     /// after its first save: a read-only transaction holds up every later write to its stores,
     /// so reading the rest before that would hold up the first send.
     pub fn read_rest_of_queue(self: &Rc<Self>) {
-        if self.whole_queue.get() || self.reading_rest.replace(true) {
+        if self.lifecycle.get() != Lifecycle::HeadOnly {
             return;
         }
+        self.lifecycle.set(Lifecycle::ReadingRest);
         spawn(self.clone().load_rest());
     }
 
@@ -339,12 +359,16 @@ impl Worker {
         self.note_unreadable(&rest);
         self.batcher.borrow_mut().hold_status(false);
         self.batcher.borrow_mut().mark_status();
+        if self.lifecycle.get() == Lifecycle::ReadingRest {
+            self.lifecycle.set(Lifecycle::Whole);
+        }
         self.release_whole_queue_waiters();
         self.pump.wake();
     }
 
+    /// Lets every request waiting for the whole queue go on (each then checks whether this
+    /// instance stopped meanwhile).
     fn release_whole_queue_waiters(&self) {
-        self.whole_queue.set(true);
         let waiters = std::mem::take(&mut *self.whole_queue_waiters.borrow_mut());
         for resolve in waiters {
             let _ = resolve.call0(&JsValue::UNDEFINED);
@@ -353,13 +377,16 @@ impl Worker {
 
     /// Whether the engine holds the whole saved queue (see [`Worker::start`]).
     pub fn has_whole_queue(&self) -> bool {
-        self.whole_queue.get()
+        self.lifecycle.get() == Lifecycle::Whole
     }
 
     /// Waits until the engine holds the whole saved queue: every request but a keep-alive
     /// needs it (a count, a list, coalescing, an id lookup).
     async fn whole_queue(&self) -> Result<(), ProtocolError> {
-        if !self.whole_queue.get() {
+        if matches!(
+            self.lifecycle.get(),
+            Lifecycle::HeadOnly | Lifecycle::ReadingRest
+        ) {
             let ready = Promise::new(&mut |resolve, _reject| {
                 self.whole_queue_waiters.borrow_mut().push(resolve);
             });
@@ -479,12 +506,12 @@ impl Worker {
     }
 
     pub fn is_stopped(&self) -> bool {
-        self.stopped.get()
+        self.lifecycle.get() == Lifecycle::Stopped
     }
 
     /// Gives up this instance (see the module docs); the next event starts a fresh one.
     pub fn stop(&self, reason: &str) {
-        if self.stopped.replace(true) {
+        if self.lifecycle.replace(Lifecycle::Stopped) == Lifecycle::Stopped {
             return;
         }
         warn(&format!(
