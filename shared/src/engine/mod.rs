@@ -7,13 +7,16 @@
 //! anything could start, so the worker arms exactly one timer and never polls.
 //!
 //! [`Engine`] holds no algorithm of its own beyond the order in which an input touches its
-//! parts, each of which knows nothing of the others or of the engine:
-//! - [`jobs`]: the job table, its per-key chains, and folding of identical jobs;
-//! - [`scheduler`]: where each eligible job waits, and which goes next (the ordering rules);
-//! - [`in_flight`]: a budget's attempts in flight and how its limiter's log follows them;
-//! - [`ledger`]: what changed since the last save, and which starts are saved;
-//! - [`snapshot`]: the status counters and the snapshot every tab shows;
-//! - [`queue`]: the sorted queue the others keep their orders in.
+//! parts. None of them reaches back into the engine, and their imports of each other run one
+//! way (`snapshot` reads `jobs` and `in_flight`; a budget in `in_flight` holds its
+//! `scheduler` lanes and `ledger` save ids; `jobs` and `scheduler` keep their orders in
+//! `queue`):
+//! - `jobs`: the job table, its per-key chains, and folding of identical jobs;
+//! - `scheduler`: where each eligible job waits, and which goes next (the ordering rules);
+//! - `in_flight`: a budget's attempts in flight and how its limiter's log follows them;
+//! - `ledger`: what changed since the last save, and which starts are saved;
+//! - `snapshot`: the status counters and the snapshot every tab shows;
+//! - `queue`: the sorted queue the others keep their orders in.
 
 mod in_flight;
 mod jobs;
