@@ -328,13 +328,23 @@ e2e!(
         )
         .await;
         // The warning before a job bigger than a window's whole budget, with the least time,
-        // is part of the Apply button's description.
+        // is part of the Apply button's description. The page draws the new limit on its next
+        // frame, so the check waits up to 2 s for it (and then asserts what is shown).
         let warning: Value = tab
             .eval(
-                "const apply = document.getElementById('apply');\
-                 const described = (apply.getAttribute('aria-describedby') || '').split(' ')\
-                   .map((id) => document.getElementById(id).textContent).join(' ');\
-                 return { shown: !document.getElementById('capacity-warning').hidden, described };",
+                "const read = () => {\
+                   const apply = document.getElementById('apply');\
+                   const described = (apply.getAttribute('aria-describedby') || '').split(' ')\
+                     .map((id) => document.getElementById(id).textContent).join(' ');\
+                   return { shown: !document.getElementById('capacity-warning').hidden, described };\
+                 };\
+                 const until = performance.now() + 2000;\
+                 let seen = read();\
+                 while (!seen.described.includes('200 per second') && performance.now() < until) {\
+                   await new Promise((r) => setTimeout(r, 50));\
+                   seen = read();\
+                 }\
+                 return seen;",
             )
             .await;
         assert_eq!(warning["shown"], true, "{warning}");
