@@ -22,14 +22,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use serde::de::DeserializeOwned;
 use serde_json::{json, Map, Value};
 use sluice::api::{ApiConfig, Arrival};
 use sluice::browser::{self, Site, DRIVER_PATH};
 use sluice::server::WwwSource;
 use tokio::sync::oneshot;
 
-use super::{require, test_api_config, Setup, WASM_INSTALL};
+use super::{require, test_api_config, PageScript, Setup, WASM_INSTALL};
 
 /// The npm package holding the driver script and its `node_modules`.
 const DRIVER_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/firefox");
@@ -612,10 +611,8 @@ pub struct FirefoxTab {
     page: u64,
 }
 
-impl FirefoxTab {
-    /// Runs `body` as the body of an async function in the page and returns its result
-    /// (JSON-serialisable) or the exception's text.
-    pub async fn try_eval(&self, body: &str) -> Result<Value, String> {
+impl PageScript for FirefoxTab {
+    async fn try_eval(&self, body: &str) -> Result<Value, String> {
         self.driver
             .call("eval", json!({ "page": self.page, "body": body }))
             .await
@@ -624,32 +621,11 @@ impl FirefoxTab {
                 other => other.to_string(),
             })
     }
+}
 
-    /// [`FirefoxTab::try_eval`] that panics on an exception.
-    pub async fn eval(&self, body: &str) -> Value {
-        self.try_eval(body)
-            .await
-            .unwrap_or_else(|e| panic!("page script failed: {e}\n--- script ---\n{body}"))
-    }
-
-    /// [`FirefoxTab::eval`] into a type.
-    pub async fn eval_as<T: DeserializeOwned>(&self, body: &str) -> T {
-        let v = self.eval(body).await;
-        serde_json::from_value(v.clone())
-            .unwrap_or_else(|e| panic!("unexpected result {v}: {e}\n--- script ---\n{body}"))
-    }
-
-    /// Waits until the test page registered the client (`window.sluice`).
-    pub async fn wait_ready(&self) {
-        self.eval(
-            "if (!window.sluiceReady) throw new Error('not the driver page: ' + location.href);\
-             await window.sluiceReady;",
-        )
-        .await;
-    }
-
+impl FirefoxTab {
     /// Reloads as a person does (`location.reload()`, a `beforeunload` prompt accepted) and
-    /// waits for the load, not for the client: see [`FirefoxTab::wait_ready`].
+    /// waits for the load, not for the client: see [`PageScript::wait_ready`].
     pub async fn reload(&self) {
         self.driver
             .call("reload", json!({ "page": self.page }))

@@ -16,7 +16,6 @@ use std::ops::Deref;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use serde::de::DeserializeOwned;
 use serde_json::Value;
 use sluice::api::{ApiConfig, ApiHandle, Arrival};
 use sluice::browser::{self, Rig, RigOptions};
@@ -27,6 +26,9 @@ pub const DEFAULT_TEST_SECS: u64 = 90;
 
 pub mod firefox;
 pub mod js;
+pub mod page;
+
+pub use page::PageScript;
 
 /// How to get the wasm bundles the browser tests serve.
 const WASM_INSTALL: &str = "build without SLUICE_SKIP_WASM";
@@ -533,39 +535,17 @@ pub struct Tab {
     artifacts: PathBuf,
 }
 
-impl Tab {
-    /// Runs `body` as the body of an async function in the page and returns its result
-    /// (JSON-serialisable) or the exception's text.
-    pub async fn try_eval(&self, body: &str) -> Result<Value, String> {
+impl PageScript for Tab {
+    async fn try_eval(&self, body: &str) -> Result<Value, String> {
         self.inner.eval(body).await.map_err(|e| match e {
             browser::Error::Script(text) => text,
             other => other.to_string(),
         })
     }
+}
 
-    /// [`Tab::try_eval`] that panics on an exception.
-    pub async fn eval(&self, body: &str) -> Value {
-        self.try_eval(body)
-            .await
-            .unwrap_or_else(|e| panic!("page script failed: {e}\n--- script ---\n{body}"))
-    }
-
-    /// [`Tab::eval`] into a type.
-    pub async fn eval_as<T: DeserializeOwned>(&self, body: &str) -> T {
-        let v = self.eval(body).await;
-        serde_json::from_value(v.clone())
-            .unwrap_or_else(|e| panic!("unexpected result {v}: {e}\n--- script ---\n{body}"))
-    }
-
-    /// Waits until the test page registered the client (`window.sluice`).
-    pub async fn wait_ready(&self) {
-        self.inner
-            .wait_ready()
-            .await
-            .unwrap_or_else(|e| panic!("the e2e page did not get ready: {e}"));
-    }
-
-    /// Reloads and waits for the load (not for the client: see [`Tab::wait_ready`]).
+impl Tab {
+    /// Reloads and waits for the load (not for the client: see [`PageScript::wait_ready`]).
     pub async fn reload(&self) {
         self.inner.reload().await.expect("reload");
     }
