@@ -4,7 +4,7 @@
 use serde_json::Value;
 
 use crate::e2e;
-use crate::support::PageScript;
+use crate::support::{BrowserHarness, PageScript};
 
 e2e!(registers_and_controls_the_page_on_first_visit, 60, |h| {
     let tab = h.open_e2e().await;

@@ -21,7 +21,7 @@ use sluice::browser::unix_ms;
 
 use crate::e2e;
 use crate::support::firefox::{FirefoxHarness, FirefoxOptions, FirefoxTab};
-use crate::support::{js, report, PageScript};
+use crate::support::{js, report, BrowserHarness, PageScript};
 
 /// Where users are: the API on another origin (CORS and its preflights), each request held
 /// 0-10 ms on its way and answered ±10 ms around the latency, as in the Chromium lifecycle

@@ -7,7 +7,9 @@ use serde_json::Value;
 use sluice::api::{ApiConfig, ScriptedResponse};
 
 use crate::e2e;
-use crate::support::{cpu_note, js, report, test_api_config, Options, PageScript, Tab};
+use crate::support::{
+    cpu_note, js, report, test_api_config, BrowserHarness, Options, PageScript, Tab,
+};
 
 e2e!(
     /// Scenario 4: the server applies a create but its response never comes. The worker's

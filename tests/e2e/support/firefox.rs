@@ -23,12 +23,12 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Map, Value};
-use sluice::api::{ApiConfig, Arrival};
-use sluice::browser::{self, Site, DRIVER_PATH};
+use sluice::api::ApiConfig;
+use sluice::browser::{self, Site};
 use sluice::server::WwwSource;
 use tokio::sync::oneshot;
 
-use super::{require, test_api_config, PageScript, Setup, WASM_INSTALL};
+use super::{require, test_api_config, BrowserHarness, PageScript, Setup, WASM_INSTALL};
 
 /// The npm package holding the driver script and its `node_modules`.
 const DRIVER_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/firefox");
@@ -515,8 +515,35 @@ impl FirefoxHarness {
         self.note(format!("Firefox up again in {:.1?}", restarted.elapsed()));
     }
 
+    /// Waits until `check` holds, polling every 20 ms; panics with `what` after `limit`.
+    pub async fn wait_until(&self, what: &str, limit: Duration, check: impl FnMut() -> bool) {
+        browser::wait_for(what, limit, check)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+    }
+
+    /// A line in the log, between Firefox's.
+    pub fn note(&self, line: impl Into<String>) {
+        let path = self.artifacts.join("firefox.log");
+        if let Ok(mut log) = std::fs::OpenOptions::new().append(true).open(path) {
+            let _ = writeln!(log, "harness: {}", line.into());
+        }
+    }
+}
+
+impl BrowserHarness for FirefoxHarness {
+    type Tab = FirefoxTab;
+
+    fn site(&self) -> &Site {
+        &self.site
+    }
+
+    fn artifacts(&self) -> &Path {
+        &self.artifacts
+    }
+
     /// Opens a new tab at `path` (on this server) and waits for it to load.
-    pub async fn open(&self, path: &str) -> FirefoxTab {
+    async fn open(&self, path: &str) -> FirefoxTab {
         let driver = self.driver();
         let opened = driver
             .call("open", json!({ "url": self.url(path) }))
@@ -526,59 +553,6 @@ impl FirefoxHarness {
             .as_u64()
             .unwrap_or_else(|| panic!("open answered {opened}"));
         FirefoxTab { driver, page }
-    }
-
-    /// Opens the test page and waits until the client is registered and the page controlled.
-    pub async fn open_e2e(&self) -> FirefoxTab {
-        self.open_e2e_with("").await
-    }
-
-    /// As [`FirefoxHarness::open_e2e`], with a query string for the page (`keepAliveMs=300`).
-    pub async fn open_e2e_with(&self, query: &str) -> FirefoxTab {
-        let path = if query.is_empty() {
-            DRIVER_PATH.to_string()
-        } else {
-            format!("{DRIVER_PATH}?{query}")
-        };
-        let tab = self.open(&path).await;
-        tab.wait_ready().await;
-        // Kept in sessionStorage too, so that a reloaded page sends where it did.
-        tab.eval(&format!(
-            "window.API = sessionStorage.API = '{}';",
-            self.site.api_origin
-        ))
-        .await;
-        tab
-    }
-
-    /// Waits until `check` holds, polling every 20 ms; panics with `what` after `limit`.
-    pub async fn wait_until(&self, what: &str, limit: Duration, check: impl FnMut() -> bool) {
-        browser::wait_for(what, limit, check)
-            .await
-            .unwrap_or_else(|e| panic!("{e}"));
-    }
-
-    /// Every arrival the API recorded, also saved among the artifacts.
-    pub fn saved_arrivals(&self) -> Vec<Arrival> {
-        super::save_arrivals(&self.api, &self.artifacts)
-    }
-
-    /// [`super::assert_each_applied_once`] on this test's API.
-    pub fn assert_each_applied_once(&self, n: usize, limit: usize) {
-        super::assert_each_applied_once(&self.api, &self.artifacts, n, limit)
-    }
-
-    /// Arrivals at the API matching `f`.
-    pub fn arrivals_where(&self, f: impl Fn(&Arrival) -> bool) -> Vec<Arrival> {
-        self.api.arrivals().into_iter().filter(|a| f(a)).collect()
-    }
-
-    /// A line in the log, between Firefox's.
-    pub fn note(&self, line: impl Into<String>) {
-        let path = self.artifacts.join("firefox.log");
-        if let Ok(mut log) = std::fs::OpenOptions::new().append(true).open(path) {
-            let _ = writeln!(log, "harness: {}", line.into());
-        }
     }
 }
 
