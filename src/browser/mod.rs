@@ -36,6 +36,12 @@ pub use tab::{Key, Leaving, Tab};
 pub const DRIVER_PAGE: &str = include_str!("page.html");
 /// Where the [`Rig`] serves [`DRIVER_PAGE`].
 pub const DRIVER_PATH: &str = "/e2e.html";
+/// A page script (an async function's body) that returns once [`DRIVER_PAGE`] has registered
+/// the client, and throws on any other page: the one readiness check for every browser the
+/// tests drive, Firefox included.
+pub const WAIT_READY_SCRIPT: &str =
+    "if (!window.sluiceReady) throw new Error('not the driver page: ' + location.href);\
+     await window.sluiceReady;";
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {

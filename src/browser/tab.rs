@@ -164,12 +164,7 @@ impl Tab {
 
     /// Waits until the driver page registered the client (`window.sluice`).
     pub async fn wait_ready(&self) -> Result<(), Error> {
-        self.eval(
-            "if (!window.sluiceReady) throw new Error('not the driver page: ' + location.href);\
-             await window.sluiceReady;",
-        )
-        .await
-        .map(drop)
+        self.eval(super::WAIT_READY_SCRIPT).await.map(drop)
     }
 
     /// Runs `source` as a classic script in the page's global scope (top-level declarations

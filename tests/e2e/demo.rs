@@ -20,7 +20,7 @@ use sluice::api::ScriptedResponse;
 use sluice::browser::{Key, Leaving};
 
 use crate::e2e;
-use crate::support::{ci, cpu_note, report, Harness, Options, Tab};
+use crate::support::{ci, cpu_note, report, BrowserHarness, Harness, Options, PageScript, Tab};
 
 /// Wide enough for the page's two columns, tall enough for the queue card, the bulk form and
 /// the first rows of the table in one screenshot.

@@ -15,13 +15,12 @@
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant, SystemTime};
 
-use serde_json::Value;
 use sluice::api::{ApiConfig, ScriptedResponse};
 use sluice::browser::unix_ms;
 
 use crate::e2e;
 use crate::support::firefox::{FirefoxHarness, FirefoxOptions, FirefoxTab};
-use crate::support::{js, report};
+use crate::support::{js, report, BrowserHarness, PageScript};
 
 /// Where users are: the API on another origin (CORS and its preflights), each request held
 /// 0-10 ms on its way and answered ±10 ms around the latency, as in the Chromium lifecycle
@@ -140,28 +139,7 @@ e2e!(
     60,
     FirefoxOptions::default(),
     |h| {
-        let tab = h.open_e2e().await;
-        tab.eval("await e2e.configure();").await;
-        let r = tab
-            .eval(
-                r#"
-                const job = await sluice.enqueue({
-                  url: '/api/contacts', method: 'POST', kind: 'create', lane: 'interactive',
-                  body: { name: 'Ada Lovelace', email: 'ada@example.com' },
-                });
-                const outcome = await job.done;
-                return { id: job.id, outcome };
-                "#,
-            )
-            .await;
-        assert_eq!(r["outcome"]["status"], 201, "{r}");
-        let body: Value = serde_json::from_str(r["outcome"]["body"].as_str().unwrap_or("null"))
-            .expect("JSON body");
-        assert_eq!(body["name"], "Ada Lovelace", "{r}");
-        let creates = h.arrivals_where(|a| a.method == "POST" && a.path == "/api/contacts");
-        assert_eq!(creates.len(), 1, "the server saw {creates:?}");
-        assert!(creates[0].idempotency_key.is_some(), "{creates:?}");
-        h.assert_each_applied_once(1, 1);
+        crate::basic::one_create_is_sent_once_with_a_key_and_applied_once(h).await;
     }
 );
 
@@ -173,45 +151,8 @@ e2e!(
     60,
     FirefoxOptions::default(),
     |h| {
-        h.api
-            .push_script(
-                ScriptedResponse::apply_then_hang(Some(10_000))
-                    .for_request(Some("POST"), Some("/api/contacts")),
-            )
-            .expect("script");
-        let tab = h.open_e2e().await;
-        tab.eval(&js::configure(
-            50,
-            4,
-            "retry: { baseDelayMs: 50, maxDelayMs: 200, timeoutMs: 800 }",
-        ))
-        .await;
-        let r = tab
-            .eval(
-                r#"
-                const job = await sluice.enqueue({
-                  url: '/api/contacts', kind: 'create', lane: 'interactive',
-                  body: { name: 'Once Only' },
-                });
-                const outcome = await job.done;
-                const [listed] = (await sluice.jobs()).filter((j) => j.id === job.id);
-                return { status: outcome.status, headers: outcome.headers, attempts: listed.attempts };
-                "#,
-            )
+        crate::ordering::a_create_whose_answer_is_lost_is_retried_with_its_key_and_applied_once(h)
             .await;
-        let creates = h.arrivals_where(|a| a.method == "POST" && a.path == "/api/contacts");
-        assert_eq!(creates.len(), 2, "one lost attempt, one retry: {creates:?}");
-        assert!(creates[0].hung && creates[0].applied, "{creates:?}");
-        assert!(creates[0].idempotency_key.is_some(), "{creates:?}");
-        assert_eq!(
-            creates[1].idempotency_key, creates[0].idempotency_key,
-            "the retry must carry the same key: {creates:?}"
-        );
-        assert!(!creates[1].applied, "the retry must not apply again: {creates:?}");
-        assert_eq!(r["status"], 200, "the stored answer, replayed: {r}");
-        assert_eq!(r["headers"]["idempotent-replayed"], "true", "{r}");
-        assert_eq!(r["attempts"], 2, "{r}");
-        h.assert_each_applied_once(1, 50);
     }
 );
 

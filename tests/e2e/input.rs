@@ -6,7 +6,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 use crate::e2e;
-use crate::support::{js, report, Options};
+use crate::support::{js, report, BrowserHarness, Options, PageScript};
 
 e2e!(
     /// Scenario 13: malformed and oversized messages, invalid URLs, unknown budgets and a bad

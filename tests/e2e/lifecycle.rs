@@ -11,6 +11,7 @@ use sluice_shared::random::Rng;
 
 use crate::e2e;
 use crate::support::js::{enqueue_group as enqueue_group_js, settle_group as settle_group_js};
+use crate::support::{BrowserHarness, PageScript};
 
 e2e!(a_stopped_worker_resumes_the_queue_from_storage, 90, |h| {
     let tab = h.open_e2e_with("keepAliveMs=300").await;

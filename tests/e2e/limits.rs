@@ -6,7 +6,9 @@ use sluice::api::{ApiConfig, Arrival, ConfigPatch, HeaderMode, ScriptedResponse}
 use sluice::browser;
 
 use crate::e2e;
-use crate::support::{cpu_note, js, report, test_api_config, Harness, Options};
+use crate::support::{
+    cpu_note, js, report, test_api_config, BrowserHarness, Harness, Options, PageScript,
+};
 
 e2e!(a_burst_stays_within_the_servers_limit, 90, |h| {
     h.api

@@ -7,7 +7,9 @@ use serde_json::Value;
 use sluice::api::{ApiConfig, ScriptedResponse};
 
 use crate::e2e;
-use crate::support::{cpu_note, js, report, test_api_config, Options, Tab};
+use crate::support::{
+    cpu_note, js, report, test_api_config, BrowserHarness, Options, PageScript, Tab,
+};
 
 e2e!(
     /// Scenario 4: the server applies a create but its response never comes. The worker's
@@ -16,55 +18,67 @@ e2e!(
     a_create_whose_response_is_lost_is_retried_with_the_same_key_and_applied_once,
     60,
     |h| {
-        h.api
-            .push_script(
-                ScriptedResponse::apply_then_hang(Some(10_000))
-                    .for_request(Some("POST"), Some("/api/contacts")),
-            )
-            .expect("script");
-        let tab = h.open_e2e().await;
-        tab.eval(&js::configure(
-            50,
-            4,
-            "retry: { baseDelayMs: 50, maxDelayMs: 200, timeoutMs: 800 }",
-        ))
-        .await;
-        let r = tab
-            .eval(
-                r#"
-                const job = await sluice.enqueue({
-                  url: '/api/contacts', kind: 'create', lane: 'interactive',
-                  body: { name: 'Once Only' },
-                });
-                const outcome = await job.done;
-                const [listed] = (await sluice.jobs()).filter((j) => j.id === job.id);
-                return { status: outcome.status, headers: outcome.headers, attempts: listed.attempts };
-                "#,
-            )
-            .await;
-        let creates = h.arrivals_where(|a| a.method == "POST" && a.path == "/api/contacts");
-        assert_eq!(creates.len(), 2, "one lost attempt, one retry: {creates:?}");
-        assert!(creates[0].hung && creates[0].applied, "{creates:?}");
-        assert!(creates[0].idempotency_key.is_some(), "{creates:?}");
-        assert_eq!(
-            creates[1].idempotency_key, creates[0].idempotency_key,
-            "the retry must carry the same key: {creates:?}"
-        );
-        assert!(!creates[1].applied, "the retry must not apply again: {creates:?}");
-        let by_key = h.api.applied_creates_by_key();
-        assert_eq!(by_key.values().copied().collect::<Vec<_>>(), vec![1], "{by_key:?}");
-        assert_eq!(h.api.contacts().len(), 1);
-        // The server's stored answer, replayed.
-        assert_eq!(r["status"], 200, "{r}");
-        assert_eq!(r["headers"]["idempotent-replayed"], "true", "{r}");
-        assert_eq!(r["attempts"], 2, "{r}");
-        // Not long before the timeout: the first attempt was given its 800 ms, counted from
-        // before it reached the server (how long before depends on the machine's load).
-        let waited = creates[1].at_ms - creates[0].at_ms;
-        report(&format!("lost response: retried {waited:.0} ms after the first arrival"));
-        assert!(waited >= 600.0, "retried after only {waited:.0} ms");
+        a_create_whose_answer_is_lost_is_retried_with_its_key_and_applied_once(h).await;
     }
 );
+
+/// The lost answer of scenario 4, written once for both browsers (Firefox's test runs it
+/// too).
+pub async fn a_create_whose_answer_is_lost_is_retried_with_its_key_and_applied_once(
+    h: &impl BrowserHarness,
+) {
+    h.api()
+        .push_script(
+            ScriptedResponse::apply_then_hang(Some(10_000))
+                .for_request(Some("POST"), Some("/api/contacts")),
+        )
+        .expect("script");
+    let tab = h.open_e2e().await;
+    tab.eval(&js::configure(
+        50,
+        4,
+        "retry: { baseDelayMs: 50, maxDelayMs: 200, timeoutMs: 800 }",
+    ))
+    .await;
+    let r = tab
+        .eval(
+            r#"
+            const job = await sluice.enqueue({
+              url: '/api/contacts', kind: 'create', lane: 'interactive',
+              body: { name: 'Once Only' },
+            });
+            const outcome = await job.done;
+            const [listed] = (await sluice.jobs()).filter((j) => j.id === job.id);
+            return { status: outcome.status, headers: outcome.headers, attempts: listed.attempts };
+            "#,
+        )
+        .await;
+    let creates = h.arrivals_where(|a| a.method == "POST" && a.path == "/api/contacts");
+    assert_eq!(creates.len(), 2, "one lost attempt, one retry: {creates:?}");
+    assert!(creates[0].hung && creates[0].applied, "{creates:?}");
+    assert!(creates[0].idempotency_key.is_some(), "{creates:?}");
+    assert_eq!(
+        creates[1].idempotency_key, creates[0].idempotency_key,
+        "the retry must carry the same key: {creates:?}"
+    );
+    assert!(
+        !creates[1].applied,
+        "the retry must not apply again: {creates:?}"
+    );
+    // The server's stored answer, replayed.
+    assert_eq!(r["status"], 200, "{r}");
+    assert_eq!(r["headers"]["idempotent-replayed"], "true", "{r}");
+    assert_eq!(r["attempts"], 2, "{r}");
+    // Not long before the timeout: the first attempt was given its 800 ms, counted from
+    // before it reached the server (how long before depends on the machine's load).
+    let waited = creates[1].at_ms - creates[0].at_ms;
+    report(&format!(
+        "lost response: retried {waited:.0} ms after the first arrival"
+    ));
+    assert!(waited >= 600.0, "retried after only {waited:.0} ms");
+    // One key, applied once, one contact; and never above the page's limit of 50 a second.
+    h.assert_each_applied_once(1, 50);
+}
 
 /// Creates one contact through the queue and returns its id.
 async fn create_contact(tab: &Tab, name: &str) -> u64 {

@@ -15,7 +15,9 @@ use serde::Deserialize;
 use sluice::package::Package;
 
 use crate::e2e;
-use crate::support::{ci, eventually, js, report, test_api_config, Options, Tab};
+use crate::support::{
+    ci, eventually, js, report, test_api_config, BrowserHarness, Options, PageScript, Tab,
+};
 
 /// What `public/sw.js` tells Sluice the demo API admits; the API in this test admits exactly
 /// that, so one request too many is a 429.

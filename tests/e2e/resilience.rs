@@ -8,7 +8,7 @@ use serde_json::Value;
 use sluice::api::ScriptedResponse;
 
 use crate::e2e;
-use crate::support::{eventually, js, report, Options, Tab};
+use crate::support::{eventually, js, report, BrowserHarness, Options, PageScript, Tab};
 
 /// Where users are: the API on another origin (CORS and its preflights), each request held
 /// 0-10 ms on its way and answered ±10 ms around the latency. Every lifecycle case runs there.

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use crate::e2e;
-use crate::support::{js, report, Options};
+use crate::support::{js, report, BrowserHarness, Options, PageScript};
 
 e2e!(
     /// Finding 4: a page's `fetch(url, {credentials: 'omit'})` that the worker queues is sent

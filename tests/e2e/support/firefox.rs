@@ -22,14 +22,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use serde::de::DeserializeOwned;
 use serde_json::{json, Map, Value};
-use sluice::api::{ApiConfig, Arrival};
-use sluice::browser::{self, Site, DRIVER_PATH};
+use sluice::api::ApiConfig;
+use sluice::browser::{self, Site};
 use sluice::server::WwwSource;
 use tokio::sync::oneshot;
 
-use super::{require, test_api_config, Setup, WASM_INSTALL};
+use super::{require, test_api_config, BrowserHarness, PageScript, Setup, WASM_INSTALL};
 
 /// The npm package holding the driver script and its `node_modules`.
 const DRIVER_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/firefox");
@@ -516,8 +515,35 @@ impl FirefoxHarness {
         self.note(format!("Firefox up again in {:.1?}", restarted.elapsed()));
     }
 
+    /// Waits until `check` holds, polling every 20 ms; panics with `what` after `limit`.
+    pub async fn wait_until(&self, what: &str, limit: Duration, check: impl FnMut() -> bool) {
+        browser::wait_for(what, limit, check)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+    }
+
+    /// A line in the log, between Firefox's.
+    pub fn note(&self, line: impl Into<String>) {
+        let path = self.artifacts.join("firefox.log");
+        if let Ok(mut log) = std::fs::OpenOptions::new().append(true).open(path) {
+            let _ = writeln!(log, "harness: {}", line.into());
+        }
+    }
+}
+
+impl BrowserHarness for FirefoxHarness {
+    type Tab = FirefoxTab;
+
+    fn site(&self) -> &Site {
+        &self.site
+    }
+
+    fn artifacts(&self) -> &Path {
+        &self.artifacts
+    }
+
     /// Opens a new tab at `path` (on this server) and waits for it to load.
-    pub async fn open(&self, path: &str) -> FirefoxTab {
+    async fn open(&self, path: &str) -> FirefoxTab {
         let driver = self.driver();
         let opened = driver
             .call("open", json!({ "url": self.url(path) }))
@@ -527,59 +553,6 @@ impl FirefoxHarness {
             .as_u64()
             .unwrap_or_else(|| panic!("open answered {opened}"));
         FirefoxTab { driver, page }
-    }
-
-    /// Opens the test page and waits until the client is registered and the page controlled.
-    pub async fn open_e2e(&self) -> FirefoxTab {
-        self.open_e2e_with("").await
-    }
-
-    /// As [`FirefoxHarness::open_e2e`], with a query string for the page (`keepAliveMs=300`).
-    pub async fn open_e2e_with(&self, query: &str) -> FirefoxTab {
-        let path = if query.is_empty() {
-            DRIVER_PATH.to_string()
-        } else {
-            format!("{DRIVER_PATH}?{query}")
-        };
-        let tab = self.open(&path).await;
-        tab.wait_ready().await;
-        // Kept in sessionStorage too, so that a reloaded page sends where it did.
-        tab.eval(&format!(
-            "window.API = sessionStorage.API = '{}';",
-            self.site.api_origin
-        ))
-        .await;
-        tab
-    }
-
-    /// Waits until `check` holds, polling every 20 ms; panics with `what` after `limit`.
-    pub async fn wait_until(&self, what: &str, limit: Duration, check: impl FnMut() -> bool) {
-        browser::wait_for(what, limit, check)
-            .await
-            .unwrap_or_else(|e| panic!("{e}"));
-    }
-
-    /// Every arrival the API recorded, also saved among the artifacts.
-    pub fn saved_arrivals(&self) -> Vec<Arrival> {
-        super::save_arrivals(&self.api, &self.artifacts)
-    }
-
-    /// [`super::assert_each_applied_once`] on this test's API.
-    pub fn assert_each_applied_once(&self, n: usize, limit: usize) {
-        super::assert_each_applied_once(&self.api, &self.artifacts, n, limit)
-    }
-
-    /// Arrivals at the API matching `f`.
-    pub fn arrivals_where(&self, f: impl Fn(&Arrival) -> bool) -> Vec<Arrival> {
-        self.api.arrivals().into_iter().filter(|a| f(a)).collect()
-    }
-
-    /// A line in the log, between Firefox's.
-    pub fn note(&self, line: impl Into<String>) {
-        let path = self.artifacts.join("firefox.log");
-        if let Ok(mut log) = std::fs::OpenOptions::new().append(true).open(path) {
-            let _ = writeln!(log, "harness: {}", line.into());
-        }
     }
 }
 
@@ -612,10 +585,8 @@ pub struct FirefoxTab {
     page: u64,
 }
 
-impl FirefoxTab {
-    /// Runs `body` as the body of an async function in the page and returns its result
-    /// (JSON-serialisable) or the exception's text.
-    pub async fn try_eval(&self, body: &str) -> Result<Value, String> {
+impl PageScript for FirefoxTab {
+    async fn try_eval(&self, body: &str) -> Result<Value, String> {
         self.driver
             .call("eval", json!({ "page": self.page, "body": body }))
             .await
@@ -624,32 +595,11 @@ impl FirefoxTab {
                 other => other.to_string(),
             })
     }
+}
 
-    /// [`FirefoxTab::try_eval`] that panics on an exception.
-    pub async fn eval(&self, body: &str) -> Value {
-        self.try_eval(body)
-            .await
-            .unwrap_or_else(|e| panic!("page script failed: {e}\n--- script ---\n{body}"))
-    }
-
-    /// [`FirefoxTab::eval`] into a type.
-    pub async fn eval_as<T: DeserializeOwned>(&self, body: &str) -> T {
-        let v = self.eval(body).await;
-        serde_json::from_value(v.clone())
-            .unwrap_or_else(|e| panic!("unexpected result {v}: {e}\n--- script ---\n{body}"))
-    }
-
-    /// Waits until the test page registered the client (`window.sluice`).
-    pub async fn wait_ready(&self) {
-        self.eval(
-            "if (!window.sluiceReady) throw new Error('not the driver page: ' + location.href);\
-             await window.sluiceReady;",
-        )
-        .await;
-    }
-
+impl FirefoxTab {
     /// Reloads as a person does (`location.reload()`, a `beforeunload` prompt accepted) and
-    /// waits for the load, not for the client: see [`FirefoxTab::wait_ready`].
+    /// waits for the load, not for the client: see [`PageScript::wait_ready`].
     pub async fn reload(&self) {
         self.driver
             .call("reload", json!({ "page": self.page }))

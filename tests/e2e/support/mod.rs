@@ -16,10 +16,9 @@ use std::ops::Deref;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use serde::de::DeserializeOwned;
 use serde_json::Value;
 use sluice::api::{ApiConfig, ApiHandle, Arrival};
-use sluice::browser::{self, Rig, RigOptions};
+use sluice::browser::{self, Rig, RigOptions, Site};
 use sluice::server::WwwSource;
 
 /// How long a whole test may take unless it says otherwise.
@@ -27,6 +26,9 @@ pub const DEFAULT_TEST_SECS: u64 = 90;
 
 pub mod firefox;
 pub mod js;
+pub mod page;
+
+pub use page::PageScript;
 
 /// How to get the wasm bundles the browser tests serve.
 const WASM_INSTALL: &str = "build without SLUICE_SKIP_WASM";
@@ -98,6 +100,67 @@ impl Setup for Options {
     }
 }
 
+/// What a test asks of either browser's harness ([`Harness`], [`firefox::FirefoxHarness`]):
+/// each says how it opens a tab, where its API and artifacts are; opening the test page and
+/// the checks on what the API saw are written once here, so that a scenario can be written
+/// once for both browsers (generic over this trait) and both harnesses check alike.
+pub trait BrowserHarness {
+    type Tab: PageScript;
+
+    /// The demo server this test's pages load from and send to.
+    fn site(&self) -> &Site;
+
+    /// The demo API (see [`Site::api`]).
+    fn api(&self) -> &ApiHandle {
+        &self.site().api
+    }
+
+    /// Screenshots, the browser's log and the arrivals go here (`target/tmp/e2e/<test>/`).
+    fn artifacts(&self) -> &Path;
+
+    /// Opens a new tab at `path` (on this server) and waits for it to load.
+    async fn open(&self, path: &str) -> Self::Tab;
+
+    /// Opens the test page and waits until the client is registered and the page controlled.
+    async fn open_e2e(&self) -> Self::Tab {
+        self.open_e2e_with("").await
+    }
+
+    /// As [`BrowserHarness::open_e2e`], with a query string for the page (`keepAliveMs=300`).
+    async fn open_e2e_with(&self, query: &str) -> Self::Tab {
+        let path = if query.is_empty() {
+            browser::DRIVER_PATH.to_string()
+        } else {
+            format!("{}?{query}", browser::DRIVER_PATH)
+        };
+        let tab = self.open(&path).await;
+        tab.wait_ready().await;
+        // Kept in sessionStorage too, so that a reloaded page sends where it did.
+        tab.eval(&format!(
+            "window.API = sessionStorage.API = '{}';",
+            self.site().api_origin
+        ))
+        .await;
+        tab
+    }
+
+    /// Every arrival the API recorded, also written to `arrivals.json` among the test's
+    /// artifacts for a look after a failure.
+    fn saved_arrivals(&self) -> Vec<Arrival> {
+        save_arrivals(self.api(), self.artifacts())
+    }
+
+    /// [`assert_each_applied_once`] on this test's API.
+    fn assert_each_applied_once(&self, n: usize, limit: usize) {
+        assert_each_applied_once(self.api(), self.artifacts(), n, limit)
+    }
+
+    /// Arrivals at the API matching `f`.
+    fn arrivals_where(&self, f: impl Fn(&Arrival) -> bool) -> Vec<Arrival> {
+        self.api().arrivals().into_iter().filter(|a| f(a)).collect()
+    }
+}
+
 /// Time-compressed server limits: fast tests, still rate-limited.
 pub fn test_api_config() -> ApiConfig {
     ApiConfig {
@@ -119,7 +182,7 @@ pub struct Options {
     /// measure the machine instead of the worker.
     pub exclusive: bool,
     /// Call the API on an origin of its own (CORS and preflights), as real apps do: the
-    /// `js` helpers send to `window.API`, which [`Harness::open_e2e`] sets.
+    /// `js` helpers send to `window.API`, which [`BrowserHarness::open_e2e`] sets.
     pub cross_origin: bool,
     /// Serve this directory as the site instead of `www/` (an app's built files).
     pub site: Option<PathBuf>,
@@ -395,54 +458,6 @@ impl Harness {
             .to_path_buf()
     }
 
-    /// Opens a new tab at `path` (on this server) and waits for it to load.
-    pub async fn open(&self, path: &str) -> Tab {
-        let inner = self
-            .rig
-            .browser
-            .open(&self.url(path))
-            .await
-            .unwrap_or_else(|e| panic!("opening {path}: {e}"));
-        Tab {
-            inner,
-            artifacts: self.artifacts.clone(),
-        }
-    }
-
-    /// Opens the test page and waits until the client is registered and the page controlled.
-    pub async fn open_e2e(&self) -> Tab {
-        self.open_e2e_with("").await
-    }
-
-    /// Every arrival the API recorded, also written to `arrivals.json` among the test's
-    /// artifacts for a look after a failure.
-    pub fn saved_arrivals(&self) -> Vec<Arrival> {
-        save_arrivals(&self.api, &self.artifacts)
-    }
-
-    /// [`assert_each_applied_once`] on this test's API.
-    pub fn assert_each_applied_once(&self, n: usize, limit: usize) {
-        assert_each_applied_once(&self.api, &self.artifacts, n, limit)
-    }
-
-    /// As [`Harness::open_e2e`], with a query string for the page (`keepAliveMs=300`).
-    pub async fn open_e2e_with(&self, query: &str) -> Tab {
-        let path = if query.is_empty() {
-            browser::DRIVER_PATH.to_string()
-        } else {
-            format!("{}?{query}", browser::DRIVER_PATH)
-        };
-        let tab = self.open(&path).await;
-        tab.wait_ready().await;
-        // Kept in sessionStorage too, so that a reloaded page sends where it did.
-        tab.eval(&format!(
-            "window.API = sessionStorage.API = '{}';",
-            self.rig.api_origin
-        ))
-        .await;
-        tab
-    }
-
     /// Stops the service worker and waits until the browser reports it stopped (see
     /// [`sluice::browser::Browser::stop_workers`]).
     pub async fn stop_worker(&self) {
@@ -503,10 +518,31 @@ impl Harness {
     pub fn note(&self, line: impl Into<String>) {
         self.rig.browser.cdp.note(line);
     }
+}
 
-    /// Arrivals at the API matching `f`.
-    pub fn arrivals_where(&self, f: impl Fn(&Arrival) -> bool) -> Vec<Arrival> {
-        self.api.arrivals().into_iter().filter(|a| f(a)).collect()
+impl BrowserHarness for Harness {
+    type Tab = Tab;
+
+    fn site(&self) -> &Site {
+        &self.rig.site
+    }
+
+    fn artifacts(&self) -> &Path {
+        &self.artifacts
+    }
+
+    /// Opens a new tab at `path` (on this server) and waits for it to load.
+    async fn open(&self, path: &str) -> Tab {
+        let inner = self
+            .rig
+            .browser
+            .open(&self.url(path))
+            .await
+            .unwrap_or_else(|e| panic!("opening {path}: {e}"));
+        Tab {
+            inner,
+            artifacts: self.artifacts.clone(),
+        }
     }
 }
 
@@ -533,39 +569,17 @@ pub struct Tab {
     artifacts: PathBuf,
 }
 
-impl Tab {
-    /// Runs `body` as the body of an async function in the page and returns its result
-    /// (JSON-serialisable) or the exception's text.
-    pub async fn try_eval(&self, body: &str) -> Result<Value, String> {
+impl PageScript for Tab {
+    async fn try_eval(&self, body: &str) -> Result<Value, String> {
         self.inner.eval(body).await.map_err(|e| match e {
             browser::Error::Script(text) => text,
             other => other.to_string(),
         })
     }
+}
 
-    /// [`Tab::try_eval`] that panics on an exception.
-    pub async fn eval(&self, body: &str) -> Value {
-        self.try_eval(body)
-            .await
-            .unwrap_or_else(|e| panic!("page script failed: {e}\n--- script ---\n{body}"))
-    }
-
-    /// [`Tab::eval`] into a type.
-    pub async fn eval_as<T: DeserializeOwned>(&self, body: &str) -> T {
-        let v = self.eval(body).await;
-        serde_json::from_value(v.clone())
-            .unwrap_or_else(|e| panic!("unexpected result {v}: {e}\n--- script ---\n{body}"))
-    }
-
-    /// Waits until the test page registered the client (`window.sluice`).
-    pub async fn wait_ready(&self) {
-        self.inner
-            .wait_ready()
-            .await
-            .unwrap_or_else(|e| panic!("the e2e page did not get ready: {e}"));
-    }
-
-    /// Reloads and waits for the load (not for the client: see [`Tab::wait_ready`]).
+impl Tab {
+    /// Reloads and waits for the load (not for the client: see [`PageScript::wait_ready`]).
     pub async fn reload(&self) {
         self.inner.reload().await.expect("reload");
     }
