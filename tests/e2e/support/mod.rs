@@ -308,19 +308,31 @@ pub fn save_arrivals(api: &ApiHandle, artifacts: &Path) -> Vec<Arrival> {
     arrivals
 }
 
-/// Exactly one 429 reached the API, and nothing arrived during the `pause_ms` it asked for
-/// (from 5 ms after the 429, its answer's way back, to 2 ms before the pause ends): the pause
-/// was kept, whatever happened to the pages or the worker meanwhile.
+/// Exactly one 429 reached the API, and nothing arrived during the `pause_ms` it asked for:
+/// the pause was kept, whatever happened to the pages or the worker meanwhile. The check
+/// starts once no request can still be on its way from before the worker heard of the 429:
+/// the 429's answer takes up to the API's latency plus its jitter to get back, and a request
+/// sent just before then up to the arrival jitter to arrive (and 5 ms for the browser). It
+/// ends 2 ms before the pause does.
 pub fn assert_one_pause_kept(api: &ApiHandle, pause_ms: f64) {
+    let config = api.config();
+    let still_on_its_way =
+        (config.latency_ms + config.jitter_ms + config.arrival_jitter_ms) as f64 + 5.0;
     let arrivals = api.arrivals();
     let rejected: Vec<&Arrival> = arrivals.iter().filter(|a| a.status == 429).collect();
     assert_eq!(rejected.len(), 1, "{rejected:?}");
-    let answered = rejected[0].at_ms + 5.0;
-    let early: Vec<&Arrival> = arrivals
+    let heard_by = rejected[0].at_ms + still_on_its_way;
+    let early: Vec<String> = arrivals
         .iter()
-        .filter(|a| a.at_ms > answered && a.at_ms < rejected[0].at_ms + pause_ms - 2.0)
+        .filter(|a| a.at_ms > heard_by && a.at_ms < rejected[0].at_ms + pause_ms - 2.0)
+        .map(|a| format!("{a:?}, {:.1} ms after the 429", a.at_ms - rejected[0].at_ms))
         .collect();
-    assert!(early.is_empty(), "sent during the pause: {early:?}");
+    assert!(
+        early.is_empty(),
+        "sent during the pause (the 429 arrived at {:.1} ms; requests already on their way \
+         may arrive until {still_on_its_way:.0} ms after it): {early:?}",
+        rejected[0].at_ms
+    );
 }
 
 /// Every create applied exactly once, `n` of them, each with a key, and never more than
