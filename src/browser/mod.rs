@@ -244,9 +244,10 @@ impl Browser {
 
     /// Sets how many bytes `origin` may store in all (IndexedDB included), or with `None`
     /// gives it back the browser's own quota. Chromium enforces it on writes with
-    /// `QuotaExceededError` (its `navigator.storage.estimate()` still reports the default
-    /// quota). It counts what is stored, which the browser compresses: a write of repeated
-    /// text takes next to no room.
+    /// `QuotaExceededError` when it is set before the origin's storage is first opened (its
+    /// `navigator.storage.estimate()` still reports the default quota). What counts is the
+    /// database's files: the browser compresses values (a write of repeated text takes next
+    /// to no room), and the files grow for a while after a burst of writes.
     pub async fn override_quota(&self, origin: &str, bytes: Option<u64>) -> Result<(), Error> {
         self.cdp
             .note(format!("driver: quota of {origin} = {bytes:?} bytes"));
