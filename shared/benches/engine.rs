@@ -68,6 +68,7 @@ fn one_request(c: &mut Criterion) {
                 now += 1;
                 engine.enqueue(spec(next), now).expect("valid job");
                 next += 1;
+                engine.handle_timeout(now);
                 let t = engine.poll_transmit(now).expect("a job is ready");
                 engine.on_response(
                     &t.job_id,

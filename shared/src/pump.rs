@@ -12,6 +12,7 @@
 //! ```text
 //! inputs (the shell runs a turn after each)
 //!   turn(engine, now)                  a wake-up: the timer fired, or any input below
+//!                                      (runs the engine's handle_timeout, then polls)
 //!   on_response / on_transport_error   an answer to a request handed out
 //!   on_saved(sent)                     the pump's save ended
 //!   request_save_begins / _ended       a page request's own save, carrying starts
@@ -89,6 +90,7 @@ impl Pump {
         for t in &self.ready {
             engine.on_sent(&t.job_id, now);
         }
+        engine.handle_timeout(now);
         self.started = false;
         if self.may_start() && self.request_saves_with_starts == 0 {
             while let Some(t) = engine.poll_transmit(now) {
@@ -154,6 +156,7 @@ impl Pump {
     /// with [`Pump::request_save_ended`].
     pub fn request_save_begins(&mut self, engine: &mut Engine, now: Millis) -> Vec<Transmit> {
         let mut starts = Vec::new();
+        engine.handle_timeout(now);
         if self.may_start() {
             while let Some(t) = engine.poll_transmit_saved_first(now) {
                 starts.push(t);

@@ -181,6 +181,7 @@ proptest! {
                     n += 1;
                 }
             }
+            e.handle_timeout(now);
             while let Some(t) = e.poll_transmit(now) {
                 started.insert(t.job_id.clone(), now);
                 e.on_response(&t.job_id, Response { status: 200, ..Response::default() }, now);

@@ -91,13 +91,16 @@ fn with_headers(status: u16, headers: &[(&str, &str)]) -> Response {
     }
 }
 
+/// A wake-up at `now`: what fell due happens, then every start the engine allows is taken.
 fn drain(engine: &mut Engine, now: u64) -> Vec<Transmit> {
+    engine.handle_timeout(now);
     std::iter::from_fn(|| engine.poll_transmit(now)).collect()
 }
 
 /// Starts everything the engine allows at `now`, shows each start to `on_start`, and answers
 /// it at once: a server with no latency, for tests about who goes first.
 fn start_and_answer(engine: &mut Engine, now: u64, mut on_start: impl FnMut(&Transmit)) {
+    engine.handle_timeout(now);
     while let Some(t) = engine.poll_transmit(now) {
         on_start(&t);
         engine.on_response(&t.job_id, ok(), now);
@@ -265,6 +268,7 @@ fn idempotent_retry_after_a_timeout_reuses_the_key_and_leaves_one_record() {
     e.on_transport_error(&id, TransportError::Timeout, 15_000);
     assert_eq!(e.job(&id).unwrap().state, JobState::RetryWait);
     let at = e.poll_timeout(15_000).unwrap();
+    e.handle_timeout(at);
     let second = e.poll_transmit(at).unwrap();
     let key = |t: &Transmit| {
         t.headers
@@ -844,6 +848,7 @@ fn retries_back_off_and_give_up_after_the_attempt_limit() {
     let id = e.enqueue(post(0), 0).unwrap().id;
     let mut now = 0;
     for attempt in 1..=3 {
+        e.handle_timeout(now);
         let t = e.poll_transmit(now).unwrap();
         e.on_response(&t.job_id, with_headers(503, &[]), now + 5);
         now = e.poll_timeout(now + 5).unwrap_or(now + 5);
@@ -858,6 +863,50 @@ fn retries_back_off_and_give_up_after_the_attempt_limit() {
         .unwrap()
         .message
         .contains("gave up after 3"));
+}
+
+#[test]
+fn only_handle_timeout_moves_a_job_whose_backoff_ended_and_polling_changes_nothing() {
+    let mut e = engine_with(budget(100, 1_000, 4));
+    let id = e.enqueue(post(0), 0).unwrap().id;
+    let t = e.poll_transmit(0).unwrap();
+    e.on_response(&t.job_id, with_headers(503, &[]), 5);
+    assert_eq!(e.job(&id).unwrap().state, JobState::RetryWait);
+    let due = e.poll_timeout(5).unwrap();
+    // Polling at and after the backoff's end, without the timer's input, is only a pick among
+    // the ready jobs: it neither starts the waiting job nor moves it.
+    for now in [due, due + 1_000] {
+        assert!(e.poll_transmit(now).is_none());
+        assert_eq!(e.job(&id).unwrap().state, JobState::RetryWait);
+        assert_eq!(e.poll_timeout(now), Some(due), "the deadline stays named");
+    }
+    // Before the deadline, the timer's input changes nothing either.
+    e.handle_timeout(due - 1);
+    assert!(e.poll_transmit(due - 1).is_none());
+    e.handle_timeout(due);
+    let retried = e.poll_transmit(due).unwrap();
+    assert_eq!(retried.job_id, id);
+    assert_eq!(e.job(&id).unwrap().attempts, 1);
+}
+
+#[test]
+fn the_offline_probe_ends_by_handle_timeout() {
+    let mut e = engine_with(budget(100, 1_000, 4));
+    let id = e.enqueue(post(0), 0).unwrap().id;
+    e.poll_transmit(0).unwrap();
+    e.on_transport_error(&id, TransportError::Offline, 5);
+    let probe = e.poll_timeout(5).unwrap();
+    assert!(probe > 5);
+    e.handle_timeout(probe - 1);
+    assert!(e.poll_transmit(probe - 1).is_none());
+    assert!(e.snapshot(probe - 1).offline);
+    e.handle_timeout(probe);
+    assert!(!e.snapshot(probe).offline);
+    assert_eq!(
+        e.poll_transmit(probe).unwrap().job_id,
+        id,
+        "the probe goes out"
+    );
 }
 
 #[test]

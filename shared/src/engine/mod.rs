@@ -584,10 +584,36 @@ impl Engine {
         }
     }
 
+    // ----- time ----------------------------------------------------------------------------
+
+    /// Time passed: what falls due by `now` happens here, and only here. Jobs whose backoff
+    /// ended join their lanes, the offline probe's wait ends, requests out longer than their
+    /// budget allows for a trip are counted as arriving now, and finished jobs past their
+    /// retention are forgotten. Call it whenever [`Engine::poll_timeout`]'s instant has passed,
+    /// and before polling starts after any other wake-up: it is cheap when nothing is due, so
+    /// the pump calls it on every turn ([`crate::pump::Pump::turn`]).
+    ///
+    /// Kept apart from [`Engine::poll_transmit`] (as `quinn-proto` keeps `handle_timeout` apart
+    /// from `poll_transmit`) so that polling is a pure pick among what is ready: asking what
+    /// may start never changes what the queue holds.
+    pub fn handle_timeout(&mut self, now: Millis) {
+        self.forget_expired(now);
+        if self.offline_until.is_some_and(|t| t <= now) {
+            self.offline_until = None;
+        }
+        self.promote_due(now);
+        for b in self.budgets.values_mut() {
+            if !b.in_flight.is_empty() && b.count_overdue_as_arriving(now) {
+                self.saves.budget_changed(b.config.name.clone());
+            }
+        }
+    }
+
     // ----- sending -------------------------------------------------------------------------
 
-    /// The next request to start now, if any may. Call repeatedly until `None`, then arm a timer
-    /// for [`Engine::poll_timeout`]. The start is counted against the budget at once. Persist
+    /// The next request to start now among the jobs ready, if any may. Call
+    /// [`Engine::handle_timeout`] first when time has passed, then this repeatedly until `None`,
+    /// then arm a timer for [`Engine::poll_timeout`]. The start is counted against the budget at once. Persist
     /// [`Engine::take_changes`] before the fetch when [`Transmit::save_first`] says so (then
     /// report [`Engine::on_sent`]), else start the fetch at once and persist with the next
     /// save. Report every save that lands with [`Engine::on_saved`].
@@ -604,16 +630,8 @@ impl Engine {
     }
 
     fn poll_start(&mut self, now: Millis, saved_first: bool) -> Option<Transmit> {
-        self.forget_expired(now);
-        if self.offline_until.is_some_and(|t| t > now) {
+        if self.is_offline(now) {
             return None;
-        }
-        self.offline_until = None;
-        self.promote_due(now);
-        for b in self.budgets.values_mut() {
-            if !b.in_flight.is_empty() && b.count_overdue_as_arriving(now) {
-                self.saves.budget_changed(b.config.name.clone());
-            }
         }
         // Per budget: the head of its top lane, and the head that ranks first once aged.
         let mut best: Option<(Rank, String, JobId, Turn)> = None;
@@ -720,7 +738,8 @@ impl Engine {
                 next = Some(next.map_or(t, |n| n.min(t)));
             }
         }
-        // Forgetting done jobs needs no timer of its own: it rides along with every poll.
+        // Forgetting done jobs needs no timer of its own: it rides along with every
+        // `handle_timeout`, which the pump runs on each turn.
         next
     }
 
