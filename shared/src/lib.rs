@@ -3,7 +3,7 @@
 //! Everything that decides *what* to send and *when* lives here, as pure Rust with no browser
 //! types, no clock reads and no I/O. The service worker feeds it events (`enqueue`, responses,
 //! cancels) with the current time and carries out what it asks for (`poll_transmit`), arming a
-//! single timer for `poll_timeout`. The same code runs natively under `cargo test` and in the
+//! single timer for `poll_timeout` whose firing is an input of its own (`handle_timeout`). The same code runs natively under `cargo test` and in the
 //! simulator, where a fake clock drives hours of traffic in milliseconds.
 
 // `#[derive(ToJson, FromJson)]` names this crate as `::sluice_shared`, as it must from the
