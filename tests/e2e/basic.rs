@@ -4,31 +4,87 @@
 use serde_json::Value;
 
 use crate::e2e;
-use crate::support::{BrowserHarness, PageScript};
+use crate::support::{report, BrowserHarness, PageScript};
 
 e2e!(registers_and_controls_the_page_on_first_visit, 60, |h| {
+    let tab = the_first_visit_registers_and_controls_the_page(
+        h,
+        FirstVisit {
+            // Headless Chromium says `HeadlessChrome/`.
+            user_agent: "Chrome/",
+            background_sync: true,
+        },
+    )
+    .await;
+    tab.screenshot("registered").await;
+});
+
+/// What the first visit finds in one browser in particular.
+pub struct FirstVisit {
+    /// A token the user agent string holds (`Firefox/`): the test runs in the browser meant.
+    pub user_agent: &'static str,
+    /// Whether the registration offers Background Sync (Chromium does, Firefox does not): the
+    /// tests of each browser cover the path with it or the one without.
+    pub background_sync: bool,
+}
+
+/// A fresh profile's first visit, written once for both browsers (Firefox's test runs it too):
+/// the worker controls the page on that very load (a navigation, not a reload), its script and
+/// scope are the site's, the registration offers Background Sync as `expected` says, and the
+/// worker answers through the client. Returns the tab.
+pub async fn the_first_visit_registers_and_controls_the_page<H: BrowserHarness>(
+    h: &H,
+    expected: FirstVisit,
+) -> H::Tab {
     let tab = h.open_e2e().await;
     let r = tab
         .eval(
             r#"
             const reg = await navigator.serviceWorker.ready;
             return {
+              userAgent: navigator.userAgent,
+              load: performance.getEntriesByType('navigation')[0].type,
               controlled: navigator.serviceWorker.controller !== null,
               script: navigator.serviceWorker.controller && navigator.serviceWorker.controller.scriptURL,
               scope: reg.scope,
+              backgroundSync: 'sync' in reg,
             };
             "#,
         )
         .await;
+    report(&format!("{} first visit: {r}", H::BROWSER));
+    assert!(
+        r["userAgent"]
+            .as_str()
+            .is_some_and(|ua| ua.contains(expected.user_agent)),
+        "not {}: {r}",
+        H::BROWSER
+    );
+    assert_eq!(r["load"], "navigate", "the first load, not a reload: {r}");
     assert_eq!(r["controlled"], true, "{r}");
-    assert_eq!(r["script"], h.url("/sw.js"), "{r}");
-    assert_eq!(r["scope"], h.url("/"), "{r}");
+    assert_eq!(r["script"], h.site().url("/sw.js"), "{r}");
+    assert_eq!(r["scope"], h.site().url("/"), "{r}");
+    if expected.background_sync {
+        assert_eq!(
+            r["backgroundSync"],
+            true,
+            "{} has no Background Sync: its tests of the path with it cannot run",
+            H::BROWSER
+        );
+    } else {
+        assert_eq!(
+            r["backgroundSync"],
+            false,
+            "{} has Background Sync now: these tests no longer cover the path without it",
+            H::BROWSER
+        );
+    }
 
     // The worker answers through the client.
     let status = tab.eval("return await sluice.snapshot();").await;
     assert!(status["counts"].is_object(), "snapshot: {status}");
-    tab.screenshot("registered").await;
-});
+    tab
+}
 
 e2e!(one_post_is_sent_once_with_an_idempotency_key, 60, |h| {
     one_create_is_sent_once_with_a_key_and_applied_once(h).await;

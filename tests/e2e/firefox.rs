@@ -15,9 +15,10 @@
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant, SystemTime};
 
-use sluice::api::{ApiConfig, ScriptedResponse};
+use sluice::api::ScriptedResponse;
 use sluice::browser::unix_ms;
 
+use crate::basic::FirstVisit;
 use crate::e2e;
 use crate::support::firefox::{FirefoxHarness, FirefoxOptions, FirefoxTab};
 use crate::support::{js, report, BrowserHarness, PageScript};
@@ -98,37 +99,15 @@ e2e!(
     60,
     FirefoxOptions::default(),
     |h| {
-        let tab = h.open_e2e().await;
-        let r = tab
-            .eval(
-                r#"
-                const reg = await navigator.serviceWorker.ready;
-                return {
-                  userAgent: navigator.userAgent,
-                  load: performance.getEntriesByType('navigation')[0].type,
-                  controlled: navigator.serviceWorker.controller !== null,
-                  script: navigator.serviceWorker.controller && navigator.serviceWorker.controller.scriptURL,
-                  scope: reg.scope,
-                  backgroundSync: 'sync' in reg,
-                };
-                "#,
-            )
-            .await;
-        report(&format!("{}: {r}", h.version()));
-        assert!(
-            r["userAgent"].as_str().is_some_and(|ua| ua.contains("Firefox/")),
-            "{r}"
-        );
-        assert_eq!(r["load"], "navigate", "the first load, not a reload: {r}");
-        assert_eq!(r["controlled"], true, "{r}");
-        assert_eq!(r["script"], h.url("/sw.js"), "{r}");
-        assert_eq!(r["scope"], h.url("/"), "{r}");
-        assert_eq!(
-            r["backgroundSync"], false,
-            "Firefox has Background Sync now: these tests no longer cover the path without it"
-        );
-        let status = tab.eval("return await sluice.snapshot();").await;
-        assert!(status["counts"].is_object(), "snapshot: {status}");
+        report(&format!("first visit in {}", h.version()));
+        crate::basic::the_first_visit_registers_and_controls_the_page(
+            h,
+            FirstVisit {
+                user_agent: "Firefox/",
+                background_sync: false,
+            },
+        )
+        .await;
     }
 );
 
@@ -163,36 +142,10 @@ e2e!(
     /// sends is printed, not judged (a shared 2-core machine; `sluice bench` judges Chromium's).
     firefox_bulk_at_the_limit_draws_no_429_and_never_exceeds_the_limit,
     120,
-    FirefoxOptions::api(ApiConfig {
-        latency_ms: 30,
-        ..crate::support::test_api_config()
-    })
-    .exclusive(),
+    FirefoxOptions::api(crate::limits::bulk_api()).exclusive(),
     |h| {
-        const N: usize = 1000;
-        let tab = h.open_e2e().await;
-        tab.eval(&js::configure(100, 4, "")).await;
-        let ids: Vec<String> = tab.eval_as(&js::enqueue_group(N, "bulk")).await;
-        assert_eq!(ids.len(), N);
-        let results: Vec<String> = tab.eval_as(&js::settle_group("bulk")).await;
-        assert!(js::all_done(&results), "not all done: {results:?}");
-
-        let stats = h.api.stats();
-        let arrivals = h.saved_arrivals();
-        let first = arrivals.first().expect("arrivals").at_ms;
-        let last = arrivals.last().expect("arrivals").at_ms;
-        let seconds = (last + 30.0 - first) / 1000.0;
-        report(&format!(
-            "Firefox bulk {N} @100/s, 30 ms: {seconds:.2} s, share of limit {:.3}, 429s {}, \
-             most in a window {}",
-            N as f64 / seconds / 100.0,
-            stats.rate_limited,
-            stats.max_in_window
-        ));
-        assert_eq!(stats.rate_limited, 0, "{stats:?}");
-        assert!(stats.max_in_window <= 100, "{stats:?}");
-        assert_eq!(stats.total, N, "no request was sent twice: {stats:?}");
-        h.assert_each_applied_once(N, 100);
+        crate::limits::bulk_at_the_limit_draws_no_429_and_never_exceeds_the_limit(h, 1000, false)
+            .await;
     }
 );
 

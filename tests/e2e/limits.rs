@@ -50,8 +50,9 @@ e2e!(a_burst_stays_within_the_servers_limit, 90, |h| {
     eprintln!("150 creates in {took:.1?}: {stats:?}");
 });
 
-/// The server of issue 4's bulk scenario: 100 per sliding second, 30 ms round trip.
-fn bulk_api() -> ApiConfig {
+/// The server of issue 4's bulk scenario: 100 per sliding second, 30 ms round trip (in either
+/// browser; the Firefox test runs it too).
+pub fn bulk_api() -> ApiConfig {
     ApiConfig {
         limit: 100,
         window_ms: 1000,
@@ -71,44 +72,7 @@ e2e!(
     150,
     Options::api(bulk_api()).exclusive(),
     |h| {
-        const N: usize = 2000;
-        const LIMIT: f64 = 100.0;
-        const LATENCY_MS: f64 = 30.0;
-        let tab = h.open_e2e().await;
-        tab.eval(&js::configure(100, 4, "")).await;
-        let cpu = h.browser.cpu_sample();
-        let ids: Vec<String> = tab.eval_as(&js::enqueue_group(N, "bulk")).await;
-        assert_eq!(ids.len(), N);
-        let results: Vec<String> = tab.eval_as(&js::settle_group("bulk")).await;
-        assert!(js::all_done(&results), "not all done: {results:?}");
-
-        let stats = h.api.stats();
-        assert_eq!(stats.rate_limited, 0, "{stats:?}");
-        assert!(stats.max_in_window <= 100, "{stats:?}");
-        assert_eq!(stats.contacts, N, "{stats:?}");
-        assert_eq!(stats.duplicate_creates, 0, "{stats:?}");
-        assert_eq!(stats.total, N, "no request was sent twice: {stats:?}");
-        let by_key = h.api.applied_creates_by_key();
-        assert_eq!(by_key.len(), N);
-        assert!(by_key.values().all(|n| *n == 1));
-
-        // From the first arrival to the last response (the server answers after its latency).
-        let arrivals = h.saved_arrivals();
-        let first = arrivals.first().expect("arrivals").at_ms;
-        let last = arrivals.last().expect("arrivals").at_ms;
-        let finish_ms = last + LATENCY_MS - first;
-        let ideal_ms = (N as f64 - 1.0) / LIMIT * 1000.0 + LATENCY_MS;
-        let ratio = finish_ms / ideal_ms;
-        let share = N as f64 / (finish_ms / 1000.0) / LIMIT;
-        report(&format!(
-            "bulk 2000 @100/s, 30 ms: finish {:.2} s, ideal {:.2} s, ratio {ratio:.3}, \
-             share of limit {share:.3}, 429s {}, most in a window {}; {}",
-            finish_ms / 1000.0,
-            ideal_ms / 1000.0,
-            stats.rate_limited,
-            stats.max_in_window,
-            cpu_note(h, cpu)
-        ));
+        bulk_at_the_limit_draws_no_429_and_never_exceeds_the_limit(h, 2000, false).await;
     }
 );
 
@@ -122,39 +86,92 @@ e2e!(
     150,
     Options::api(bulk_api()).cross_origin(10).exclusive(),
     |h| {
-        const N: usize = 2000;
-        let tab = h.open_e2e().await;
-        assert_ne!(h.rig.api_origin, h.rig.origin);
-        tab.eval(&js::configure(100, 4, "")).await;
-        let ids: Vec<String> = tab.eval_as(&js::enqueue_group(N, "bulk")).await;
-        assert_eq!(ids.len(), N);
-        let results: Vec<String> = tab.eval_as(&js::settle_group("bulk")).await;
-        assert!(js::all_done(&results), "not all done: {results:?}");
-        let stats = h.api.stats();
-        let arrivals = h.saved_arrivals();
-        let first = arrivals.first().expect("arrivals").at_ms;
-        let last = arrivals.last().expect("arrivals").at_ms;
-        let seconds = (last + 30.0 - first) / 1000.0;
-        report(&format!(
-            "cross-origin bulk 2000 @100/s, 30 ms ± 10, arrival jitter 0-10 ms: {seconds:.2} s, \
-             share of limit {:.3}, 429s {}, most in a window {}, preflights {}",
-            N as f64 / seconds / 100.0,
-            stats.rate_limited,
-            stats.max_in_window,
-            h.api.preflights()
-        ));
-        assert_eq!(stats.rate_limited, 0, "{stats:?}");
-        assert!(stats.max_in_window <= 100, "{stats:?}");
-        assert_eq!(stats.contacts, N, "{stats:?}");
-        assert_eq!(stats.duplicate_creates, 0, "{stats:?}");
-        let allowed = (seconds / 5.0).ceil() as u64 + 1;
-        assert!(
-            h.api.preflights() <= allowed,
-            "{} preflights in {seconds:.1} s: the preflight cache is not used",
-            h.api.preflights()
-        );
+        bulk_at_the_limit_draws_no_429_and_never_exceeds_the_limit(h, 2000, true).await;
     }
 );
+
+/// Issue 4's bulk scenario, written once for both browsers (Firefox's test runs it too, with
+/// 1,000): `n` creates at once against [`bulk_api`]'s 100 per sliding second, 4 in flight, on
+/// the page's origin or (`cross_origin`, which the harness must have been started with) on the
+/// API's own. All finish; no 429; never more than 100 in any window of the server's or any
+/// second of the arrivals; no request sent twice; each create applied once by its key, none
+/// without one; and the preflight cache used (at most one preflight per 5 s of sending, the
+/// browser's cache time without `Access-Control-Max-Age`), none on the same origin. How close
+/// to the ideal time they finish is printed, not judged (see the Chromium test).
+pub async fn bulk_at_the_limit_draws_no_429_and_never_exceeds_the_limit<H: BrowserHarness>(
+    h: &H,
+    n: usize,
+    cross_origin: bool,
+) {
+    const LIMIT: usize = 100;
+    let config = h.api().config();
+    assert_eq!(
+        config.limit as usize, LIMIT,
+        "the bulk API's limit: {config:?}"
+    );
+    let latency_ms = config.latency_ms as f64;
+    let tab = h.open_e2e().await;
+    let site = h.site();
+    if cross_origin {
+        assert_ne!(
+            site.api_origin, site.origin,
+            "the API on an origin of its own"
+        );
+    } else {
+        assert_eq!(site.api_origin, site.origin, "the API on the page's origin");
+    }
+    tab.eval(&js::configure(LIMIT as u32, 4, "")).await;
+    let cpu = h.cpu_sample();
+    let ids: Vec<String> = tab.eval_as(&js::enqueue_group(n, "bulk")).await;
+    assert_eq!(ids.len(), n);
+    let results: Vec<String> = tab.eval_as(&js::settle_group("bulk")).await;
+    assert!(js::all_done(&results), "not all done: {results:?}");
+
+    let stats = h.api().stats();
+    let preflights = h.api().preflights();
+    // From the first arrival to the last response (the server answers after its latency).
+    let arrivals = h.saved_arrivals();
+    let first = arrivals.first().expect("arrivals").at_ms;
+    let last = arrivals.last().expect("arrivals").at_ms;
+    let finish_ms = last + latency_ms - first;
+    let seconds = finish_ms / 1000.0;
+    let ideal_ms = (n as f64 - 1.0) / LIMIT as f64 * 1000.0 + latency_ms;
+    let ratio = finish_ms / ideal_ms;
+    let share = n as f64 / seconds / LIMIT as f64;
+    let origin = if cross_origin {
+        format!(
+            "other origin, {} ms ± {}, arrival jitter 0-{} ms",
+            config.latency_ms, config.jitter_ms, config.arrival_jitter_ms
+        )
+    } else {
+        format!("same origin, {} ms", config.latency_ms)
+    };
+    report(&format!(
+        "{} bulk {n} @{LIMIT}/s, {origin}: finish {seconds:.2} s, ideal {:.2} s, ratio \
+         {ratio:.3}, share of limit {share:.3}, 429s {}, most in a window {}, preflights \
+         {preflights}; {}",
+        H::BROWSER,
+        ideal_ms / 1000.0,
+        stats.rate_limited,
+        stats.max_in_window,
+        cpu_note(h, cpu)
+    ));
+    assert_eq!(stats.rate_limited, 0, "{stats:?}");
+    assert!(stats.max_in_window <= LIMIT, "{stats:?}");
+    assert_eq!(stats.total, n, "no request was sent twice: {stats:?}");
+    // Contacts, no duplicate create, none without a key, each key applied once, and the
+    // densest second of the arrivals within the limit.
+    h.assert_each_applied_once(n, LIMIT);
+    if cross_origin {
+        let allowed = (seconds / 5.0).ceil() as u64 + 1;
+        assert!(
+            preflights <= allowed,
+            "{preflights} preflights in {seconds:.1} s: the preflight cache is not used"
+        );
+    } else {
+        assert_eq!(preflights, 0, "preflights on the page's own origin");
+    }
+}
 
 /// Scenario 2: the first of four in-flight requests is answered 429 with `retry_after`. Checks
 /// that the rate-limited job is the first to start after the pause and every job ends done;

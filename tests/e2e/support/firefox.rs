@@ -23,12 +23,13 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Map, Value};
-use sluice::api::ApiConfig;
 use sluice::browser::{self, Site};
 use sluice::server::WwwSource;
 use tokio::sync::oneshot;
 
-use super::{require, test_api_config, BrowserHarness, PageScript, Setup, WASM_INSTALL};
+use super::{
+    fresh_artifacts, require, require_wasm, BrowserHarness, BrowserOptions, PageScript, Setup,
+};
 
 /// The npm package holding the driver script and its `node_modules`.
 const DRIVER_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/firefox");
@@ -83,69 +84,31 @@ fn driver_installed() -> Result<(), String> {
     Ok(())
 }
 
-/// How a Firefox test's harness is set up.
-#[derive(Clone, Debug)]
-pub struct FirefoxOptions {
-    pub api: ApiConfig,
-    /// Run alone (see [`super::Options::exclusive`]).
-    pub exclusive: bool,
-    /// The API on an origin of its own (see [`super::Options::cross_origin`]).
-    pub cross_origin: bool,
+/// How a Firefox test's harness is set up (the builders both browsers have are
+/// [`BrowserOptions`]'s).
+pub type FirefoxOptions = BrowserOptions<Firefox>;
+
+/// What only Firefox's harness takes.
+#[derive(Clone, Debug, Default)]
+pub struct Firefox {
     /// Firefox preferences on top of the harness's own.
     pub prefs: Map<String, Value>,
 }
 
-impl Default for FirefoxOptions {
-    fn default() -> Self {
-        Self {
-            api: test_api_config(),
-            exclusive: false,
-            cross_origin: false,
-            prefs: Map::new(),
-        }
-    }
-}
-
 impl FirefoxOptions {
-    pub fn api(api: ApiConfig) -> Self {
-        Self {
-            api,
-            ..Self::default()
-        }
-    }
-
-    pub fn exclusive(mut self) -> Self {
-        self.exclusive = true;
-        self
-    }
-
-    /// The API on another origin, with arrival jitter 0..`jitter_ms` and answer jitter
-    /// ±`jitter_ms`: where users are.
-    pub fn cross_origin(mut self, jitter_ms: u64) -> Self {
-        self.cross_origin = true;
-        self.api.jitter_ms = jitter_ms;
-        self.api.arrival_jitter_ms = jitter_ms;
-        self
-    }
-
     /// Firefox stops a service worker `ms` after its last event, also one still holding an
     /// event open with `waitUntil` (its defaults: 30 s each): the browser's own way of stopping
     /// a worker, made short enough for a test, where the Chromium tests stop it over CDP.
     pub fn stop_idle_workers_after(mut self, ms: u64) -> Self {
-        self.prefs
-            .insert("dom.serviceWorkers.idle_timeout".into(), json!(ms));
-        self.prefs
-            .insert("dom.serviceWorkers.idle_extended_timeout".into(), json!(ms));
+        let prefs = &mut self.browser.prefs;
+        prefs.insert("dom.serviceWorkers.idle_timeout".into(), json!(ms));
+        prefs.insert("dom.serviceWorkers.idle_extended_timeout".into(), json!(ms));
         self
     }
 }
 
 impl Setup for FirefoxOptions {
     type Harness = FirefoxHarness;
-
-    fn exclusive(&self) -> bool {
-        self.exclusive
-    }
 
     async fn start(self, name: &str) -> Option<FirefoxHarness> {
         FirefoxHarness::start_with(name, self).await
@@ -435,20 +398,12 @@ impl FirefoxHarness {
         if !require(installed.is_ok(), &problem, DRIVER_INSTALL) {
             return None;
         }
-        if !require(
-            browser::wasm_built(),
-            "the wasm bundles were not built (SLUICE_SKIP_WASM?)",
-            WASM_INSTALL,
-        ) {
+        if !require_wasm() {
             return None;
         }
         let firefox = firefox?;
         let started = Instant::now();
-        let artifacts = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
-            .join("e2e")
-            .join(name);
-        let _ = std::fs::remove_dir_all(&artifacts);
-        std::fs::create_dir_all(&artifacts).expect("artifacts dir");
+        let artifacts = fresh_artifacts(name);
         let site = Site::start(options.api, WwwSource::Embedded, options.cross_origin, &[])
             .await
             .unwrap_or_else(|e| panic!("starting the server: {e}"));
@@ -457,7 +412,7 @@ impl FirefoxHarness {
             .tempdir()
             .expect("profile dir");
         let mut prefs = harness_prefs();
-        prefs.extend(options.prefs);
+        prefs.extend(options.browser.prefs);
         let driver = Driver::launch(
             &firefox,
             profile.path(),
@@ -534,12 +489,24 @@ impl FirefoxHarness {
 impl BrowserHarness for FirefoxHarness {
     type Tab = FirefoxTab;
 
+    const BROWSER: &'static str = "Firefox";
+
     fn site(&self) -> &Site {
         &self.site
     }
 
     fn artifacts(&self) -> &Path {
         &self.artifacts
+    }
+
+    /// This process and Firefox's process group (Firefox's own processes); the node driver,
+    /// in a group of its own, counts as other work.
+    fn cpu_sample(&self) -> Option<browser::load::CpuSample> {
+        let group = self
+            .driver()
+            .firefox_pid
+            .and_then(|pid| u32::try_from(pid).ok());
+        browser::load::CpuSample::take(group)
     }
 
     /// Opens a new tab at `path` (on this server) and waits for it to load.

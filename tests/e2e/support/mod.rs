@@ -45,8 +45,7 @@ macro_rules! e2e {
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
         async fn $name() {
             let options = $options;
-            let _turn = $crate::support::Turn::take($crate::support::Setup::exclusive(&options))
-                .await;
+            let _turn = $crate::support::Turn::take(options.exclusive).await;
             let Some(harness) =
                 $crate::support::Setup::start(options, stringify!($name)).await
             else {
@@ -76,13 +75,10 @@ macro_rules! e2e {
     };
 }
 
-/// What an [`e2e!`] test is started with: it names the harness and whether the test runs
-/// alone.
+/// What an [`e2e!`] test is started with (a [`BrowserOptions`], which also says whether the
+/// test runs alone): it names the harness.
 pub trait Setup {
     type Harness;
-
-    /// Whether the test runs alone (see [`Options::exclusive`]).
-    fn exclusive(&self) -> bool;
 
     /// Starts the harness; `None` means "skip this test".
     fn start(self, name: &str) -> impl Future<Output = Option<Self::Harness>>;
@@ -90,10 +86,6 @@ pub trait Setup {
 
 impl Setup for Options {
     type Harness = Harness;
-
-    fn exclusive(&self) -> bool {
-        self.exclusive
-    }
 
     async fn start(self, name: &str) -> Option<Harness> {
         Harness::start_with(name, self).await
@@ -107,6 +99,9 @@ impl Setup for Options {
 pub trait BrowserHarness {
     type Tab: PageScript;
 
+    /// The browser's name, for reports ("Chromium", "Firefox").
+    const BROWSER: &'static str;
+
     /// The demo server this test's pages load from and send to.
     fn site(&self) -> &Site;
 
@@ -117,6 +112,9 @@ pub trait BrowserHarness {
 
     /// Screenshots, the browser's log and the arrivals go here (`target/tmp/e2e/<test>/`).
     fn artifacts(&self) -> &Path;
+
+    /// CPU counters now, this process and the browser's (see [`cpu_note`]).
+    fn cpu_sample(&self) -> Option<browser::load::CpuSample>;
 
     /// Opens a new tab at `path` (on this server) and waits for it to load.
     async fn open(&self, path: &str) -> Self::Tab;
@@ -172,54 +170,56 @@ pub fn test_api_config() -> ApiConfig {
     }
 }
 
-/// How a test's harness is set up.
+/// How a test's harness is set up, in either browser: what both harnesses take (the API, the
+/// API's origin, whether the test runs alone), with what only one browser's harness takes in
+/// `browser` ([`Chromium`]'s site, [`firefox::Firefox`]'s preferences). The builders both have
+/// are written once here; [`Options`] and [`firefox::FirefoxOptions`] name the two.
 #[derive(Clone, Debug)]
-pub struct Options {
+pub struct BrowserOptions<B> {
     pub api: ApiConfig,
-    /// Serve `www/` from a temporary copy the test may change (see [`Harness::www_dir`]).
-    pub www_copy: bool,
     /// Run alone: the test measures time, and another browser sharing the two cores would
     /// measure the machine instead of the worker.
     pub exclusive: bool,
     /// Call the API on an origin of its own (CORS and preflights), as real apps do: the
     /// `js` helpers send to `window.API`, which [`BrowserHarness::open_e2e`] sets.
     pub cross_origin: bool,
+    /// What only this browser's harness takes.
+    pub browser: B,
+}
+
+/// How a Chromium test's harness is set up.
+pub type Options = BrowserOptions<Chromium>;
+
+/// What only Chromium's harness takes: the site it serves.
+#[derive(Clone, Debug, Default)]
+pub struct Chromium {
+    /// Serve `www/` from a temporary copy the test may change (see [`Harness::www_dir`]).
+    pub www_copy: bool,
     /// Serve this directory as the site instead of `www/` (an app's built files).
     pub site: Option<PathBuf>,
 }
 
-impl Default for Options {
+impl<B: Default> Default for BrowserOptions<B> {
     fn default() -> Self {
         Self {
             api: test_api_config(),
-            www_copy: false,
             exclusive: false,
             cross_origin: false,
-            site: None,
+            browser: B::default(),
         }
     }
 }
 
-impl Options {
+impl<B: Default> BrowserOptions<B> {
     pub fn api(api: ApiConfig) -> Self {
         Self {
             api,
             ..Self::default()
         }
     }
+}
 
-    pub fn with_www_copy(mut self) -> Self {
-        self.www_copy = true;
-        self
-    }
-
-    /// Serves `dir` as the site (its `/sw.js` gets the other origin's allow list as the demo's
-    /// does), instead of `www/`.
-    pub fn site(mut self, dir: PathBuf) -> Self {
-        self.site = Some(dir);
-        self
-    }
-
+impl<B> BrowserOptions<B> {
     pub fn exclusive(mut self) -> Self {
         self.exclusive = true;
         self
@@ -231,6 +231,20 @@ impl Options {
         self.cross_origin = true;
         self.api.jitter_ms = jitter_ms;
         self.api.arrival_jitter_ms = jitter_ms;
+        self
+    }
+}
+
+impl Options {
+    pub fn with_www_copy(mut self) -> Self {
+        self.browser.www_copy = true;
+        self
+    }
+
+    /// Serves `dir` as the site (its `/sw.js` gets the other origin's allow list as the demo's
+    /// does), instead of `www/`.
+    pub fn site(mut self, dir: PathBuf) -> Self {
+        self.browser.site = Some(dir);
         self
     }
 }
@@ -265,13 +279,10 @@ pub fn report(line: &str) {
     let _ = writeln!(std::io::stderr(), "{line}");
 }
 
-/// How busy the machine was since `since` (from [`sluice::browser::Browser::cpu_sample`]), for
-/// the report of a test that measures time.
-pub fn cpu_note(h: &Harness, since: Option<browser::load::CpuSample>) -> String {
-    match since
-        .zip(h.browser.cpu_sample())
-        .and_then(|(a, b)| a.until(&b))
-    {
+/// How busy the machine was since `since` (from [`BrowserHarness::cpu_sample`]), for the report
+/// of a test that measures time.
+pub fn cpu_note(h: &impl BrowserHarness, since: Option<browser::load::CpuSample>) -> String {
+    match since.zip(h.cpu_sample()).and_then(|(a, b)| a.until(&b)) {
         Some(u) => format!(
             "machine CPU: this test {:.0}%, other work {:.0}%",
             u.ours * 100.0,
@@ -295,6 +306,27 @@ fn require(ok: bool, what: &str, install: &str) -> bool {
         std::thread::current().name().unwrap_or("e2e test")
     ));
     false
+}
+
+/// Skips (returns false) or fails as [`require`] does when the wasm bundles were not built;
+/// both browsers' harnesses need them.
+fn require_wasm() -> bool {
+    require(
+        browser::wasm_built(),
+        "the wasm bundles were not built (SLUICE_SKIP_WASM?)",
+        WASM_INSTALL,
+    )
+}
+
+/// The test `name`'s artifacts directory (`target/tmp/e2e/<test>/`), emptied of an earlier
+/// run's.
+fn fresh_artifacts(name: &str) -> PathBuf {
+    let artifacts = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join("e2e")
+        .join(name);
+    let _ = std::fs::remove_dir_all(&artifacts);
+    std::fs::create_dir_all(&artifacts).expect("artifacts dir");
+    artifacts
 }
 
 /// Every arrival `api` recorded, also written to `arrivals.json` in `artifacts` for a look
@@ -412,20 +444,12 @@ impl Harness {
         ) {
             return None;
         }
-        if !require(
-            browser::wasm_built(),
-            "the wasm bundles were not built (SLUICE_SKIP_WASM?)",
-            WASM_INSTALL,
-        ) {
+        if !require_wasm() {
             return None;
         }
         let started = Instant::now();
-        let artifacts = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
-            .join("e2e")
-            .join(name);
-        let _ = std::fs::remove_dir_all(&artifacts);
-        std::fs::create_dir_all(&artifacts).expect("artifacts dir");
-        let www = options.www_copy.then(|| {
+        let artifacts = fresh_artifacts(name);
+        let www = options.browser.www_copy.then(|| {
             let dir = tempfile::Builder::new()
                 .prefix("sluice-www-")
                 .tempdir()
@@ -435,7 +459,7 @@ impl Harness {
         });
         let rig = Rig::start(RigOptions {
             api: options.api,
-            www: match (&www, options.site) {
+            www: match (&www, options.browser.site) {
                 (Some(copy), _) => WwwSource::Dir(copy.path().into()),
                 (None, Some(site)) => WwwSource::Dir(site),
                 (None, None) => WwwSource::Embedded,
@@ -535,12 +559,19 @@ impl Harness {
 impl BrowserHarness for Harness {
     type Tab = Tab;
 
+    const BROWSER: &'static str = "Chromium";
+
     fn site(&self) -> &Site {
         &self.rig.site
     }
 
     fn artifacts(&self) -> &Path {
         &self.artifacts
+    }
+
+    /// See [`sluice::browser::Browser::cpu_sample`].
+    fn cpu_sample(&self) -> Option<browser::load::CpuSample> {
+        self.rig.browser.cpu_sample()
     }
 
     /// Opens a new tab at `path` (on this server) and waits for it to load.
