@@ -55,7 +55,8 @@ async fn get(app: &Router, path: &str) -> Res {
 }
 
 fn app(config: ApiConfig) -> (Router, ApiHandle) {
-    let api = ApiHandle::new(config);
+    // On tokio's paused clock, which only tokio's timer moves.
+    let api = ApiHandle::with_holds(config, Holds::Runtime);
     (router(api.clone()), api)
 }
 
