@@ -11,8 +11,9 @@
 //!
 //! Each run gets a fresh server and browser; the clients take turns run by run (Sluice,
 //! Bottleneck, p-queue, Sluice, ...) so that a compile starting halfway through the sitting
-//! slows each of them alike instead of one alone. The figures are printed, not judged: only
-//! what would make them meaningless is an error (a create lost or applied twice).
+//! slows each of them alike instead of one alone. What would make the figures meaningless is
+//! an error (a create lost or applied twice); the rest is judged against the targets of a told
+//! limit and against the best peer, and printed with Sluice's ratio to each peer.
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -20,8 +21,8 @@ use std::time::Instant;
 use serde::{Deserialize, Serialize};
 
 use super::{
-    cpu_use, cross_origin_api, finish_time_s, run_bulk, BenchError, BenchOptions, CONCURRENCY,
-    LIMIT, WINDOW_MS,
+    cpu_use, cross_origin_api, finish_time_s, run_bulk, BenchError, BenchOptions, TargetCheck,
+    CONCURRENCY, LIMIT, WINDOW_MS,
 };
 use super::{ANSWER_JITTER_MS, ARRIVAL_JITTER_MS};
 use crate::browser::load::CpuUse;
@@ -175,9 +176,81 @@ pub struct PeersReport {
     pub arrival_jitter_ms: u64,
     pub answer_jitter_ms: u64,
     pub clients: Vec<ClientResult>,
+    /// Sluice's median share over each peer's, best first.
+    pub ratios: Vec<PeerRatio>,
+    /// Sluice judged against the targets of a told limit, and against the best peer.
+    pub targets: Vec<TargetCheck>,
     /// The machine's CPU use during the runs, on average.
     pub cpu: Option<CpuUse>,
     pub seconds: f64,
+}
+
+/// Sluice's median share of the limit over one peer's.
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PeerRatio {
+    pub peer: String,
+    pub ratio: f64,
+    /// Whether the peer drew no 429 in any run: a share bought with 429s is a share the API
+    /// refused part of.
+    pub kept_the_limit: bool,
+}
+
+/// The least median share of the limit the targets ask of Sluice here, and the least of any run.
+pub const TARGET_MEDIAN_SHARE: f64 = 0.975;
+pub const TARGET_LOWEST_SHARE: f64 = 0.96;
+
+/// Sluice's ratio to each peer, best peer first, and the verdicts on the targets: 0 429s in
+/// every run, the median and lowest share, and ahead of the best peer's median share.
+fn judge(clients: &[ClientResult]) -> (Vec<PeerRatio>, Vec<TargetCheck>) {
+    let Some(sluice) = clients.iter().find(|c| c.client == Client::Sluice) else {
+        return (Vec::new(), Vec::new());
+    };
+    let share = sluice.share_of_limit;
+    let mut ratios: Vec<PeerRatio> = clients
+        .iter()
+        .filter(|c| c.client != Client::Sluice)
+        .map(|c| PeerRatio {
+            peer: c.label.clone(),
+            ratio: share.median / c.share_of_limit.median,
+            kept_the_limit: c.runs.iter().all(|r| r.rate_limited == 0),
+        })
+        .collect();
+    ratios.sort_by(|a, b| a.ratio.total_cmp(&b.ratio));
+    let rate_limited: Vec<String> = sluice
+        .runs
+        .iter()
+        .map(|r| r.rate_limited.to_string())
+        .collect();
+    let mut targets = vec![
+        TargetCheck {
+            what: "sluice: 429s in every run".into(),
+            target: "0".into(),
+            measured: rate_limited.join(" "),
+            met: sluice.runs.iter().all(|r| r.rate_limited == 0),
+        },
+        TargetCheck {
+            what: "sluice: share of the limit, median".into(),
+            target: format!(">= {TARGET_MEDIAN_SHARE}"),
+            measured: format!("{:.3}", share.median),
+            met: share.median >= TARGET_MEDIAN_SHARE,
+        },
+        TargetCheck {
+            what: "sluice: share of the limit, lowest run".into(),
+            target: format!(">= {TARGET_LOWEST_SHARE}"),
+            measured: format!("{:.3}", share.min),
+            met: share.min >= TARGET_LOWEST_SHARE,
+        },
+    ];
+    if let Some(best) = ratios.first() {
+        targets.push(TargetCheck {
+            what: format!("sluice over the best peer's median share ({})", best.peer),
+            target: "> 1".into(),
+            measured: format!("{:.3}", best.ratio),
+            met: best.ratio > 1.0,
+        });
+    }
+    (ratios, targets)
 }
 
 /// The installed peers, and the directory the peer runs serve their page from.
@@ -297,7 +370,7 @@ pub async fn run_with(
         }
     }
     let cpu = mean_cpu(per_client.iter().flatten());
-    let clients = Client::ALL
+    let clients: Vec<ClientResult> = Client::ALL
         .iter()
         .zip(per_client)
         .map(|(client, runs)| ClientResult {
@@ -309,6 +382,7 @@ pub async fn run_with(
             runs,
         })
         .collect();
+    let (ratios, targets) = judge(&clients);
     Ok(PeersReport {
         jobs,
         runs_per_client: runs,
@@ -319,6 +393,8 @@ pub async fn run_with(
         arrival_jitter_ms: ARRIVAL_JITTER_MS,
         answer_jitter_ms: ANSWER_JITTER_MS,
         clients,
+        ratios,
+        targets,
         cpu,
         seconds: started.elapsed().as_secs_f64(),
     })
@@ -485,12 +561,93 @@ pub fn table(p: &PeersReport) -> String {
     for c in &p.clients {
         s.push_str(&format!("  {}: {}\n", c.label, c.settings));
     }
+    for r in &p.ratios {
+        s.push_str(&format!(
+            "sluice's median share over {}'s: {:.3}{}\n",
+            r.peer,
+            r.ratio,
+            if r.kept_the_limit {
+                ""
+            } else {
+                " (a peer that drew 429s: part of its share the API refused first)"
+            }
+        ));
+    }
+    for t in &p.targets {
+        s.push_str(&format!(
+            "  {:<4} {:<52} {:<14} target {}\n",
+            if t.met { "ok" } else { "MISS" },
+            t.what,
+            t.measured,
+            t.target
+        ));
+    }
     s
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn client(client: Client, shares: &[f64], rate_limited: usize) -> ClientResult {
+        let runs = shares
+            .iter()
+            .map(|&share_of_limit| PeerRun {
+                requests: 2_000 + rate_limited,
+                rate_limited,
+                preflights: 1,
+                finish_s: 20.0 / share_of_limit,
+                share_of_limit,
+                max_in_window: 100,
+                page_s: 20.0 / share_of_limit,
+                cpu: None,
+            })
+            .collect();
+        ClientResult {
+            client,
+            label: client.label(),
+            settings: client.settings().into(),
+            runs,
+            share_of_limit: Spread::of(shares),
+            cpu: None,
+        }
+    }
+
+    #[test]
+    fn sluice_is_judged_against_the_targets_and_the_best_peer() {
+        let clients = [
+            client(Client::Sluice, &[0.95, 0.958, 0.952], 0),
+            client(Client::Bottleneck, &[0.876, 0.874, 0.893], 0),
+            client(Client::PQueue, &[0.961, 0.938, 0.967], 29),
+        ];
+        let (ratios, targets) = judge(&clients);
+        // Best peer first: p-queue, whose share came with 429s.
+        assert_eq!(ratios[0].peer, Client::PQueue.label());
+        assert!(!ratios[0].kept_the_limit);
+        assert!((ratios[0].ratio - 0.952 / 0.961).abs() < 1e-9);
+        assert!(ratios[1].kept_the_limit && ratios[1].ratio > 1.0);
+        let met: Vec<(&str, bool)> = targets.iter().map(|t| (t.what.as_str(), t.met)).collect();
+        assert_eq!(
+            met,
+            [
+                ("sluice: 429s in every run", true),
+                ("sluice: share of the limit, median", false),
+                ("sluice: share of the limit, lowest run", false),
+                (
+                    "sluice over the best peer's median share (p-queue 9.3.5)",
+                    false
+                ),
+            ]
+        );
+        // One 429 in one run is a miss, however close the share.
+        let clients = [
+            client(Client::Sluice, &[0.98, 0.99, 0.985], 1),
+            client(Client::Bottleneck, &[0.876], 0),
+        ];
+        let (_, targets) = judge(&clients);
+        let met: Vec<bool> = targets.iter().map(|t| t.met).collect();
+        assert_eq!(met, [false, true, true, true]);
+    }
 
     #[test]
     fn spread_takes_the_middle_and_the_ends() {
