@@ -15,7 +15,8 @@ use std::hash::{Hash, Hasher};
 use rustc_hash::{FxHashMap, FxHasher};
 
 use super::queue::SortedQueue;
-use crate::job::{Job, JobId, JobKind, JobState, Lane};
+use super::tally::{Counted, Tally};
+use crate::job::{IllegalTransition, Job, JobId, JobKind, JobState, Lane};
 use crate::time::{DurationMs, Millis};
 
 #[derive(Default)]
@@ -32,6 +33,8 @@ pub(super) struct JobTable {
     /// the wasm.
     expiring: SortedQueue<(Millis, u64, JobId)>,
     next_seq: u64,
+    /// The status counts of `jobs`, kept with every change (see [`Tally`]).
+    tally: Tally,
 }
 
 impl JobTable {
@@ -39,8 +42,30 @@ impl JobTable {
         self.jobs.get(id)
     }
 
+    /// A job to change in anything but its state and lane, which the counts follow: its state
+    /// changes through [`JobTable::transition`].
     pub(super) fn get_mut(&mut self, id: &str) -> Option<&mut Job> {
         self.jobs.get_mut(id)
+    }
+
+    /// Moves a job to `to` if that is a legal step (see [`Job::transition`]), and counts it
+    /// there; the job, for the rest of the change. `None`: no such job.
+    pub(super) fn transition(
+        &mut self,
+        id: &str,
+        to: JobState,
+    ) -> Option<Result<&mut Job, IllegalTransition>> {
+        let job = self.jobs.get_mut(id)?;
+        let before = Counted::of(job);
+        Some(job.transition(to).map(|()| {
+            self.tally.changed(job, before);
+            job
+        }))
+    }
+
+    /// The status counts of every job in the table.
+    pub(super) fn tally(&self) -> &Tally {
+        &self.tally
     }
 
     pub(super) fn contains(&self, id: &str) -> bool {
@@ -54,7 +79,9 @@ impl JobTable {
     /// Forgets a finished job. Finished jobs are in no chain and match no waiting one, so
     /// only the table itself changes.
     pub(super) fn forget(&mut self, id: &str) {
-        self.jobs.remove(id);
+        if let Some(job) = self.jobs.remove(id) {
+            self.tally.remove(&job);
+        }
     }
 
     /// The enqueue sequence number for a new job.
@@ -90,7 +117,10 @@ impl JobTable {
             self.expiring
                 .insert((job.finished_at.unwrap_or(job.enqueued_at), 0, id.clone()));
         }
-        self.jobs.insert(id, job);
+        self.tally.add(&job);
+        if let Some(replaced) = self.jobs.insert(id, job) {
+            self.tally.remove(&replaced);
+        }
     }
 
     /// Whether the job may go as far as its key is concerned: it has no key, or it is the
@@ -173,7 +203,7 @@ impl JobTable {
                 .get(&first.2)
                 .is_some_and(|j| matches!(j.state, JobState::Done | JobState::Cancelled))
             {
-                self.jobs.remove(&first.2);
+                self.forget(&first.2);
                 return Some(first.2);
             }
         }
@@ -247,9 +277,11 @@ impl JobTable {
             })?;
             let target = target.clone();
             if let Some(t) = self.jobs.get_mut(&target) {
+                let before = Counted::of(t);
                 t.lane = t.lane.min(job.lane);
                 t.coalesced += 1;
                 t.folded.push(job.id.clone());
+                self.tally.changed(t, before);
             }
             return Some(target);
         }
@@ -258,6 +290,7 @@ impl JobTable {
 
     fn merge_patch(&mut self, target: &JobId, later: &Job) {
         if let Some(t) = self.jobs.get_mut(target) {
+            let before = Counted::of(t);
             t.body = merge_bodies(t.body.take(), later.body.clone());
             for (name, value) in &later.headers {
                 match t
@@ -272,6 +305,7 @@ impl JobTable {
             t.lane = t.lane.min(later.lane);
             t.coalesced += 1 + later.coalesced;
             t.folded.push(later.id.clone());
+            self.tally.changed(t, before);
         }
     }
 }

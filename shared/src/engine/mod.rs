@@ -10,8 +10,9 @@
 //! parts. None of them reaches back into the engine, and their imports of each other run one
 //! way (`snapshot` reads `jobs` and `in_flight`; a budget in `in_flight` holds its
 //! `scheduler` lanes and `ledger` save ids; `jobs` and `scheduler` keep their orders in
-//! `queue`):
+//! `queue`; `jobs` keeps its counts in `tally`):
 //! - `jobs`: the job table, its per-key chains, and folding of identical jobs;
+//! - `tally`: the table's running counts per state, budget, lane and group, for the status;
 //! - `scheduler`: where each eligible job waits, and which goes next (the ordering rules);
 //! - `in_flight`: a budget's attempts in flight and how its limiter's log follows them;
 //! - `ledger`: what changed since the last save, and which starts are saved;
@@ -24,6 +25,7 @@ mod ledger;
 mod queue;
 mod scheduler;
 mod snapshot;
+mod tally;
 
 use serde::{Deserialize, Serialize};
 
@@ -660,11 +662,8 @@ impl Engine {
         self.unplace(&id);
         let retry_config = self.config.retry.clone();
         let timeout_ms = retry_config.timeout_ms;
-        let job = self.table.get_mut(&id)?;
+        let job = self.table.transition(&id, JobState::Sending)?.ok()?;
         let lane = job.lane;
-        if job.transition(JobState::Sending).is_err() {
-            return None;
-        }
         if job.started_at.is_none() {
             let wait = now.saturating_sub(job.enqueued_at);
             self.counters.waited(lane, wait);
@@ -836,10 +835,8 @@ impl Engine {
                     );
                     b.state.pause(now, wait, reason, &mut self.rng);
                 }
-                if let Some(job) = self.table.get_mut(&id) {
-                    // Back to its place at the front of its lane; a 429 is not an attempt.
-                    let _ = job.transition(JobState::Queued);
-                }
+                // Back to its place at the front of its lane; a 429 is not an attempt.
+                let _ = self.table.transition(&id, JobState::Queued);
                 self.saves.job_changed(id.clone());
                 self.place(&id, now);
             }
@@ -871,9 +868,7 @@ impl Engine {
         let id: JobId = id.to_string();
         match error {
             TransportError::Offline => {
-                if let Some(job) = self.table.get_mut(&id) {
-                    let _ = job.transition(JobState::Queued);
-                }
+                let _ = self.table.transition(&id, JobState::Queued);
                 let probe = (2_000u64 << self.offline_streak.min(5)).min(OFFLINE_PROBE_MAX_MS);
                 self.offline_streak += 1;
                 self.offline_until = Some(now + probe);
@@ -968,11 +963,13 @@ impl Engine {
 
     fn fail_or_retry(&mut self, id: &JobId, budget_name: &str, error: JobError, now: Millis) {
         let max_attempts = self.config.retry.max_attempts;
-        let Some(job) = self.table.get_mut(id) else {
-            return;
+        let attempts = {
+            let Some(job) = self.table.get_mut(id) else {
+                return;
+            };
+            job.attempts += 1;
+            job.attempts
         };
-        job.attempts += 1;
-        let attempts = job.attempts;
         if attempts >= max_attempts {
             let error = JobError {
                 message: format!("{} (gave up after {attempts} attempts)", error.message),
@@ -1004,8 +1001,8 @@ impl Engine {
             return;
         }
         let delay = backoff(attempts, &self.config.retry, &mut self.rng);
+        let _ = self.table.transition(id, JobState::RetryWait);
         if let Some(job) = self.table.get_mut(id) {
-            let _ = job.transition(JobState::RetryWait);
             job.not_before = now + delay;
             job.last_error = Some(error);
         }
@@ -1016,12 +1013,9 @@ impl Engine {
     /// Moves a job to a terminal state and lets the next job of its key go.
     fn finish(&mut self, id: &JobId, state: JobState, error: Option<JobError>, now: Millis) {
         self.unplace(id);
-        let Some(job) = self.table.get_mut(id) else {
+        let Some(Ok(job)) = self.table.transition(id, state) else {
             return;
         };
-        if job.transition(state).is_err() {
-            return;
-        }
         job.finished_at = Some(now);
         if error.is_some() {
             job.last_error = error;
@@ -1102,9 +1096,8 @@ impl Engine {
         let retry = self.config.retry.clone();
         let job = self
             .table
-            .get_mut(id)
-            .ok_or_else(|| ProtocolError::NotFound { id: id.into() })?;
-        job.transition(JobState::Queued)
+            .transition(id, JobState::Queued)
+            .ok_or_else(|| ProtocolError::NotFound { id: id.into() })?
             .map_err(|e| ProtocolError::IllegalTransition {
                 message: format!("{e}: only failed jobs can be retried"),
             })?;

@@ -8,11 +8,11 @@ use std::collections::VecDeque;
 
 use super::in_flight::Budget;
 use super::jobs::JobTable;
+#[cfg(debug_assertions)]
+use super::tally::Tally;
 use crate::id_map::IdMap;
-use crate::job::{JobState, Lane};
-use crate::status::{
-    capacity_warning, percentile, BudgetStatus, GroupStatus, LaneStatus, StateCounts, Status,
-};
+use crate::job::Lane;
+use crate::status::{capacity_warning, percentile, BudgetStatus, GroupStatus, LaneStatus, Status};
 use crate::time::{DurationMs, Millis};
 
 /// Queue waits remembered per lane for the p50/p95 figures.
@@ -43,8 +43,8 @@ impl StatusCounters {
         self.finished_attempts += attempts as u64;
     }
 
-    /// A status snapshot for every tab: counts per state, group, budget and lane, rescanned
-    /// from `jobs`, with what they imply (each budget's ETA, capacity warnings).
+    /// A status snapshot for every tab: counts per state, group, budget and lane, as the job
+    /// table keeps them, with what they imply (each budget's ETA, capacity warnings).
     pub(super) fn snapshot(
         &self,
         jobs: &JobTable,
@@ -52,80 +52,23 @@ impl StatusCounters {
         offline: bool,
         now: Millis,
     ) -> Status {
-        let mut counts = StateCounts::default();
-        let mut pending_per_budget: Vec<(&str, u64)> = Vec::new();
-        // Groups in id order, kept sorted as they are found and found by binary search: a map
-        // keyed by id would be a B-tree in the wasm, and collecting a group id per job to sort
-        // afterwards is too much for a snapshot of a million jobs (there are few groups).
-        let mut group_ids: Vec<String> = Vec::new();
-        let mut last: Option<&str> = None;
-        for g in jobs.iter().filter_map(|j| j.group_id.as_deref()) {
-            if last != Some(g) {
-                if let Err(at) = group_ids.binary_search_by(|known| known.as_str().cmp(g)) {
-                    group_ids.insert(at, g.to_string());
-                }
-                last = Some(g);
-            }
-        }
-        // Plain loops in this function: each mapped `collect` is several generic functions in
-        // the wasm.
-        let mut groups: Vec<GroupStatus> = Vec::with_capacity(group_ids.len());
-        for id in group_ids {
-            groups.push(GroupStatus {
-                id,
-                total: 0,
-                done: 0,
-                failed: 0,
-                cancelled: 0,
-                pending: 0,
-                warning: None,
-            });
-        }
-        let mut waiting_per_lane = [0u64; 3];
-        let mut orphans: Vec<(&str, u64)> = Vec::new();
-        for job in jobs.iter() {
-            match job.state {
-                JobState::Queued => counts.queued += 1,
-                JobState::Sending => counts.sending += 1,
-                JobState::RetryWait => counts.retry_wait += 1,
-                JobState::Done => counts.done += 1,
-                JobState::Failed => counts.failed += 1,
-                JobState::Cancelled => counts.cancelled += 1,
-            }
-            let pending = matches!(
-                job.state,
-                JobState::Queued | JobState::Sending | JobState::RetryWait
+        let tally = jobs.tally();
+        #[cfg(debug_assertions)]
+        {
+            let counted = Tally::of(jobs.iter());
+            assert!(
+                tally.agrees_with(&counted),
+                "the kept status counts differ from a count of the jobs: kept {tally:?}, \
+                 counted {counted:?}"
             );
-            if pending {
-                count_in(&mut pending_per_budget, &job.budget.as_str());
-                if !budgets.contains_key(&job.budget) {
-                    count_in(&mut orphans, &job.budget.as_str());
-                }
-            }
-            if job.state.is_waiting() {
-                waiting_per_lane[job.lane.index()] += 1;
-            }
-            let group = job
-                .group_id
-                .as_deref()
-                .and_then(|g| groups.binary_search_by(|s| s.id.as_str().cmp(g)).ok());
-            if let Some(i) = group {
-                let entry = &mut groups[i];
-                entry.total += 1;
-                match job.state {
-                    JobState::Done => entry.done += 1,
-                    JobState::Failed => entry.failed += 1,
-                    JobState::Cancelled => entry.cancelled += 1,
-                    _ => entry.pending += 1,
-                }
-            }
         }
         let mut budget_statuses = Vec::new();
         let mut eta_all: Option<DurationMs> = None;
         for (name, b) in budgets.iter() {
-            let pending = pending_per_budget
-                .binary_search_by(|(n, _)| (*n).cmp(name.as_str()))
-                .map_or(0, |i| pending_per_budget[i].1);
+            let pending = tally
+                .budgets
+                .binary_search_by(|c| c.id.cmp(name))
+                .map_or(0, |i| tally.budgets[i].pending());
             let blocked = b.state.blocked_until(now);
             let eta_ms = if b.state.trouble.is_some() {
                 None
@@ -188,40 +131,41 @@ impl StatusCounters {
             });
         }
         let mut warnings: Vec<String> = Vec::new();
-        for (budget, n) in &orphans {
-            warnings.push(format!(
-                "{n} jobs wait for budget '{budget}', which is not configured"
-            ));
+        for b in &tally.budgets {
+            if b.pending() > 0 && !budgets.contains_key(&b.id) {
+                warnings.push(format!(
+                    "{} jobs wait for budget '{}', which is not configured",
+                    b.pending(),
+                    b.id
+                ));
+            }
         }
-        for g in &mut groups {
-            if g.pending > 0 {
-                let budget = jobs
-                    .iter()
-                    .find(|j| j.group_id.as_deref() == Some(g.id.as_str()))
-                    .and_then(|j| budgets.get(&j.budget));
-                if let Some(b) = budget {
-                    g.warning = capacity_warning(g.pending, b.state.limiter.windows());
+        let mut groups: Vec<GroupStatus> = Vec::with_capacity(tally.groups.len());
+        for g in &tally.groups {
+            let mut status = g.group_status();
+            if status.pending > 0 {
+                if let Some(b) = budgets.get(&g.budget) {
+                    status.warning = capacity_warning(status.pending, b.state.limiter.windows());
                 }
             }
-        }
-        for g in &groups {
-            if let Some(w) = &g.warning {
+            if let Some(w) = &status.warning {
                 warnings.push(w.clone());
             }
+            groups.push(status);
         }
         let mut lanes = Vec::with_capacity(Lane::ALL.len());
         for lane in Lane::ALL {
             let samples: Vec<DurationMs> = self.waits[lane.index()].iter().copied().collect();
             lanes.push(LaneStatus {
                 lane,
-                waiting: waiting_per_lane[lane.index()],
+                waiting: tally.waiting_per_lane[lane.index()],
                 wait_p50_ms: percentile(&samples, 50.0),
                 wait_p95_ms: percentile(&samples, 95.0),
             });
         }
         Status {
             now,
-            counts,
+            counts: tally.counts.clone(),
             budgets: budget_statuses,
             groups,
             lanes,
