@@ -963,13 +963,11 @@ impl Engine {
 
     fn fail_or_retry(&mut self, id: &JobId, budget_name: &str, error: JobError, now: Millis) {
         let max_attempts = self.config.retry.max_attempts;
-        let attempts = {
-            let Some(job) = self.table.get_mut(id) else {
-                return;
-            };
-            job.attempts += 1;
-            job.attempts
+        let Some(job) = self.table.get_mut(id) else {
+            return;
         };
+        job.attempts += 1;
+        let attempts = job.attempts;
         if attempts >= max_attempts {
             let error = JobError {
                 message: format!("{} (gave up after {attempts} attempts)", error.message),

@@ -92,7 +92,8 @@ impl Counted {
 }
 
 impl Tally {
-    /// The counts of `jobs`, from scratch.
+    /// The counts of `jobs`, from scratch (for the debug check at every snapshot).
+    #[cfg(debug_assertions)]
     pub(super) fn of<'a>(jobs: impl Iterator<Item = &'a Job>) -> Tally {
         let mut tally = Tally::default();
         for job in jobs {
@@ -102,6 +103,7 @@ impl Tally {
     }
 
     /// The same counts, whichever job each group's budget was taken from.
+    #[cfg(debug_assertions)]
     pub(super) fn agrees_with(&self, other: &Tally) -> bool {
         let ids_and_jobs = |all: &[Counts]| -> Vec<(String, [u64; 5])> {
             all.iter().map(|c| (c.id.clone(), c.jobs)).collect()
