@@ -11,6 +11,7 @@ use std::fmt;
 use crate::config::EngineConfig;
 use crate::job::{Job, JobError, JobId, JobOutcome, JobSpec, JobState, Lane};
 use crate::json::{FromJson, ToJson};
+use crate::request_options::InvalidOption;
 use crate::status::Status;
 use crate::time::Millis;
 
@@ -421,6 +422,12 @@ impl fmt::Display for ProtocolError {
 }
 
 impl std::error::Error for ProtocolError {}
+
+impl From<InvalidOption> for ProtocolError {
+    fn from(e: InvalidOption) -> Self {
+        ProtocolError::InvalidRequest { message: e.message }
+    }
+}
 
 impl ProtocolError {
     /// The `code` it carries on the wire: a stable name for programs.

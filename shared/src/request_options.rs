@@ -11,8 +11,9 @@
 
 use serde::{Deserialize, Serialize};
 
+use std::fmt;
+
 use crate::json::{FromJson, ToJson};
-use crate::protocol::ProtocolError;
 
 /// `RequestInit` members of a job's request; `None` is the browser's default.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, ToJson, FromJson)]
@@ -54,7 +55,7 @@ impl RequestOptions {
 
     /// Each member is one the browser accepts; the error names the member, the value and
     /// what would do.
-    pub fn validate(&self) -> Result<(), ProtocolError> {
+    pub fn validate(&self) -> Result<(), InvalidOption> {
         check("credentials", &self.credentials, &CREDENTIALS)?;
         if self.mode.as_deref() == Some("no-cors") {
             return Err(invalid(
@@ -75,11 +76,24 @@ impl RequestOptions {
     }
 }
 
-fn invalid(message: String) -> ProtocolError {
-    ProtocolError::InvalidRequest { message }
+/// A member the browser would refuse, and what it allows instead. The protocol answers it as
+/// an invalid request (`From` in `protocol`, which knows the errors a page sees).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct InvalidOption {
+    pub message: String,
 }
 
-fn check(member: &str, value: &Option<String>, allowed: &[&str]) -> Result<(), ProtocolError> {
+impl fmt::Display for InvalidOption {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+fn invalid(message: String) -> InvalidOption {
+    InvalidOption { message }
+}
+
+fn check(member: &str, value: &Option<String>, allowed: &[&str]) -> Result<(), InvalidOption> {
     match value {
         Some(v) if !allowed.contains(&v.as_str()) => {
             let mut message = format!("{member} '{v}' is not one of:");
@@ -126,7 +140,7 @@ mod tests {
             credentials: Some("always".into()),
             ..Default::default()
         };
-        let Err(ProtocolError::InvalidRequest { message }) = options.validate() else {
+        let Err(InvalidOption { message }) = options.validate() else {
             panic!("accepted");
         };
         assert_eq!(
@@ -141,7 +155,7 @@ mod tests {
             mode: Some("no-cors".into()),
             ..Default::default()
         };
-        let Err(ProtocolError::InvalidRequest { message }) = options.validate() else {
+        let Err(InvalidOption { message }) = options.validate() else {
             panic!("accepted");
         };
         assert!(message.contains("no-cors"), "{message}");

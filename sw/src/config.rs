@@ -26,6 +26,7 @@ use sluice_shared::json::{self, FromJson, Json};
 use sluice_shared::{Algorithm, BudgetConfig, EngineConfig, Window};
 
 use crate::intercept::{RouteConfig, Routes};
+use crate::prefix::resolve_prefix;
 
 /// What the worker script declares in `self.SLUICE_CONFIG`: the engine's configuration with
 /// one more field, `intercept`.
@@ -197,25 +198,6 @@ pub fn pin_allow(config: &mut EngineConfig, script: &EngineConfig) {
     config.allow = script.allow.clone();
 }
 
-/// `/api/` -> `http://host:port/api/`; absolute http(s) prefixes are kept as they are.
-pub fn resolve_prefix(prefix: &str, origin: &str) -> String {
-    if is_absolute_http(prefix) {
-        return prefix.to_string();
-    }
-    let origin = origin.trim_end_matches('/');
-    if prefix.starts_with('/') {
-        format!("{origin}{prefix}")
-    } else {
-        format!("{origin}/{prefix}")
-    }
-}
-
-/// Whether a URL starts with `http://` or `https://` (any case), i.e. needs no resolution.
-pub fn is_absolute_http(url: &str) -> bool {
-    let lower = |n: usize| url.get(..n).map(str::to_ascii_lowercase);
-    lower(7).as_deref() == Some("http://") || lower(8).as_deref() == Some("https://")
-}
-
 /// A configuration a page saved, with the fingerprint of the script configuration in force
 /// when it was saved (see the module docs for the rule).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -344,17 +326,7 @@ mod tests {
     }
 
     #[test]
-    fn prefixes_resolve_against_the_origin() {
-        assert_eq!(
-            resolve_prefix("/api/", ORIGIN),
-            "http://127.0.0.1:8123/api/"
-        );
-        assert_eq!(resolve_prefix("api/", ORIGIN), "http://127.0.0.1:8123/api/");
-        assert_eq!(
-            resolve_prefix("https://api.example/v1/", ORIGIN),
-            "https://api.example/v1/"
-        );
-        assert_eq!(resolve_prefix("/x", "http://h/"), "http://h/x");
+    fn engine_prefixes_resolve_against_the_origin() {
         let mut c = ScriptConfig::default().engine;
         resolve_engine_prefixes(&mut c, ORIGIN);
         assert_eq!(
@@ -370,16 +342,6 @@ mod tests {
         assert!(engine_config_from_json(r#"{"retentionMs": "x"}"#).is_err());
         assert!(engine_config_from_json("5").is_err());
         assert!(engine_config_from_json("{} , \"x\": 1").is_err());
-    }
-
-    #[test]
-    fn absolute_detection_ignores_case() {
-        assert!(is_absolute_http("HTTPS://a.example/"));
-        assert!(is_absolute_http("http://a"));
-        assert!(!is_absolute_http("/api"));
-        assert!(!is_absolute_http("ftp://x"));
-        assert!(!is_absolute_http("htt"));
-        assert!(!is_absolute_http("é"));
     }
 
     #[test]

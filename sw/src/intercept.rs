@@ -24,7 +24,7 @@ use sluice_shared::protocol::ProtocolError;
 use sluice_shared::request_options::RequestOptions;
 use sluice_shared::{JobKind, JobSpec, JobState, Lane};
 
-use crate::config::resolve_prefix;
+use crate::prefix::resolve_prefix;
 
 /// A route as written in the worker script.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -24,6 +24,7 @@ pub mod error;
 #[cfg(target_arch = "wasm32")]
 mod idb;
 pub mod intercept;
+pub mod prefix;
 pub mod store;
 pub mod transport;
 
