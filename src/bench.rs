@@ -225,7 +225,7 @@ pub struct ColdStartResult {
     pub cpu: Option<CpuUse>,
 }
 
-/// One target of issue 4 and whether this run met it.
+/// One target and whether this run met it.
 #[derive(Clone, Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct TargetCheck {
@@ -233,6 +233,20 @@ pub struct TargetCheck {
     pub target: String,
     pub measured: String,
     pub met: bool,
+}
+
+impl TargetCheck {
+    /// The verdict as a line of a report: `ok` or `MISS`, what, the figure, the target, with
+    /// `what` padded to `width`.
+    pub fn line(&self, width: usize) -> String {
+        format!(
+            "  {:<4} {:<width$} {:<14} target {}\n",
+            if self.met { "ok" } else { "MISS" },
+            self.what,
+            self.measured,
+            self.target
+        )
+    }
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -988,13 +1002,7 @@ pub fn table(r: &Report) -> String {
     s.push('\n');
     s.push_str("targets\n");
     for t in &r.targets {
-        s.push_str(&format!(
-            "  {:<4} {:<40} {:<14} target {}\n",
-            if t.met { "ok" } else { "MISS" },
-            t.what,
-            t.measured,
-            t.target
-        ));
+        s.push_str(&t.line(40));
     }
     if let Some(p) = &r.peers {
         s.push('\n');

@@ -574,13 +574,7 @@ pub fn table(p: &PeersReport) -> String {
         ));
     }
     for t in &p.targets {
-        s.push_str(&format!(
-            "  {:<4} {:<52} {:<14} target {}\n",
-            if t.met { "ok" } else { "MISS" },
-            t.what,
-            t.measured,
-            t.target
-        ));
+        s.push_str(&t.line(52));
     }
     s
 }
