@@ -68,8 +68,6 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 use tokio::time::Instant;
 
-use hold::Holds;
-
 /// How a 429's `Retry-After` is written.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
@@ -395,8 +393,6 @@ pub struct Stats {
 #[derive(Clone)]
 pub struct ApiHandle {
     inner: Arc<Mutex<Inner>>,
-    /// What ends the arrival holds and answer delays.
-    holds: Holds,
 }
 
 struct Inner {
@@ -433,12 +429,11 @@ struct ApiRequest {
     body: Bytes,
 }
 
-/// The answer decided at arrival, sent `delay` after it.
+/// The answer decided at arrival, sent after `delay`.
 struct Reply {
     status: StatusCode,
     headers: Vec<(HeaderName, HeaderValue)>,
     body: Option<Value>,
-    arrived: Instant,
     delay: Duration,
 }
 
@@ -475,10 +470,6 @@ impl Handled {
 
 impl ApiHandle {
     pub fn new(config: ApiConfig) -> Self {
-        Self::with_holds(config, Holds::Precise)
-    }
-
-    fn with_holds(config: ApiConfig, holds: Holds) -> Self {
         let rng = SplitMix64::new(config.seed);
         Self {
             inner: Arc::new(Mutex::new(Inner {
@@ -494,7 +485,6 @@ impl ApiHandle {
                 preflights: 0,
                 large_bytes_sent: Arc::default(),
             })),
-            holds,
         }
     }
 
@@ -843,7 +833,6 @@ impl ApiHandle {
             status,
             headers,
             body,
-            arrived: now,
             delay,
         }
     }
@@ -1257,7 +1246,6 @@ async fn api_request(
         body,
     };
     let large = (req.path == "/api/large").then(|| large_size(req.query.as_deref()));
-    let received = Instant::now();
     let hold = api.arrival_hold();
     let reply = if hold.is_zero() {
         api.arrive(req)
@@ -1266,7 +1254,7 @@ async fn api_request(
         // handler, but a request already on its way still arrives, is counted and applied.
         let held = api.clone();
         let arrival = tokio::spawn(async move {
-            held.holds.until(received + hold).await;
+            tokio::time::sleep(hold).await;
             held.arrive(req)
         });
         match arrival.await {
@@ -1277,7 +1265,7 @@ async fn api_request(
         }
     };
     if !reply.delay.is_zero() {
-        api.holds.until(reply.arrived + reply.delay).await;
+        tokio::time::sleep(reply.delay).await;
     }
     let mut res = match (reply.body, large) {
         (Some(_), Some(bytes)) if reply.status == StatusCode::OK => {
@@ -1458,6 +1446,5 @@ async fn post_seed(State(api): State<ApiHandle>, body: Bytes) -> Result<Json<Val
     Ok(Json(json!({ "created": created, "contacts": contacts })))
 }
 
-mod hold;
 #[cfg(test)]
 mod tests;

@@ -55,8 +55,7 @@ async fn get(app: &Router, path: &str) -> Res {
 }
 
 fn app(config: ApiConfig) -> (Router, ApiHandle) {
-    // On tokio's paused clock, which only tokio's timer moves.
-    let api = ApiHandle::with_holds(config, Holds::Runtime);
+    let api = ApiHandle::new(config);
     (router(api.clone()), api)
 }
 
