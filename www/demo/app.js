@@ -328,6 +328,10 @@ function onPhase(next, prev, t) {
   const boot = prev === 'starting';
   switch (next) {
     case 'sending': {
+      // A retry says so itself once the worker has taken the jobs back: the broadcast of the
+      // first one's new state may land while the others are still on their way, and must not
+      // announce a run of one.
+      if (st.busy === 'retry') break;
       let text;
       if (boot && st.boot.otherTabs) text = `Another tab is sending ${fmt.count(n, 'change')}. This tab shows the same queue, live.`;
       else if (boot) text = `Sending ${fmt.count(n, 'change')} left from your last visit.`;
