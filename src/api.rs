@@ -68,6 +68,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 use tokio::time::Instant;
 
+use hold::Holds;
+
 /// How a 429's `Retry-After` is written.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
@@ -393,6 +395,8 @@ pub struct Stats {
 #[derive(Clone)]
 pub struct ApiHandle {
     inner: Arc<Mutex<Inner>>,
+    /// What ends the arrival holds and answer delays.
+    holds: Holds,
 }
 
 struct Inner {
@@ -429,11 +433,12 @@ struct ApiRequest {
     body: Bytes,
 }
 
-/// The answer decided at arrival, sent after `delay`.
+/// The answer decided at arrival, sent `delay` after it.
 struct Reply {
     status: StatusCode,
     headers: Vec<(HeaderName, HeaderValue)>,
     body: Option<Value>,
+    arrived: Instant,
     delay: Duration,
 }
 
@@ -470,6 +475,10 @@ impl Handled {
 
 impl ApiHandle {
     pub fn new(config: ApiConfig) -> Self {
+        Self::with_holds(config, Holds::Precise)
+    }
+
+    fn with_holds(config: ApiConfig, holds: Holds) -> Self {
         let rng = SplitMix64::new(config.seed);
         Self {
             inner: Arc::new(Mutex::new(Inner {
@@ -485,6 +494,7 @@ impl ApiHandle {
                 preflights: 0,
                 large_bytes_sent: Arc::default(),
             })),
+            holds,
         }
     }
 
@@ -588,6 +598,25 @@ impl ApiHandle {
     /// limiter bounds by `limit`.
     pub fn max_in_window(&self, window_ms: u64) -> usize {
         max_in_window(&self.lock().arrivals, window_ms)
+    }
+
+    /// How close a client came to the limit: the shortest time, in ms, from an admitted
+    /// arrival to the `count`-th admitted arrival after it (`None` with fewer arrivals). With
+    /// `count` the limit, a client that kept to it leaves at least the window; how much more
+    /// is the margin it kept, the figure that shows a breach coming before `max_in_window`
+    /// does.
+    pub fn shortest_span(&self, count: usize) -> Option<f64> {
+        let times: Vec<u64> = self
+            .lock()
+            .arrivals
+            .iter()
+            .filter(|a| a.admitted)
+            .map(|a| a.at_ns)
+            .collect();
+        (count > 0)
+            .then(|| times.windows(count + 1).map(|w| w[count] - w[0]).min())
+            .flatten()
+            .map(|ns| ns as f64 / 1e6)
     }
 
     /// Applied `POST /api/contacts` per Idempotency-Key: every value should be exactly 1.
@@ -833,6 +862,7 @@ impl ApiHandle {
             status,
             headers,
             body,
+            arrived: now,
             delay,
         }
     }
@@ -1246,6 +1276,7 @@ async fn api_request(
         body,
     };
     let large = (req.path == "/api/large").then(|| large_size(req.query.as_deref()));
+    let received = Instant::now();
     let hold = api.arrival_hold();
     let reply = if hold.is_zero() {
         api.arrive(req)
@@ -1254,7 +1285,7 @@ async fn api_request(
         // handler, but a request already on its way still arrives, is counted and applied.
         let held = api.clone();
         let arrival = tokio::spawn(async move {
-            tokio::time::sleep(hold).await;
+            held.holds.until(received + hold).await;
             held.arrive(req)
         });
         match arrival.await {
@@ -1265,7 +1296,7 @@ async fn api_request(
         }
     };
     if !reply.delay.is_zero() {
-        tokio::time::sleep(reply.delay).await;
+        api.holds.until(reply.arrived + reply.delay).await;
     }
     let mut res = match (reply.body, large) {
         (Some(_), Some(bytes)) if reply.status == StatusCode::OK => {
@@ -1446,5 +1477,6 @@ async fn post_seed(State(api): State<ApiHandle>, body: Bytes) -> Result<Json<Val
     Ok(Json(json!({ "created": created, "contacts": contacts })))
 }
 
+mod hold;
 #[cfg(test)]
 mod tests;

@@ -55,7 +55,8 @@ async fn get(app: &Router, path: &str) -> Res {
 }
 
 fn app(config: ApiConfig) -> (Router, ApiHandle) {
-    let api = ApiHandle::new(config);
+    // On tokio's paused clock, which only tokio's timer moves.
+    let api = ApiHandle::with_holds(config, Holds::Runtime);
     (router(api.clone()), api)
 }
 
@@ -103,6 +104,10 @@ async fn limit_is_an_exact_sliding_window_over_admitted_arrivals() {
     assert_eq!(api.max_in_window(1000), 3);
     // 0, 400, 800, 1000 fall inside one 1001 ms window.
     assert_eq!(api.max_in_window(1001), 4);
+    // Admitted at 0, 400, 800, 1000 and 1400 ms: a client at the limit of 3 per second.
+    assert_eq!(api.shortest_span(3), Some(1000.0));
+    assert_eq!(api.shortest_span(2), Some(600.0));
+    assert_eq!(api.shortest_span(5), None);
     let s = api.stats();
     assert_eq!((s.admitted, s.rate_limited, s.applied), (5, 2, 5));
     let a = api.arrivals();

@@ -146,14 +146,20 @@ pub async fn bulk_at_the_limit_draws_no_429_and_never_exceeds_the_limit<H: Brows
     } else {
         format!("same origin, {} ms", config.latency_ms)
     };
+    // The server's window is 1,000 ms: a span below it is a breach, just above it a close call.
+    let tightest = h
+        .api()
+        .shortest_span(LIMIT)
+        .map_or("-".into(), |ms| format!("{ms:.2} ms"));
     report(&format!(
         "{} bulk {n} @{LIMIT}/s, {origin}: finish {seconds:.2} s, ideal {:.2} s, ratio \
-         {ratio:.3}, share of limit {share:.3}, 429s {}, most in a window {}, preflights \
-         {preflights}; {}",
+         {ratio:.3}, share of limit {share:.3}, 429s {}, most in a window {}, shortest span \
+         of {} arrivals {tightest}, preflights {preflights}; {}",
         H::BROWSER,
         ideal_ms / 1000.0,
         stats.rate_limited,
         stats.max_in_window,
+        LIMIT + 1,
         cpu_note(h, cpu)
     ));
     assert_eq!(stats.rate_limited, 0, "{stats:?}");
