@@ -381,6 +381,18 @@ pub fn assert_each_applied_once(api: &ApiHandle, artifacts: &Path, n: usize, lim
     assert!(by_key.values().all(|c| *c == 1), "{by_key:?}");
     let arrivals = save_arrivals(api, artifacts);
     let densest = densest_second(&arrivals);
+    // The figures behind the verdict, for every test that checks the limit this way: how close
+    // to it the arrivals came (a span below 1,000 ms is a breach).
+    report(&format!(
+        "{}: {n} applied once each; densest second {} of {limit}; shortest span of {} arrivals \
+         {}; 429s {}",
+        std::thread::current().name().unwrap_or("e2e test"),
+        densest.len(),
+        limit + 1,
+        api.shortest_span(limit)
+            .map_or("-".into(), |ms| format!("{ms:.2} ms")),
+        stats.rate_limited
+    ));
     assert!(
         densest.len() <= limit,
         "{} arrivals in one second, limit {limit}: at {:?} ms (arrivals.json in {}); {stats:?}",
