@@ -606,13 +606,7 @@ impl ApiHandle {
     /// is the margin it kept, the figure that shows a breach coming before `max_in_window`
     /// does.
     pub fn shortest_span(&self, count: usize) -> Option<f64> {
-        let times: Vec<u64> = self
-            .lock()
-            .arrivals
-            .iter()
-            .filter(|a| a.admitted)
-            .map(|a| a.at_ns)
-            .collect();
+        let times = admitted_times(&self.lock().arrivals);
         (count > 0)
             .then(|| times.windows(count + 1).map(|w| w[count] - w[0]).min())
             .flatten()
@@ -872,13 +866,18 @@ fn is_applied_create(a: &Arrival) -> bool {
     a.applied && a.method == "POST" && a.path.trim_end_matches('/') == "/api/contacts"
 }
 
-fn max_in_window(arrivals: &[Arrival], window_ms: u64) -> usize {
-    let window_ns = window_ms.saturating_mul(1_000_000);
-    let times: Vec<u64> = arrivals
+/// The instants (ns) of the arrivals the server's window counted, in arrival order.
+fn admitted_times(arrivals: &[Arrival]) -> Vec<u64> {
+    arrivals
         .iter()
         .filter(|a| a.admitted)
         .map(|a| a.at_ns)
-        .collect();
+        .collect()
+}
+
+fn max_in_window(arrivals: &[Arrival], window_ms: u64) -> usize {
+    let window_ns = window_ms.saturating_mul(1_000_000);
+    let times = admitted_times(arrivals);
     let mut best = 0;
     let mut start = 0;
     for (end, &t) in times.iter().enumerate() {

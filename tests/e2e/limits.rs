@@ -7,7 +7,8 @@ use sluice::browser;
 
 use crate::e2e;
 use crate::support::{
-    cpu_note, js, report, test_api_config, BrowserHarness, Harness, Options, PageScript,
+    cpu_note, js, report, shortest_span_note, test_api_config, BrowserHarness, Harness, Options,
+    PageScript,
 };
 
 e2e!(a_burst_stays_within_the_servers_limit, 90, |h| {
@@ -146,11 +147,7 @@ pub async fn bulk_at_the_limit_draws_no_429_and_never_exceeds_the_limit<H: Brows
     } else {
         format!("same origin, {} ms", config.latency_ms)
     };
-    // The server's window is 1,000 ms: a span below it is a breach, just above it a close call.
-    let tightest = h
-        .api()
-        .shortest_span(LIMIT)
-        .map_or("-".into(), |ms| format!("{ms:.2} ms"));
+    let tightest = shortest_span_note(h.api(), LIMIT);
     report(&format!(
         "{} bulk {n} @{LIMIT}/s, {origin}: finish {seconds:.2} s, ideal {:.2} s, ratio \
          {ratio:.3}, share of limit {share:.3}, 429s {}, most in a window {}, shortest span \
