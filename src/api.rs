@@ -344,6 +344,13 @@ pub struct Arrival {
     pub at_ms: f64,
     /// The same, exact: window computations use this.
     pub at_ns: u64,
+    /// When the request reached the handler, before its arrival hold (ms, as `at_ms`): the
+    /// client's start plus the loopback.
+    #[serde(default)]
+    pub received_ms: f64,
+    /// When its answer is due to leave (ms, as `at_ms`): the arrival plus the answer's delay.
+    #[serde(default)]
+    pub answer_ms: f64,
     pub method: String,
     pub path: String,
     pub idempotency_key: Option<String>,
@@ -709,7 +716,7 @@ impl ApiHandle {
 
     /// Decides the answer to one arrival, records it, and carries it out, all under one lock so
     /// the arrival order, the limiter's log and the record agree.
-    fn arrive(&self, req: ApiRequest) -> Reply {
+    fn arrive(&self, req: ApiRequest, received: Instant) -> Reply {
         let mut guard = self.lock();
         let inner = &mut *guard;
         let now = Instant::now();
@@ -841,6 +848,11 @@ impl ApiHandle {
             seq,
             at_ms: at.as_secs_f64() * 1000.0,
             at_ns: at.as_nanos() as u64,
+            received_ms: received
+                .saturating_duration_since(inner.epoch)
+                .as_secs_f64()
+                * 1000.0,
+            answer_ms: (at + delay).as_secs_f64() * 1000.0,
             method: req.method.to_string(),
             path: req.path.clone(),
             idempotency_key: req.idempotency_key.clone(),
@@ -1278,14 +1290,14 @@ async fn api_request(
     let received = Instant::now();
     let hold = api.arrival_hold();
     let reply = if hold.is_zero() {
-        api.arrive(req)
+        api.arrive(req, received)
     } else {
         // The held request travels in a task of its own: a client that gives up drops this
         // handler, but a request already on its way still arrives, is counted and applied.
         let held = api.clone();
         let arrival = tokio::spawn(async move {
             held.holds.until(received + hold).await;
-            held.arrive(req)
+            held.arrive(req, received)
         });
         match arrival.await {
             Ok(reply) => reply,
