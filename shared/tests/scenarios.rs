@@ -1590,3 +1590,60 @@ fn a_finished_jobs_credentials_do_not_stay_at_rest() {
     assert!(refused.headers.is_empty(), "{refused:?}");
     assert!(refused.body.is_some() && refused.last_error.is_some());
 }
+
+/// Starts of a paced 5-per-second budget, 4 in flight, whose first four requests a proxy held
+/// a second for their turn (answered after 1,000 ms, the rest after 15), with the hold said in
+/// `Server-Timing` or not; returns the start times.
+fn starts_after_held_trips(hold_reported: bool) -> Vec<u64> {
+    let mut e = engine_with(budget(5, 1_000, 4));
+    for i in 0..80 {
+        e.enqueue(post(i), 0).unwrap();
+    }
+    let mut answers: Vec<(u64, String, bool)> = Vec::new();
+    let mut starts = Vec::new();
+    let mut now = 0;
+    while now < 16_000 {
+        let due: Vec<(String, bool)> = answers
+            .iter()
+            .filter(|(at, _, _)| *at == now)
+            .map(|(_, id, held)| (id.clone(), *held))
+            .collect();
+        for (id, held) in due {
+            let response = if held && hold_reported {
+                with_headers(201, &[("Server-Timing", "sluice-hold;dur=985.4")])
+            } else {
+                ok()
+            };
+            e.on_response(&id, response, now);
+        }
+        for t in drain(&mut e, now) {
+            let held = starts.len() < 4;
+            starts.push(now);
+            answers.push((now + if held { 1_000 } else { 15 }, t.job_id, held));
+        }
+        now += 1;
+    }
+    starts
+}
+
+#[test]
+fn a_hold_the_proxy_reports_is_not_taken_for_network_spread() {
+    let in_span = |starts: &[u64]| {
+        starts
+            .iter()
+            .filter(|&&t| (4_000..14_000).contains(&t))
+            .count()
+    };
+    // Reported, the holds leave the measured trips as they are: the budget keeps to 5 a
+    // (stretched) second once the held requests are answered.
+    let reported = starts_after_held_trips(true);
+    // Unreported, four second-long trips among the first 32 read as a network whose forward
+    // delay spreads over a second: every window is stretched by half of it.
+    let unreported = starts_after_held_trips(false);
+    let (r, u) = (in_span(&reported), in_span(&unreported));
+    assert!(r >= 47, "{r} starts in 10 s at 5 a second: {reported:?}");
+    assert!(
+        u + 5 <= r,
+        "unreported holds cost {u} starts against {r}: the scenario no longer shows the spread"
+    );
+}

@@ -11,7 +11,7 @@ use axum::extract::{ConnectInfo, Request, State};
 use axum::http::{header, HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
 use axum::response::Response;
 use serde_json::json;
-use sluice_shared::headers::read_signal;
+use sluice_shared::headers::{read_signal, HOLD_FIELD};
 use sluice_shared::scope::Target;
 use tokio::time::Instant;
 
@@ -49,7 +49,7 @@ const UPSTREAM_LIMIT_HEADERS: [&str; 6] = [
 ];
 
 const EXPOSED: &str = "Retry-After, RateLimit, RateLimit-Policy, Date, Location, \
-                       Idempotent-Replayed, Content-Type";
+                       Idempotent-Replayed, Content-Type, Server-Timing";
 
 pub struct Proxy {
     config: ProxyConfig,
@@ -395,7 +395,8 @@ async fn forward(proxy: &Arc<Proxy>, peer: SocketAddr, req: Request) -> Response
 
     // Ask until granted, holding the request while the wait fits in --max-wait-ms.
     let lease = proxy.lease_id();
-    let deadline = Instant::now() + Duration::from_millis(config.max_wait_ms);
+    let first_ask = Instant::now();
+    let deadline = first_ask + Duration::from_millis(config.max_wait_ms);
     let (share, holder, asked_at) = loop {
         let rule = proxy.rule_for(index, budget);
         // The trip is measured from the ask, not from its answer: the way back from the store
@@ -525,6 +526,13 @@ async fn forward(proxy: &Arc<Proxy>, peer: SocketAddr, req: Request) -> Response
         h.append(name, value.clone());
     }
     state_share(h, budget, &share, budget.share_window.length_ms);
+    // How long the request waited here for its turn before it was counted: that is no part of
+    // the caller's way here or back, and a worker that took a second's hold for network spread
+    // would stretch its windows by half of it (see `shared`'s `headers::HOLD_FIELD`).
+    let held_ms = asked_at.saturating_duration_since(first_ask).as_millis();
+    if let Ok(v) = HeaderValue::try_from(format!("{HOLD_FIELD}{held_ms}")) {
+        h.append(HeaderName::from_static("server-timing"), v);
+    }
     r
 }
 

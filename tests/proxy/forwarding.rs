@@ -101,6 +101,18 @@ async fn the_proxy_sends_its_own_credential_and_states_the_callers_share() {
         .and_then(|v| v.to_str().ok())
         .unwrap_or_default();
     assert!(exposed.contains("RateLimit-Policy") && exposed.contains("Retry-After"));
+    // How long it held the request for its turn, where the worker reads it (and the page may).
+    let held = h
+        .get("server-timing")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("sluice-hold;dur="))
+        .and_then(|ms| ms.parse::<u64>().ok());
+    assert!(
+        held.is_some_and(|ms| ms <= 2_000),
+        "{:?}",
+        h.get("server-timing")
+    );
+    assert!(exposed.contains("Server-Timing"), "{exposed}");
 }
 
 #[tokio::test]

@@ -31,7 +31,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::budget::{BudgetState, Trip};
 use crate::config::{ConfigError, EngineConfig};
-use crate::headers::read_signal;
+use crate::headers::{read_signal, ServerSignal};
 use crate::id_map::IdMap;
 use crate::job::{Job, JobError, JobId, JobOutcome, JobSpec, JobState};
 use crate::preflight::needs_preflight;
@@ -767,12 +767,12 @@ impl Engine {
 
     /// The response to a job's request arrived.
     pub fn on_response(&mut self, id: &str, response: Response, now: Millis) {
-        let Some((budget_name, trip)) = self.take_in_flight(id, now, true) else {
+        let signal = read_signal(response.status, &response.headers, now);
+        let Some((budget_name, trip)) = self.take_in_flight(id, now, Some(&signal)) else {
             return;
         };
         let started = trip.started;
         let id: JobId = id.to_string();
-        let signal = read_signal(response.status, &response.headers, now);
         if let Some(b) = self.budgets.get_mut(&budget_name) {
             if let Some(quota) = &signal.quota {
                 // Every start after this request's, in flight or already answered, came after
@@ -862,7 +862,7 @@ impl Engine {
 
     /// The job's request got no response.
     pub fn on_transport_error(&mut self, id: &str, error: TransportError, now: Millis) {
-        let Some((budget_name, _)) = self.take_in_flight(id, now, false) else {
+        let Some((budget_name, _)) = self.take_in_flight(id, now, None) else {
             return;
         };
         let id: JobId = id.to_string();
@@ -905,9 +905,15 @@ impl Engine {
         self.offline_until.is_some_and(|t| t > now)
     }
 
-    /// Ends a request's time in flight: `answered` when a response came (its trip is measured),
-    /// not when it failed without one (it may have reached the server at any time until now).
-    fn take_in_flight(&mut self, id: &str, now: Millis, answered: bool) -> Option<(String, Trip)> {
+    /// Ends a request's time in flight: `answer` is what its response said when one came (its
+    /// trip is measured), `None` when it failed without one (it may have reached the server at
+    /// any time until now).
+    fn take_in_flight(
+        &mut self,
+        id: &str,
+        now: Millis,
+        answer: Option<&ServerSignal>,
+    ) -> Option<(String, Trip)> {
         let job = self.table.get(id)?;
         if job.state != JobState::Sending {
             return None;
@@ -926,8 +932,13 @@ impl Engine {
         // while the next ones took 3, and with nothing moved the first second held 11 arrivals
         // on a limit of 10.
         let (mut logged, mut shifted) = (attempt.logged, attempt.shifted);
-        let latest = if answered {
-            b.round_trips.record(now.saturating_sub(sent));
+        let latest = if let Some(answer) = answer {
+            // A wait the server says it held the request for its turn (`sluice proxy`) is no
+            // part of the way there or back: the trip measured is the rest (see
+            // `headers::HOLD_FIELD`).
+            let trip = now.saturating_sub(sent);
+            b.round_trips
+                .record(trip.saturating_sub(answer.held_ms.unwrap_or(0)));
             let before = b.state.limiter.margin();
             if b.follow_round_trips() {
                 // This attempt is out of the list the narrowing moved: it moves by as much.
