@@ -414,10 +414,19 @@ impl BudgetState {
     /// reach the server first: counting only the window ending at the start read those as
     /// somebody else's, took them for other callers and slowed every window after.
     ///
+    /// The log also places each start at the latest instant it can have arrived *less the
+    /// margin* (the frame `Limiter::reached_server_by` keeps), so a start logged up to a margin
+    /// before the window may still be in the server's count. Without that reach, starts that
+    /// went out together (a proxy granting a caller's held requests at its turn) and sat just
+    /// past our edge read as somebody else's: two "others" learned on a share of 5 cut the
+    /// caller to a third of it.
+    ///
     /// `None` when the log no longer reaches back that far (the trip took very long).
     fn ours_the_server_may_count(&self, window_ms: DurationMs, trip: Trip) -> Option<u64> {
         let late_by = trip.arrived_by.saturating_sub(trip.started);
-        let reach = window_ms.saturating_add(late_by);
+        // Plain sums: each term is far below 2^53 ms (and `saturating_add` here cost the
+        // worker's wasm 280 bytes gzipped).
+        let reach = window_ms + late_by + self.limiter.margin();
         (reach <= self.limiter.history_ms())
             .then(|| u64::from(self.limiter.starts_within(trip.arrived_by, reach)))
     }
@@ -657,6 +666,43 @@ mod tests {
         // The same declaration again learns nothing twice.
         state.apply_quota(&quota, trip, 0, &config.windows, 1_030);
         assert_eq!(state.learned, vec![burst, daily]);
+    }
+
+    #[test]
+    fn our_starts_a_margin_before_the_window_are_ours_not_others() {
+        let config = BudgetConfig {
+            name: "b".into(),
+            windows: vec![Window {
+                limit: 5,
+                length_ms: 1_000,
+            }],
+            ..BudgetConfig::default()
+        };
+        let retry = RetryConfig::default();
+        let mut state = BudgetState::new(&config, &retry).unwrap();
+        let _ = state.limiter.set_margin(30);
+        // Four requests a proxy held and granted together at 1,000-1,003: the log holds each at
+        // its latest arrival less the margin. Then one more, which the proxy counts with them.
+        for at in 970..974 {
+            state.record_start(at, false, &retry);
+        }
+        state.record_start(1_980, false, &retry);
+        let quota = Quota {
+            limit: Some(5),
+            remaining: Some(0),
+            reset_after_ms: Some(1_000),
+            window_ms: Some(1_000),
+            windows: Vec::new(),
+        };
+        let trip = Trip {
+            started: 1_980,
+            arrived_by: 1_990,
+        };
+        state.apply_quota(&quota, trip, 0, &config.windows, 2_000);
+        // All five are ours: nobody else spent the share, and the server is no stricter than
+        // our own limiter (which waits for the first of them to leave the window anyway).
+        assert_eq!(state.others, 0.0);
+        assert!(state.server.is_none(), "{:?}", state.server);
     }
 
     #[test]
