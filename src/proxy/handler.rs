@@ -518,7 +518,7 @@ async fn forward(proxy: &Arc<Proxy>, peer: SocketAddr, req: Request) -> Response
         let n = name.as_str();
         if HOP_BY_HOP.contains(&n)
             || UPSTREAM_LIMIT_HEADERS.contains(&n)
-            || matches!(n, "content-length" | "set-cookie")
+            || matches!(n, "content-length" | "set-cookie" | "server-timing")
             || n.starts_with("access-control-")
         {
             continue;
@@ -529,9 +529,17 @@ async fn forward(proxy: &Arc<Proxy>, peer: SocketAddr, req: Request) -> Response
     // How long the request waited here for its turn before it was counted: that is no part of
     // the caller's way here or back, and a worker that took a second's hold for network spread
     // would stretch its windows by half of it (see `shared`'s `headers::HOLD_FIELD`).
+    // First in the field, where the worker reads it; the upstream's own metrics follow.
     let held_ms = asked_at.saturating_duration_since(first_ask).as_millis();
-    if let Ok(v) = HeaderValue::try_from(format!("{HOLD_FIELD}{held_ms}")) {
-        h.append(HeaderName::from_static("server-timing"), v);
+    let mut timing = format!("{HOLD_FIELD}{held_ms}");
+    for theirs in headers.get_all("server-timing") {
+        if let Ok(theirs) = theirs.to_str() {
+            timing.push_str(", ");
+            timing.push_str(theirs);
+        }
+    }
+    if let Ok(v) = HeaderValue::try_from(timing) {
+        h.insert(HeaderName::from_static("server-timing"), v);
     }
     r
 }
