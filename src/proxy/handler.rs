@@ -418,7 +418,9 @@ async fn forward(proxy: &Arc<Proxy>, peer: SocketAddr, req: Request) -> Response
                     tokio::time::sleep_until(wake).await;
                     continue;
                 }
-                return must_wait(budget, wait_ms, reason, &share);
+                let mut r = must_wait(budget, wait_ms, reason, &share);
+                say_held(&mut r, first_ask.elapsed(), None);
+                return r;
             }
             Err(e) => {
                 let mut r = refuse(
@@ -507,7 +509,9 @@ async fn forward(proxy: &Arc<Proxy>, peer: SocketAddr, req: Request) -> Response
                 trips.widen();
             }
             // The caller waits like any other: told by the proxy, not by the upstream.
-            return must_wait(budget, paused_ms, WaitReason::Paused, &share);
+            let mut r = must_wait(budget, paused_ms, WaitReason::Paused, &share);
+            say_held(&mut r, asked_at.saturating_duration_since(first_ask), None);
+            return r;
         }
     }
 
@@ -526,22 +530,33 @@ async fn forward(proxy: &Arc<Proxy>, peer: SocketAddr, req: Request) -> Response
         h.append(name, value.clone());
     }
     state_share(h, budget, &share, budget.share_window.length_ms);
-    // How long the request waited here for its turn before it was counted: that is no part of
-    // the caller's way here or back, and a worker that took a second's hold for network spread
-    // would stretch its windows by half of it (see `shared`'s `headers::HOLD_FIELD`).
-    // First in the field, where the worker reads it; the upstream's own metrics follow.
-    let held_ms = asked_at.saturating_duration_since(first_ask).as_millis();
-    let mut timing = format!("{HOLD_FIELD}{held_ms}");
-    for theirs in headers.get_all("server-timing") {
+    say_held(
+        &mut r,
+        asked_at.saturating_duration_since(first_ask),
+        Some(&headers),
+    );
+    r
+}
+
+/// Says in `Server-Timing` how long the request waited here for its turn: that is no part of
+/// the caller's way here or back, and a worker that took a second's hold for network spread
+/// would stretch its windows by half of it (see `shared`'s `headers::HOLD_FIELD`). First in the
+/// field, where the worker reads it; the upstream's own metrics follow.
+fn say_held(r: &mut Response, held: Duration, upstream: Option<&HeaderMap>) {
+    let mut timing = format!("{HOLD_FIELD}{}", held.as_millis());
+    for theirs in upstream
+        .into_iter()
+        .flat_map(|h| h.get_all("server-timing"))
+    {
         if let Ok(theirs) = theirs.to_str() {
             timing.push_str(", ");
             timing.push_str(theirs);
         }
     }
     if let Ok(v) = HeaderValue::try_from(timing) {
-        h.insert(HeaderName::from_static("server-timing"), v);
+        r.headers_mut()
+            .insert(HeaderName::from_static("server-timing"), v);
     }
-    r
 }
 
 /// 429 from the proxy: the caller's turn is further off than the proxy holds requests.

@@ -323,9 +323,21 @@ async fn an_upstream_429_pauses_every_instance() {
         Some("3")
     );
     let seen = api.total();
-    // The other instance heard it: its caller is refused without anything being sent.
+    // The other instance heard it: its caller is refused without anything being sent, and
+    // without being held (a refusal says its hold too, for the worker's round trips).
     let other = get(proxies[1].addr).await.expect("answer");
     assert_eq!(other.status(), 429);
+    let held = other
+        .headers()
+        .get("server-timing")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("sluice-hold;dur="))
+        .and_then(|ms| ms.parse::<u64>().ok());
+    assert!(
+        held.is_some_and(|ms| ms < 100),
+        "{:?}",
+        other.headers().get("server-timing")
+    );
     let body: serde_json::Value =
         serde_json::from_slice(&other.bytes().await.expect("body")).expect("json");
     assert_eq!(body["reason"], "paused", "{body}");
