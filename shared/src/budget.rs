@@ -615,6 +615,18 @@ mod tests {
     use super::*;
     use crate::json::tests::{reads_like_serde, same_as_serde};
 
+    /// A budget named "b" of `limit` per second.
+    fn per_second(limit: u32) -> BudgetConfig {
+        BudgetConfig {
+            name: "b".into(),
+            windows: vec![Window {
+                limit,
+                length_ms: 1_000,
+            }],
+            ..BudgetConfig::default()
+        }
+    }
+
     #[test]
     fn half_life_factor_is_the_root_of_one_half() {
         for n in [1.0, 2.0, 3.0, 20.0, 200.0, 2_000.0, 1e6] {
@@ -629,14 +641,7 @@ mod tests {
 
     #[test]
     fn apply_quota_learns_every_declared_window() {
-        let config = BudgetConfig {
-            name: "b".into(),
-            windows: vec![Window {
-                limit: 10,
-                length_ms: 1_000,
-            }],
-            ..BudgetConfig::default()
-        };
+        let config = per_second(10);
         let mut state = BudgetState::new(&config, &RetryConfig::default()).unwrap();
         let burst = Window {
             limit: 100,
@@ -670,14 +675,7 @@ mod tests {
 
     #[test]
     fn our_starts_a_margin_before_the_window_are_ours_not_others() {
-        let config = BudgetConfig {
-            name: "b".into(),
-            windows: vec![Window {
-                limit: 5,
-                length_ms: 1_000,
-            }],
-            ..BudgetConfig::default()
-        };
+        let config = per_second(5);
         let retry = RetryConfig::default();
         let mut state = BudgetState::new(&config, &retry).unwrap();
         let _ = state.limiter.set_margin(30);
@@ -707,14 +705,7 @@ mod tests {
 
     #[test]
     fn json_form_matches_serde() {
-        let config = BudgetConfig {
-            name: "b".into(),
-            windows: vec![Window {
-                limit: 10,
-                length_ms: 1_000,
-            }],
-            ..BudgetConfig::default()
-        };
+        let config = per_second(10);
         let retry = RetryConfig::default();
         let mut state = BudgetState::new(&config, &retry).unwrap();
         same_as_serde(&state);
