@@ -303,8 +303,8 @@ struct Waiter {
     registered_at: f64,
 }
 
-/// A status that showed fewer pending jobs than this client has long waited on, not judged yet
-/// (see [`Core::note_status`]).
+/// The last status, when it showed fewer pending jobs than this client has long waited on, not
+/// judged yet (see [`Core::note_status`]).
 struct Shortfall {
     seen_at: f64,
     /// Waits more than the pending jobs the status counted.
@@ -573,11 +573,14 @@ impl Core {
     /// [`STATUS_MAY_LAG_MS`] later, and only the waits that did not end meanwhile are missed
     /// ends: then the job list is asked for. (Asking at once made a page that waits on a bulk
     /// job's ids fetch the whole job list with every status, once a second while it sent.)
-    /// While the queue keeps ending other waits, a missed end is asked about once it is quiet.
+    /// Each status replaces the last one's shortfall: the latest is the one to judge, and the
+    /// one a quiet queue sends last. So while statuses keep coming a missed end is asked about
+    /// once the queue is quiet.
     fn note_status(&mut self, status: &Status, now: f64) {
         self.worker_pending = status.counts.pending();
         self.last_status = now;
-        if self.shortfall.is_some() || self.waiters.len() as u64 <= self.worker_pending {
+        self.shortfall = None;
+        if self.waiters.len() as u64 <= self.worker_pending {
             return;
         }
         let settled_waits = self
@@ -1613,8 +1616,52 @@ mod tests {
             }
             now += STATUS_MAY_LAG_MS;
         }
+        // The last status is judged once the queue is quiet: its 2 ends arrived.
+        lists += core
+            .tick(now + STATUS_MAY_LAG_MS)
+            .iter()
+            .filter(|p| type_of(p) == "jobs")
+            .count();
         assert_eq!(lists, 0, "job lists asked for while every end arrived");
         assert!(waits.iter_mut().all(|w| ready(w).is_ok()));
+    }
+
+    /// A worker stopped between a job's end and its announcement: the page never hears of
+    /// `a`. The ends of `b` and `c` that follow would explain the first status's shortfall;
+    /// the status the quiet queue sends last still shows it, and the list is asked for.
+    #[test]
+    fn a_missed_end_is_asked_about_once_the_queue_is_quiet() {
+        let mut core = Core::new("c", Timing::default());
+        let mut a = core.wait_done("a", 0.0);
+        let _b = core.wait_done("b", 0.0);
+        let _c = core.wait_done("c", 0.0);
+        let t = STATUS_MAY_LAG_MS;
+        core.receive(&status(2), t);
+        core.receive(
+            &jobs_broadcast(vec![update("b", JobState::Done)]),
+            t + 100.0,
+        );
+        core.receive(&status(1), t + 300.0);
+        core.receive(
+            &jobs_broadcast(vec![update("c", JobState::Done)]),
+            t + 350.0,
+        );
+        core.receive(&status(0), t + 400.0);
+        let mut lists = Vec::new();
+        for at in [t + 1_000.0, t + 1_200.0, t + 1_400.0] {
+            lists.extend(core.tick(at).into_iter().filter(|p| type_of(p) == "jobs"));
+        }
+        assert_eq!(lists.len(), 1, "the job list is asked for once");
+        core.receive(
+            &reply(
+                &id_of(&lists[0]),
+                ReplyBody::Jobs {
+                    jobs: vec![update("a", JobState::Done)],
+                },
+            ),
+            t + 1_450.0,
+        );
+        assert!(ready(&mut a).is_ok());
     }
 
     #[test]
