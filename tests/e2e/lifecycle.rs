@@ -34,7 +34,8 @@ e2e!(a_stopped_worker_resumes_the_queue_from_storage, 90, |h| {
 
     // The client's keep-alives wake the worker, which picks the queue up from IndexedDB. A job
     // that ended just before the stop may have lost its broadcast: the client must notice from
-    // the next status, well before its 15 s "no news" fallback.
+    // the statuses (at the latest the one the quiet queue sends last), well before its 15 s
+    // "no news" fallback.
     let settling = std::time::Instant::now();
     let results: Vec<String> = tab.eval_as(&settle_group_js("restart")).await;
     let took = settling.elapsed();
