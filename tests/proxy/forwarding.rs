@@ -12,7 +12,7 @@ use axum::routing::any;
 use axum::{Json, Router};
 use serde_json::{json, Value};
 
-use crate::support::proxy_config;
+use crate::support::{held_ms, proxy_config};
 
 /// An upstream that answers every request with the headers it got, and counts them.
 async fn header_echo() -> (SocketAddr, Arc<AtomicUsize>) {
@@ -102,13 +102,8 @@ async fn the_proxy_sends_its_own_credential_and_states_the_callers_share() {
         .unwrap_or_default();
     assert!(exposed.contains("RateLimit-Policy") && exposed.contains("Retry-After"));
     // How long it held the request for its turn, where the worker reads it (and the page may).
-    let held = h
-        .get("server-timing")
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("sluice-hold;dur="))
-        .and_then(|ms| ms.parse::<u64>().ok());
     assert!(
-        held.is_some_and(|ms| ms <= 2_000),
+        held_ms(&h).is_some_and(|ms| ms <= 2_000),
         "{:?}",
         h.get("server-timing")
     );

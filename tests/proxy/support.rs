@@ -22,6 +22,16 @@ pub async fn one_at_a_time() -> tokio::sync::MutexGuard<'static, ()> {
     TURN.lock().await
 }
 
+/// How long the proxy says it held a request for its turn: the milliseconds of
+/// `Server-Timing: sluice-hold;dur=MS`, first in the field as the worker reads it.
+pub fn held_ms(headers: &reqwest::header::HeaderMap) -> Option<u64> {
+    headers
+        .get("server-timing")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("sluice-hold;dur="))
+        .and_then(|ms| ms.parse::<u64>().ok())
+}
+
 /// Straight to stderr: libtest captures `eprintln!` of passing tests, and figures must be seen.
 pub fn report(line: &str) {
     let _ = writeln!(std::io::stderr(), "{line}");
