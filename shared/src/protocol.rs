@@ -327,7 +327,7 @@ pub enum ProtocolError {
         message: String,
     },
     /// The browser's storage for the site is full (`QuotaExceededError`): the request had no
-    /// effect, everything queued before is kept and is sent as storage allows (see the
+    /// effect, everything queued before is kept and goes on being sent (see the
     /// README's "Safe" section on a full storage).
     StorageFull {
         message: String,
@@ -413,9 +413,9 @@ impl fmt::Display for ProtocolError {
             ProtocolError::StorageFull { message } => write!(
                 f,
                 "the browser's storage for this site is full, so nothing of this request was \
-                 saved ({message}); what was queued before is kept and is sent as storage allows. \
-                 Enqueue again once queued jobs have finished, after dismissing failed jobs, \
-                 or after freeing space"
+                 saved ({message}); what was queued before is kept and goes on being sent. \
+                 Enqueue again once there is room: after queued jobs have finished, after \
+                 dismissing failed jobs, or after freeing space"
             ),
         }
     }

@@ -820,6 +820,88 @@ fn only_the_first_round_after_idle_is_saved_before_it_goes_out_and_a_restore_cou
 }
 
 #[test]
+fn while_storage_is_full_starts_go_out_unsaved_and_a_restore_waits_out_the_window() {
+    let config = EngineConfig {
+        budgets: vec![burst(budget(5, 1_000, 2))],
+        ..EngineConfig::default()
+    };
+    let mut e = Engine::new(config.clone(), Rng::seeded(1)).unwrap();
+    for i in 0..8 {
+        e.enqueue(post(i), 0).unwrap();
+    }
+    // The save of the enqueues landed; then storage fills up.
+    let saved = e.take_changes();
+    e.on_saved(saved.save);
+    let first = drain(&mut e, 0);
+    assert!(first.iter().all(|t| t.save_first), "{first:?}");
+    let refused = e.take_changes();
+    assert_eq!(refused.budgets.len(), 1, "the first round marks the budget");
+    e.retake(&refused);
+    assert!(
+        e.take_changes().is_empty(),
+        "a refused save is held apart from the next ones"
+    );
+    e.release_held();
+    let again = e.take_changes();
+    assert_eq!(
+        again.budgets, refused.budgets,
+        "and taken again once released"
+    );
+    assert_eq!(again.jobs, refused.jobs);
+    e.retake(&again);
+    e.send_unrecorded(true);
+    for t in &first {
+        e.on_response(&t.job_id, ok(), 30);
+    }
+    let mut now = 30;
+    let mut unsaved = 0;
+    while now < 1_000 {
+        for t in drain(&mut e, now) {
+            assert!(!t.save_first, "no start waits for a save storage refuses");
+            unsaved += 1;
+            e.on_response(&t.job_id, ok(), now + 5);
+        }
+        now += 10;
+    }
+    assert_eq!(unsaved, 3, "the limit of 5 still holds in memory");
+    // What the refused saves held is taken again, with what changed since.
+    e.release_held();
+    let next = e.take_changes();
+    assert_eq!(
+        next.budgets.len(),
+        1,
+        "the budget is saved once there is room"
+    );
+    let done = next
+        .jobs
+        .iter()
+        .filter(|j| j.state == JobState::Done)
+        .count();
+    assert_eq!(done, 5, "every job that ended is saved once there is room");
+
+    // Killed while storage was full: it still holds the budget as saved before the first
+    // round, and every job as waiting. The restore cannot know how many went out: it counts
+    // the window as full, and sends nothing until it has moved on.
+    let stale: Vec<_> = saved.jobs.clone();
+    let mut r = Engine::restore(config, Rng::seeded(2), stale, saved.budgets, now).unwrap();
+    r.count_unrecorded_sends(now);
+    let restored_at = now;
+    let mut sent = Vec::new();
+    while now < restored_at + 2_500 {
+        for t in drain(&mut r, now) {
+            sent.push(now);
+            r.on_response(&t.job_id, ok(), now + 5);
+        }
+        now += 10;
+    }
+    assert!(
+        sent.first().is_some_and(|&t| t >= restored_at + 1_000),
+        "nothing before the window moved past the restore: {sent:?}"
+    );
+    assert_eq!(sent.len(), 8, "then everything saved as waiting goes out");
+}
+
+#[test]
 fn non_retryable_4xx_fails_at_once_with_the_server_message() {
     let mut e = engine_with(budget(100, 1_000, 4));
     let id = e.enqueue(post(0), 0).unwrap().id;

@@ -10,7 +10,9 @@
 //!   server view, retry tokens, counters).
 //! - `meta`, key path `k`: `{k: "config", configJson, scriptFingerprint}` (a configuration
 //!   saved by a page, as JSON text, see [`crate::config`]) and
-//!   `{k: "schema", version, recordFormat}`.
+//!   `{k: "schema", version, recordFormat}`. The schema record is also the mark that the saved
+//!   budgets hold every start: it is deleted when storage is full and starts go out unrecorded
+//!   ([`Store::delete_unrecorded`]), and written again by the first save that lands after.
 //! - `journal`, key path `id`: `{id, jobs}`, a large batch of new jobs as one JSON text,
 //!   present only until its jobs are written one per record (see "Large batches").
 //!
@@ -648,6 +650,27 @@ mod web {
             }
             done.await?;
             Ok(journal.map(|(journaled, _)| journaled))
+        }
+
+        /// While storage is full (see [`crate::worker::Worker`]'s saves): deletes the schema
+        /// record, the mark that storage holds every start (a restore that misses it counts
+        /// the windows as full), and the records of jobs that ended, which a restart must not
+        /// send again. Only deletes: Chromium refuses every write that adds bytes past the
+        /// quota, a delete still commits.
+        pub async fn delete_unrecorded(&self, ended: &[JobId]) -> Result<(), SwError> {
+            let tx = idb::transaction(&self.db, &[JOBS, META], IdbTransactionMode::Readwrite)?;
+            let issued = (|| {
+                idb::delete(&idb::store(&tx, META)?, "schema")?;
+                let jobs = idb::store(&tx, JOBS)?;
+                for id in ended {
+                    idb::delete(&jobs, id)?;
+                }
+                Ok(())
+            })();
+            or_abort(&tx, issued)?;
+            let done = idb::committed(&tx);
+            idb::commit_soon(&tx);
+            done.await
         }
 
         /// Writes journaled jobs one per record (as they are now in memory) and, for the last

@@ -78,7 +78,15 @@ pub struct Worker {
     journals: RefCell<Vec<Journaled>>,
     /// Whether the task that writes `journals` one per record runs (one at a time).
     writing_journals: Cell<bool>,
+    /// Storage is full: set when it refused a save of the queue's own changes, cleared when a
+    /// save lands again (see [`Worker::go_on_unrecorded`]); the next try is not before this.
+    full_until: Cell<Option<Millis>>,
 }
+
+/// While storage is full, how often a save of the queue's changes is tried against it: a
+/// refused transaction costs as much as one that lands, and the space comes back when
+/// something else frees it, which the worker cannot hear of.
+const FULL_STORAGE_RETRY_MS: u64 = 1_000;
 
 /// Where an instance is in its life. A start reads the head of the saved queue
 /// ([`Worker::start`]) and the rest after the pump's first save ([`Worker::load_rest`]); until
@@ -234,6 +242,12 @@ impl Worker {
                 .and_then(|c| c.get_random_values_with_u8_array(bytes).map(|_| ()))
                 .is_ok()
         }));
+        if loaded.schema.is_none() && !loaded.budgets.is_empty() {
+            // Saved budgets without the mark that they hold every start: the last instance
+            // sent while storage was full (see `Worker::go_on_unrecorded`).
+            engine.count_unrecorded_sends(now);
+            warn("starts went out unrecorded while storage was full: sending waits until every window has moved past them");
+        }
         let folds = Folds::of(&engine);
         // What the rebuild changed (jobs that were sending are queued again) is saved by the
         // pump's first save, with its first starts, unless there is more to save now.
@@ -253,12 +267,18 @@ impl Worker {
                 // the changes a rebuild makes are made again by the next one), rather than not
                 // at all. Later saves are small and go through while the disk has room.
                 Err(SwError::StorageFull(e)) => {
-                    let note = format!(
-                        "storage is full: {} journaled jobs stay in their journals ({e})",
-                        loaded.from_journals.len()
-                    );
-                    warn(&note);
-                    notes.push(note);
+                    // Marked again for the pump's first save (which finds storage full, and
+                    // goes on as `Worker::go_on_unrecorded` says).
+                    engine.retake(&changes);
+                    engine.release_held();
+                    if !loaded.from_journals.is_empty() {
+                        let note = format!(
+                            "storage is full: {} journaled jobs stay in their journals ({e})",
+                            loaded.from_journals.len()
+                        );
+                        warn(&note);
+                        notes.push(note);
+                    }
                 }
                 Err(e) => return Err(e),
             }
@@ -285,6 +305,7 @@ impl Worker {
             whole_queue_waiters: RefCell::new(Vec::new()),
             journals: RefCell::new(Vec::new()),
             writing_journals: Cell::new(false),
+            full_until: Cell::new(None),
         });
         w.note_unreadable(&loaded);
         w.write_journaled(journaled);
@@ -525,14 +546,28 @@ impl Worker {
     /// Saves everything the engine changed since the last commit, in one transaction, then
     /// queues it for broadcasting. Call right after mutating the engine, with no await in
     /// between, so transactions are created in the engine's order.
+    ///
+    /// A save of the queue's own changes (the pump's, a cancel's: no new jobs, no `meta`) that
+    /// storage refuses for want of space does not stop the queue: see
+    /// [`Worker::go_on_unrecorded`].
     pub async fn commit(&self, meta: &[MetaOp]) -> Result<(), SwError> {
-        self.commit_fresh(meta, &[]).await
+        self.save_changes(meta, None).await
     }
 
-    /// [`Worker::commit`], naming the jobs just created (a large set of them is journaled).
+    /// [`Worker::commit`] for a request that adds jobs, naming the ones just created (a large
+    /// set of them is journaled). Such a save is never kept in memory only: refused, it stops
+    /// the instance, and the page is told that nothing of it was saved.
     pub async fn commit_fresh(&self, meta: &[MetaOp], fresh: &[JobId]) -> Result<(), SwError> {
+        self.save_changes(meta, Some(fresh)).await
+    }
+
+    async fn save_changes(&self, meta: &[MetaOp], fresh: Option<&[JobId]>) -> Result<(), SwError> {
         if self.is_stopped() {
             return Err(SwError::Stopped);
+        }
+        let own_changes = fresh.is_none() && meta.is_empty();
+        if own_changes && self.full_until.get().is_some() {
+            return self.save_while_full().await;
         }
         let mut changes = self.engine.borrow_mut().take_changes();
         if changes.is_empty() && meta.is_empty() {
@@ -544,16 +579,123 @@ impl Worker {
         let changed = changes.jobs.len();
         self.finish_journals_if_removing(&mut changes, &mut meta);
         self.carry_journal_share(&mut changes, &mut meta);
-        match self.store.save(&changes, &meta, fresh).await {
+        match self.store.save(&changes, &meta, fresh.unwrap_or(&[])).await {
             Ok(journaled) => {
                 self.engine.borrow_mut().on_saved(changes.save);
                 self.write_journaled(journaled);
+            }
+            Err(SwError::StorageFull(_)) if own_changes => {
+                return self.go_on_unrecorded(changes, changed).await;
             }
             Err(e) => {
                 self.stop(&format!("saving failed: {e}"));
                 return Err(e);
             }
         }
+        self.announce(changes, changed);
+        Ok(())
+    }
+
+    /// Storage is full (it refused a save of the queue's own changes): the queue goes on
+    /// sending rather than stop for want of storage it does not need to send. What the save
+    /// held waits in memory for room ([`Engine::retake`]). A delete still goes through on a
+    /// full storage, so the records of jobs that ended are deleted (a restart must not send
+    /// them again; what they became is in memory and with the pages), and so is the mark that
+    /// storage holds every start (a restart then counts the windows as full,
+    /// [`Engine::count_unrecorded_sends`]). Only once that landed do starts go out without a
+    /// save ([`Engine::send_unrecorded`]). New jobs are refused meanwhile
+    /// ([`Worker::refuse_while_full`]).
+    async fn go_on_unrecorded(&self, changes: Changes, changed: usize) -> Result<(), SwError> {
+        self.engine.borrow_mut().retake(&changes);
+        let mut ended = changes.removed.clone();
+        for job in &changes.jobs[..changed] {
+            if job.state.is_terminal() {
+                ended.push(job.id.clone());
+            }
+        }
+        if let Err(e) = self.store.delete_unrecorded(&ended).await {
+            self.stop(&format!("saving failed on a full storage: {e}"));
+            return Err(e);
+        }
+        if self.full_until.get().is_none() {
+            warn("storage is full: the queue goes on sending");
+            self.engine.borrow_mut().send_unrecorded(true);
+            self.full_until.set(Some(now_ms() + FULL_STORAGE_RETRY_MS));
+            self.batcher.borrow_mut().mark_status();
+        }
+        self.announce(changes, changed);
+        Ok(())
+    }
+
+    /// A save of the queue's own changes while storage is full. Once a
+    /// [`FULL_STORAGE_RETRY_MS`], everything held is tried against storage again with what
+    /// changed since, and with the mark that storage holds every start: when that lands,
+    /// storage has room again. Otherwise what changed since the last save goes on as
+    /// [`Worker::go_on_unrecorded`] says.
+    async fn save_while_full(&self) -> Result<(), SwError> {
+        // Both taken at once, so that what is held stays apart from what is news.
+        let (news, all) = {
+            let mut engine = self.engine.borrow_mut();
+            let news = engine.take_changes();
+            let due = self.full_until.get().is_some_and(|t| now_ms() >= t);
+            let all = due.then(|| {
+                engine.retake(&news);
+                engine.release_held();
+                engine.take_changes()
+            });
+            (news, all)
+        };
+        self.pump.saved_at(now_ms());
+        if let Some(all) = all {
+            match self.store.save(&all, &[MetaOp::PutSchema], &[]).await {
+                Ok(_) => {
+                    let mut engine = self.engine.borrow_mut();
+                    engine.on_saved(all.save);
+                    engine.send_unrecorded(false);
+                    drop(engine);
+                    self.full_until.set(None);
+                    warn("storage has room again");
+                    let changed = all.jobs.len();
+                    self.announce(all, changed);
+                    return Ok(());
+                }
+                Err(SwError::StorageFull(_)) => {
+                    self.engine.borrow_mut().retake(&all);
+                    self.full_until.set(Some(now_ms() + FULL_STORAGE_RETRY_MS));
+                }
+                Err(e) => {
+                    self.stop(&format!("saving failed: {e}"));
+                    return Err(e);
+                }
+            }
+        }
+        if news.is_empty() {
+            return Ok(());
+        }
+        let changed = news.jobs.len();
+        self.go_on_unrecorded(news, changed).await
+    }
+
+    /// While storage is full, a request that would add to it is refused before it changes
+    /// anything. An idle queue has no save of its own to find out that storage has room
+    /// again, so a refusal tries it (in the background, at most once a
+    /// [`FULL_STORAGE_RETRY_MS`]) for the next request.
+    fn refuse_while_full(&self) -> Result<(), SwError> {
+        let Some(until) = self.full_until.get() else {
+            return Ok(());
+        };
+        if let Some(w) = self.me.upgrade().filter(|_| now_ms() >= until) {
+            spawn(async move {
+                let _ = w.save_while_full().await;
+            });
+        }
+        Err(SwError::StorageFull(
+            "it refused the queue's last save; jobs already queued go on being sent".into(),
+        ))
+    }
+
+    /// Queues what a save took for broadcasting.
+    fn announce(&self, mut changes: Changes, changed: usize) {
         let mut batcher = self.batcher.borrow_mut();
         batcher.push_removed(&changes.removed);
         changes.jobs.truncate(changed);
@@ -570,7 +712,6 @@ impl Worker {
         } else {
             batcher.mark_status();
         }
-        Ok(())
     }
 
     /// What may start now, taken while handling a request so that its starts are saved in
@@ -621,6 +762,13 @@ impl Worker {
         let mut status = self.engine.borrow().snapshot(now);
         status.warnings.extend(self.setup.warnings.iter().cloned());
         status.warnings.extend(self.notes.borrow().iter().cloned());
+        if self.full_until.get().is_some() {
+            status.warnings.push(
+                "storage is full: new jobs are refused until there is room; queued jobs go on \
+                 being sent, and what they become is saved once there is room"
+                    .into(),
+            );
+        }
         status
     }
 
@@ -759,6 +907,7 @@ impl Worker {
 
     pub async fn enqueue(&self, mut spec: JobSpec) -> Result<Enqueued, ProtocolError> {
         self.whole_queue().await?;
+        self.refuse_while_full()?;
         if let Some(id) = spec.id.as_deref() {
             check_job_id(id)?;
             // Sent again after a lost reply: already saved, answer with what it became.
@@ -785,6 +934,7 @@ impl Worker {
         jobs: Vec<JobSpec>,
         group_id: Option<String>,
     ) -> Result<ReplyBody, ProtocolError> {
+        self.refuse_while_full()?;
         let total = jobs.len();
         // Ids with the position of their job (see `store::merge_journals` why not a set).
         let mut seen: FxHashMap<JobId, usize> =
@@ -918,6 +1068,7 @@ impl Worker {
                 (ReplyBody::Dismissed { id }, None)
             }
             Request::Configure { mut config } => {
+                self.refuse_while_full()?;
                 resolve_engine_prefixes(&mut config, &self.setup.origin);
                 config::pin_allow(&mut config, &self.setup.script);
                 self.engine

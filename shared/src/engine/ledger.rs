@@ -60,6 +60,12 @@ pub(super) struct SaveLedger {
     /// Saves taken but not yet confirmed that carry unsaved starts, oldest first, with how
     /// many each carries per budget.
     saves_with_starts: VecDeque<(SaveId, Vec<(String, u32)>)>,
+    /// The marks of saves that storage refused, held apart until the caller tries to save
+    /// them again (see [`Engine::retake`](super::Engine::retake)): taken with every save,
+    /// they would make each save while storage is full as large as everything since.
+    held_jobs: IdSet,
+    held_removed: IdSet,
+    held_budgets: IdSet,
 }
 
 impl SaveLedger {
@@ -79,6 +85,26 @@ impl SaveLedger {
 
     pub(super) fn budget_changed(&mut self, name: String) {
         self.changed_budgets.insert(name);
+    }
+
+    /// Holds the marks of a save that storage refused, apart from the next saves.
+    pub(super) fn hold(&mut self, changes: &Changes) {
+        for job in &changes.jobs {
+            self.held_jobs.insert(job.id.clone());
+        }
+        for id in &changes.removed {
+            self.held_removed.insert(id.clone());
+        }
+        for b in &changes.budgets {
+            self.held_budgets.insert(b.name.clone());
+        }
+    }
+
+    /// Marks everything held again, for the next save to take.
+    pub(super) fn release_held(&mut self) {
+        self.changed_jobs.0.append(&mut self.held_jobs.0);
+        self.removed_jobs.0.append(&mut self.held_removed.0);
+        self.changed_budgets.0.append(&mut self.held_budgets.0);
     }
 
     /// Whether anything is marked.

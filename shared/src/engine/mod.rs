@@ -130,6 +130,9 @@ pub struct Engine {
     saves: SaveLedger,
     /// Queue waits and attempts per finished job, for the status.
     counters: StatusCounters,
+    /// Storage refuses every save (it is full): starts go out without waiting for one (see
+    /// [`Engine::send_unrecorded`]).
+    unrecorded: bool,
 }
 
 impl Engine {
@@ -154,6 +157,7 @@ impl Engine {
             offline_streak: 0,
             saves: SaveLedger::default(),
             counters: StatusCounters::default(),
+            unrecorded: false,
         })
     }
 
@@ -681,8 +685,9 @@ impl Engine {
             save_first: false,
         };
         let b = self.budgets.get_mut(&budget_name)?;
-        let save_first =
-            saved_first || b.mark != Mark::Saved || b.unsaved_starts >= b.config.concurrency;
+        let save_first = saved_first
+            || (!self.unrecorded
+                && (b.mark != Mark::Saved || b.unsaved_starts >= b.config.concurrency));
         b.state.sends_before_saving = true;
         if !save_first {
             b.unsaved_starts += 1;
@@ -1230,6 +1235,44 @@ impl Engine {
                     b.unsaved_starts = b.unsaved_starts.saturating_sub(n);
                 }
             }
+        }
+    }
+
+    /// Storage refused the save `changes` (it is full): nothing of it landed. What it held is
+    /// held apart from the next saves until [`Engine::release_held`], which marks it again
+    /// for the save after, taken as it is by then.
+    pub fn retake(&mut self, changes: &Changes) {
+        self.saves.hold(changes);
+    }
+
+    /// Marks again everything [`Engine::retake`] held: call before the save that tries
+    /// storage again.
+    pub fn release_held(&mut self) {
+        self.saves.release_held();
+    }
+
+    /// Whether starts go out without a save first, `true` while storage refuses every save
+    /// (it is full). A start that waited for a save would then wait for space, and the queue
+    /// would stop for want of storage it does not need to send. The price is the record of
+    /// the starts: the worker marks storage as missing them (a delete still goes through on a
+    /// full storage), and the next start from storage counts every window as full
+    /// ([`Engine::count_unrecorded_sends`]).
+    pub fn send_unrecorded(&mut self, on: bool) {
+        self.unrecorded = on;
+    }
+
+    /// A restore from storage that misses the record of some starts (they went out while
+    /// storage was full, [`Engine::send_unrecorded`]): each budget counts its largest window's
+    /// limit at `now`, the careful side, as none of those starts can have been later than
+    /// `now`. Sending resumes once the windows have moved past them.
+    pub fn count_unrecorded_sends(&mut self, now: Millis) {
+        for (name, b) in self.budgets.iter_mut() {
+            let mut most = 0;
+            for w in b.state.limiter.windows() {
+                most = most.max(w.limit);
+            }
+            b.state.count_unsaved_starts(most, now);
+            self.saves.budget_changed(name.clone());
         }
     }
 
