@@ -93,6 +93,7 @@ pub fn start(w: &Rc<Worker>) {
 async fn run(w: Rc<Worker>) {
     loop {
         if w.is_stopped() {
+            tell_what_was_saved(&w).await;
             break;
         }
         if superseded() {
@@ -154,21 +155,33 @@ async fn hand_over(w: &Rc<Worker>) {
             if w.engine_mut().hand_over() {
                 continue;
             }
-            // Everything saved goes out now (not throttled), and once more if a request handled
-            // meanwhile changed more.
-            if w.broadcast_next_due().is_some() {
-                w.flush_broadcasts(now_ms(), true);
-            }
-            if w.broadcast_settled() {
-                break;
-            }
+            break;
         }
-        // Fetch completions and delivered broadcasts wake the pump; no timer is needed (every
-        // fetch ends by its timeout).
+        // Fetch completions wake the pump; no timer is needed (every fetch ends by its
+        // timeout).
         w.pump.arm(None, now_ms());
         w.pump.signal.wait().await;
     }
+    tell_what_was_saved(w).await;
     w.stop("a newer version of the worker takes over the queue");
+}
+
+/// Before an instance lets go: every job change it saved goes out now (not throttled), and
+/// once more if more was saved meanwhile. The next instance loads those jobs as they are and
+/// tells no one of them again, so a page waiting on one of them would otherwise hear its end
+/// only from its own fallback (say after a save of new jobs that storage refused stopped this
+/// instance a moment after it saved an end).
+async fn tell_what_was_saved(w: &Rc<Worker>) {
+    // Saves still in flight first: what they saved is told too.
+    let _ = w.earlier_saves_ended().await;
+    while !w.broadcast_settled() {
+        if w.broadcast_next_due().is_some() {
+            w.flush_broadcasts(now_ms(), true);
+        }
+        // Delivered broadcasts wake the pump.
+        w.pump.arm(None, now_ms());
+        w.pump.signal.wait().await;
+    }
 }
 
 /// Saves everything the engine changed, in the background; then tells the driver, which

@@ -584,7 +584,9 @@ impl Worker {
                 self.engine.borrow_mut().on_saved(changes.save);
                 self.write_journaled(journaled);
             }
-            Err(SwError::StorageFull(_)) if own_changes => {
+            // Not once this instance stopped (a refused save of new jobs stopped it meanwhile):
+            // storage is the next instance's then, which sends what this one did not save.
+            Err(SwError::StorageFull(_)) if own_changes && !self.is_stopped() => {
                 return self.go_on_unrecorded(changes, changed).await;
             }
             Err(e) => {
@@ -813,7 +815,9 @@ impl Worker {
             }
         }
         let mut messages = Vec::with_capacity(1);
-        if flush.status {
+        // A stopped instance's engine may hold what was never saved (the new jobs of a refused
+        // save): its job news, all saved, still goes out, its status not.
+        if flush.status && !self.is_stopped() {
             messages.push(sluice_shared::protocol::encode(&WorkerMessage::Status {
                 status: self.snapshot(now),
             }));

@@ -366,6 +366,14 @@ e2e!(
         // Stopped while full: the successor counts the starts it cannot see.
         let starts = h.worker_starts();
         let at_stop = h.api.contacts().len();
+        // The page heard the ends of the jobs it waited on as they were saved, not from its
+        // own fallback long after: the refused batch stopped an instance a moment after it
+        // saved some of those ends, and the next instance tells no one of them again.
+        assert!(
+            at_stop + 20 <= 20 + accepted,
+            "the queue was sent to its end ({at_stop} of {}) before the page heard the first              20 jobs end",
+            20 + accepted
+        );
         h.stop_worker().await;
         h.wait_until(
             "the successor sends while storage is still full",
