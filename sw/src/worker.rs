@@ -680,20 +680,18 @@ impl Worker {
 
     /// While storage is full, a request that would add to it is refused before it changes
     /// anything. An idle queue has no save of its own to find out that storage has room
-    /// again, so a refusal tries it (in the background, at most once a
-    /// [`FULL_STORAGE_RETRY_MS`]) for the next request.
-    fn refuse_while_full(&self) -> Result<(), SwError> {
-        let Some(until) = self.full_until.get() else {
-            return Ok(());
-        };
-        if let Some(w) = self.me.upgrade().filter(|_| now_ms() >= until) {
-            spawn(async move {
-                let _ = w.save_while_full().await;
-            });
+    /// again, so the request tries it first (at most once a [`FULL_STORAGE_RETRY_MS`]) and
+    /// goes ahead when that lands.
+    async fn refuse_while_full(&self) -> Result<(), SwError> {
+        if self.full_until.get().is_some_and(|t| now_ms() >= t) {
+            self.save_while_full().await?;
         }
-        Err(SwError::StorageFull(
-            "it refused the queue's last save; jobs already queued go on being sent".into(),
-        ))
+        if self.full_until.get().is_some() {
+            return Err(SwError::StorageFull(
+                "it refused the queue's last save; jobs already queued go on being sent".into(),
+            ));
+        }
+        Ok(())
     }
 
     /// Queues what a save took for broadcasting.
@@ -911,7 +909,7 @@ impl Worker {
 
     pub async fn enqueue(&self, mut spec: JobSpec) -> Result<Enqueued, ProtocolError> {
         self.whole_queue().await?;
-        self.refuse_while_full()?;
+        self.refuse_while_full().await?;
         if let Some(id) = spec.id.as_deref() {
             check_job_id(id)?;
             // Sent again after a lost reply: already saved, answer with what it became.
@@ -938,7 +936,7 @@ impl Worker {
         jobs: Vec<JobSpec>,
         group_id: Option<String>,
     ) -> Result<ReplyBody, ProtocolError> {
-        self.refuse_while_full()?;
+        self.refuse_while_full().await?;
         let total = jobs.len();
         // Ids with the position of their job (see `store::merge_journals` why not a set).
         let mut seen: FxHashMap<JobId, usize> =
@@ -1072,7 +1070,7 @@ impl Worker {
                 (ReplyBody::Dismissed { id }, None)
             }
             Request::Configure { mut config } => {
-                self.refuse_while_full()?;
+                self.refuse_while_full().await?;
                 resolve_engine_prefixes(&mut config, &self.setup.origin);
                 config::pin_allow(&mut config, &self.setup.script);
                 self.engine
