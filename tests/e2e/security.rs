@@ -372,7 +372,8 @@ e2e!(
         // saved some of those ends, and the next instance tells no one of them again.
         assert!(
             at_stop + 20 <= 20 + accepted,
-            "the queue was sent to its end ({at_stop} of {}) before the page heard the first              20 jobs end",
+            "the queue was sent to its end ({at_stop} of {}) before the page heard its first \
+             20 jobs end",
             20 + accepted
         );
         h.stop_worker().await;
