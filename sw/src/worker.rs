@@ -657,8 +657,10 @@ impl Worker {
                     drop(engine);
                     self.full_until.set(None);
                     warn("storage has room again");
-                    let changed = all.jobs.len();
-                    self.announce(all, changed);
+                    // What was held was told when it happened (`go_on_unrecorded`); only what
+                    // changed since is news.
+                    let changed = news.jobs.len();
+                    self.announce(news, changed);
                     return Ok(());
                 }
                 Err(SwError::StorageFull(_)) => {

@@ -289,6 +289,16 @@ e2e!(
         h.override_quota(Some(8 << 20)).await;
         let tab = h.open_e2e_with("keepAliveMs=300").await;
         tab.eval(&js::configure(LIMIT, 2, "")).await;
+        // How often each job's end is broadcast: once, however storage came and went.
+        tab.eval(
+            "window.ends = {}; \
+             sluice.subscribe((m) => { if (m.type !== 'jobs') return; \
+               for (const u of m.updates) \
+                 if (['done', 'failed', 'cancelled'].includes(u.state)) \
+                   window.ends[u.id] = (window.ends[u.id] || 0) + 1; }); \
+             return null;",
+        )
+        .await;
         let before: Vec<String> = tab.eval_as(&js::enqueue_group(20, "before")).await;
         assert_eq!(before.len(), 20);
         let r = tab
@@ -424,5 +434,14 @@ e2e!(
         h.assert_each_applied_once(all, LIMIT as usize);
         let stats = h.api.stats();
         assert_eq!(stats.rate_limited, 0, "{stats:?}");
+        let told_twice: Vec<String> = tab
+            .eval_as(
+                "return Object.entries(window.ends).filter(([, n]) => n > 1).map(([id]) => id);",
+            )
+            .await;
+        assert!(
+            told_twice.is_empty(),
+            "ends broadcast again once there was room: {told_twice:?}"
+        );
     }
 );
