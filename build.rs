@@ -298,43 +298,65 @@ fn bindgen(wasm: &Path, pkg_dir: &Path, flavour: Flavour) -> Result<(), BoxError
         .remove_producers_section(true)
         .generate_output()
         .map_err(|e| failed(e))?;
-    let renamed = shorten_import_names(&mut output);
+    let renamed = shorten_names(&mut output);
     output.emit(pkg_dir).map_err(|e| failed(e))?;
-    let js_name = match flavour {
-        Flavour::ClassicWorker => "sluice_sw.js",
-        Flavour::EsModule => "sluice_client.js",
+    let (js_name, typings): (&str, &[&str]) = match flavour {
+        Flavour::ClassicWorker => ("sluice_sw.js", &[]),
+        Flavour::EsModule => (
+            "sluice_client.js",
+            // (`sluice_client_bg.wasm.d.ts` is written from the renamed wasm.)
+            &["sluice_client.d.ts"],
+        ),
     };
-    rename_in_glue(&pkg_dir.join(js_name), &renamed)?;
+    rename_in_glue(&pkg_dir.join(js_name), &renamed, true)?;
+    // The typings name the exports the page may reach through `init()`'s result.
+    for name in typings {
+        rename_in_glue(&pkg_dir.join(name), &renamed, false)?;
+    }
     Ok(())
 }
 
-/// Gives each function the wasm imports from its JS glue a short name (`_0`, `_1`, …), in the
-/// wasm and in the glue alike. wasm-bindgen names them after the binding with a 16-digit hash
-/// (`__wbg_new_with_opt_str_and_init_6456bed24baae6fc`), and the hashes barely compress: with
-/// ~190 imports the names were 2,964 B of the worker's gzipped wasm (145,847 B, 142,883 B
-/// renamed) and 1,060 B of the page client's. This is binaryen's
+/// Gives each function the wasm imports from its JS glue a short name (`_0`, `_1`, …), and each
+/// closure entry point it exports to the glue another (`_k0`, `_k1`, …: `k` is no hex digit, so
+/// the two never meet), in the wasm and in the glue alike. wasm-bindgen names imports after the
+/// binding with a 16-digit hash (`__wbg_new_with_opt_str_and_init_6456bed24baae6fc`) and
+/// closure exports after the closure's type with another
+/// (`wasm_bindgen__convert__closures_____invoke__hf33873dee92e7985`), and the hashes barely
+/// compress: with ~190 imports the import names were 2,964 B of the worker's gzipped wasm
+/// (145,847 B, 142,883 B renamed) and 1,060 B of the page client's; the worker's 7 closure
+/// exports were 95 B more (143,114 B, 143,019 B renamed). This is binaryen's
 /// `--minify-imports-and-exports` alone; `wasm-opt -Oz` itself is not run because it made the
 /// gzipped worker larger (150,058 B), not smaller. Returns the old and new names.
-fn shorten_import_names(output: &mut Output) -> Vec<(String, String)> {
+fn shorten_names(output: &mut Output) -> Vec<(String, String)> {
     let mut renamed = Vec::new();
-    for import in output.wasm_mut().imports.iter_mut() {
+    let wasm = output.wasm_mut();
+    for import in wasm.imports.iter_mut() {
         if import.name.starts_with("__wbg") {
             let short = format!("_{:x}", renamed.len());
             renamed.push((std::mem::replace(&mut import.name, short.clone()), short));
         }
     }
+    let mut closures = 0;
+    for export in wasm.exports.iter_mut() {
+        if export.name.starts_with("wasm_bindgen__convert__closures") {
+            let short = format!("_k{closures:x}");
+            closures += 1;
+            renamed.push((std::mem::replace(&mut export.name, short.clone()), short));
+        }
+    }
     renamed
 }
 
-/// Applies [`shorten_import_names`]'s renames to the glue that wasm-bindgen wrote, where each
-/// import is a property of the object handed to the wasm. Every old name must be there and no
-/// new one may be there already, or the glue and the wasm would no longer agree.
-fn rename_in_glue(js: &Path, renamed: &[(String, String)]) -> Result<(), BoxError> {
+/// Applies [`shorten_names`]'s renames to a file that wasm-bindgen wrote: the glue, where each
+/// import is a property of the object handed to the wasm and each export one of the wasm's
+/// `exports` (`all`: every old name must be there, or the glue and the wasm would no longer
+/// agree), or typings, which name only some. No new name may be there already.
+fn rename_in_glue(js: &Path, renamed: &[(String, String)], all: bool) -> Result<(), BoxError> {
     let text = fs::read_to_string(js)?;
     let words = js_words(&text).collect::<HashSet<_>>();
     for (old, new) in renamed {
-        if !words.contains(old.as_str()) {
-            return Err(format!("{}: the import {old} is not in the glue", js.display()).into());
+        if all && !words.contains(old.as_str()) {
+            return Err(format!("{}: {old} is not in the glue", js.display()).into());
         }
         if words.contains(new.as_str()) {
             return Err(format!("{}: the short name {new} is taken", js.display()).into());
