@@ -34,7 +34,9 @@
 //! - **At most one save per [`SAVE_EVERY_MS`] unless a start waits for it.**
 //! - **A page request's save carries the starts it makes possible** ([`Pump::request_save_begins`]):
 //!   an interactive job then needs one save before its fetch instead of two. Until that save
-//!   ends the pump starts nothing of its own, which would otherwise leave before them.
+//!   ends the pump starts nothing of its own: it would leave before them, or send a job of the
+//!   request before the request's save landed (storage full refuses it, the page is told
+//!   nothing was kept and enqueues it again, and the job would be sent twice).
 //! - **One timer.** [`Pump::poll_timeout`] names the one next instant the pump has anything to
 //!   do, never one in the past that would make it spin.
 
@@ -70,8 +72,8 @@ pub struct Pump {
     save_due: Option<Millis>,
     /// When the last save began, the pump's or anyone else's.
     last_save: Millis,
-    /// Page requests' saves carrying starts that have not ended.
-    request_saves_with_starts: u32,
+    /// Page requests' saves that have not ended.
+    request_saves: u32,
     /// Whether the last turn polled a start (see [`MIN_STALL_DELAY_MS`]).
     started: bool,
     /// Starting is over for this instance (see [`Pump::stop_starting`]).
@@ -92,7 +94,7 @@ impl Pump {
         }
         engine.handle_timeout(now);
         self.started = false;
-        if self.may_start() && self.request_saves_with_starts == 0 {
+        if self.may_start() && self.request_saves == 0 {
             while let Some(t) = engine.poll_transmit(now) {
                 self.started = true;
                 if t.save_first {
@@ -152,8 +154,9 @@ impl Pump {
 
     /// A page request's handler is about to save its own changes: the starts the engine allows
     /// now go into that save (counted as saved first: they leave when it lands), and the pump
-    /// starts nothing of its own until it ends. Empty while starting is over. Report the end
-    /// with [`Pump::request_save_ended`].
+    /// starts nothing of its own until it ends, whether it carries starts or not (the jobs the
+    /// request adds are not saved before). Empty while starting is over. Report the end with
+    /// [`Pump::request_save_ended`].
     pub fn request_save_begins(&mut self, engine: &mut Engine, now: Millis) -> Vec<Transmit> {
         let mut starts = Vec::new();
         engine.handle_timeout(now);
@@ -162,19 +165,14 @@ impl Pump {
                 starts.push(t);
             }
         }
-        if !starts.is_empty() {
-            self.request_saves_with_starts += 1;
-        }
+        self.request_saves += 1;
         starts
     }
 
     /// The save of [`Pump::request_save_begins`] ended: its starts go out when `sent` (it
     /// landed and this instance may send), and the pump starts again.
     pub fn request_save_ended(&mut self, starts: Vec<Transmit>, sent: bool) {
-        if starts.is_empty() {
-            return;
-        }
-        self.request_saves_with_starts = self.request_saves_with_starts.saturating_sub(1);
+        self.request_saves = self.request_saves.saturating_sub(1);
         if sent {
             let mut starts = starts;
             self.ready.append(&mut starts);
@@ -244,7 +242,7 @@ impl Pump {
     pub fn is_quiet(&self, engine: &Engine) -> bool {
         self.in_flight == 0
             && self.saving.is_none()
-            && self.request_saves_with_starts == 0
+            && self.request_saves == 0
             && self.awaiting_save.is_empty()
             && self.ready.is_empty()
             && !engine.has_changes()

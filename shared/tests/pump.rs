@@ -221,6 +221,40 @@ fn a_requests_own_save_carries_its_starts_and_the_pump_waits_for_it() {
 }
 
 #[test]
+fn a_requests_save_holds_the_pump_even_when_it_carries_no_start() {
+    // One in flight at a time: the request's new job cannot start with its save.
+    let mut e = Engine::new(config(1), Rng::seeded(1)).unwrap();
+    let mut p = Pump::default();
+    e.enqueue(create(0), 0).unwrap();
+    // The budget's first start waits for a save.
+    p.turn(&mut e, 0);
+    assert!(p.poll_save());
+    let c = e.take_changes();
+    e.on_saved(c.save);
+    p.on_saved(true);
+    let first = sends(&mut p, &mut e, 0);
+    assert_eq!(first.len(), 1);
+    // A page enqueues while that request is out: its save takes no start.
+    e.enqueue(create(1), 1).unwrap();
+    let starts = p.request_save_begins(&mut e, 1);
+    assert!(starts.is_empty());
+    let c = e.take_changes();
+    p.save_taken(1);
+    // The answer frees the slot before the request's save lands: the new job, not saved
+    // yet, must not go (were the save refused, the page would enqueue it again).
+    p.on_response(&mut e, &first[0].job_id, ok(), 3);
+    p.turn(&mut e, 3);
+    assert!(sends(&mut p, &mut e, 3).is_empty());
+    e.on_saved(c.save);
+    p.request_save_ended(starts, true);
+    assert_eq!(
+        sends(&mut p, &mut e, 5).len(),
+        1,
+        "it goes once the save landed"
+    );
+}
+
+#[test]
 fn a_hand_over_starts_nothing_more() {
     let mut e = Engine::new(config(2), Rng::seeded(1)).unwrap();
     let mut p = Pump::default();
