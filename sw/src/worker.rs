@@ -81,6 +81,9 @@ pub struct Worker {
     /// Storage is full: set when it refused a save of the queue's own changes, cleared when a
     /// save lands again (see [`Worker::go_on_unrecorded`]); the next try is not before this.
     full_until: Cell<Option<Millis>>,
+    /// Some of `journals` are entries whose jobs a refused save held back: they may not be
+    /// deleted before a save lands (see [`Worker::keep_journals`]).
+    journals_wait_for_room: Cell<bool>,
 }
 
 /// While storage is full, how often a save of the queue's changes is tried against it: a
@@ -252,6 +255,7 @@ impl Worker {
         // What the rebuild changed (jobs that were sending are queued again) is saved by the
         // pump's first save, with its first starts, unless there is more to save now.
         let mut journaled = None;
+        let mut journals = Vec::new();
         if !meta.is_empty() || !loaded.journals.is_empty() {
             let mut changes = engine.take_changes();
             // Jobs only a journal entry held are saved one per record now, and the entries go.
@@ -271,6 +275,14 @@ impl Worker {
                     // goes on as `Worker::go_on_unrecorded` says).
                     engine.retake(&changes);
                     engine.release_held();
+                    // Each entry goes once there is room and its jobs are written (see
+                    // `Worker::keep_journals`).
+                    for id in &loaded.journals {
+                        journals.push(Journaled {
+                            id: id.clone(),
+                            jobs: Vec::new(),
+                        });
+                    }
                     if !loaded.from_journals.is_empty() {
                         let note = format!(
                             "storage is full: {} journaled jobs stay in their journals ({e})",
@@ -303,7 +315,8 @@ impl Worker {
             notes: RefCell::new(notes),
             folds: RefCell::new(folds),
             whole_queue_waiters: RefCell::new(Vec::new()),
-            journals: RefCell::new(Vec::new()),
+            journals_wait_for_room: Cell::new(!journals.is_empty()),
+            journals: RefCell::new(journals),
             writing_journals: Cell::new(false),
             full_until: Cell::new(None),
         });
@@ -469,7 +482,8 @@ impl Worker {
     /// (or this instance stopped). A chunk that fails stops the instance: memory may now differ
     /// from what a restart would load, and a restart merges the journal.
     async fn write_journal_chunk(&self) -> bool {
-        if self.is_stopped() {
+        if self.is_stopped() || self.journals_wait_for_room.get() || self.full_until.get().is_some()
+        {
             return false;
         }
         let (ids, last_of) = {
@@ -523,6 +537,25 @@ impl Worker {
         for journal in journals.drain(..) {
             add_jobs(changes, &engine, &journal.jobs);
             meta.push(MetaOp::DeleteJournal(journal.id));
+        }
+    }
+
+    /// A save that was to delete journal entries was refused (storage is full): they go back
+    /// on the list, with no job left to write, and a later save deletes them, after the one
+    /// that writes what the refused one held. Not the chunk writer while storage is full: its
+    /// delete would go through, before those jobs are written.
+    fn keep_journals(&self, meta: &[MetaOp]) {
+        for op in meta {
+            if let MetaOp::DeleteJournal(id) = op {
+                self.journals_wait_for_room.set(true);
+                self.journals.borrow_mut().insert(
+                    0,
+                    Journaled {
+                        id: id.clone(),
+                        jobs: Vec::new(),
+                    },
+                );
+            }
         }
     }
 
@@ -582,11 +615,14 @@ impl Worker {
         match self.store.save(&changes, &meta, fresh.unwrap_or(&[])).await {
             Ok(journaled) => {
                 self.engine.borrow_mut().on_saved(changes.save);
+                // Whatever a refused save held back was written before this one or by it.
+                self.journals_wait_for_room.set(false);
                 self.write_journaled(journaled);
             }
             // Not once this instance stopped (a refused save of new jobs stopped it meanwhile):
             // storage is the next instance's then, which sends what this one did not save.
             Err(SwError::StorageFull(_)) if own_changes && !self.is_stopped() => {
+                self.keep_journals(&meta);
                 return self.go_on_unrecorded(changes, changed).await;
             }
             Err(e) => {
@@ -619,6 +655,8 @@ impl Worker {
             self.stop(&format!("saving failed on a full storage: {e}"));
             return Err(e);
         }
+        let journal_pending = !self.journals.borrow().is_empty();
+        self.engine.borrow_mut().hold_while_full(journal_pending);
         if self.full_until.get().is_none() {
             warn("storage is full: the queue goes on sending");
             self.engine.borrow_mut().send_unrecorded(true);
@@ -656,6 +694,9 @@ impl Worker {
                     engine.send_unrecorded(false);
                     drop(engine);
                     self.full_until.set(None);
+                    self.journals_wait_for_room.set(false);
+                    // A held queue starts again.
+                    self.pump.wake();
                     warn("storage has room again");
                     // What was held was told when it happened (`go_on_unrecorded`); only what
                     // changed since is news.
@@ -767,7 +808,8 @@ impl Worker {
         if self.full_until.get().is_some() {
             status.warnings.push(
                 "storage is full: new jobs are refused until there is room; queued jobs go on \
-                 being sent, and what they become is saved once there is room"
+                 being sent (unless a large batch is not saved yet: then they wait for room), and \
+                 what they become is saved once there is room"
                     .into(),
             );
         }
@@ -1115,7 +1157,12 @@ impl Worker {
                 }
                 return Ok(ReplyBody::Jobs { jobs: updates });
             }
-            Request::KeepAlive => return Ok(ReplyBody::Alive),
+            Request::KeepAlive => {
+                // A queue held while storage is full (see `Engine::hold_while_full`) saves
+                // nothing of its own that would find room again: the pages' keep-alives try.
+                let _ = self.refuse_while_full().await;
+                return Ok(ReplyBody::Alive);
+            }
         };
         self.commit(meta.as_slice()).await?;
         Ok(body)

@@ -270,6 +270,129 @@ e2e!(
 );
 
 e2e!(
+    /// Storage fills while a large batch is being saved: an `enqueueMany` of 250 jobs is
+    /// saved as one journal record and then written one job per record, and storage runs out
+    /// part way. A restart fills in from the journal every job whose own record is missing,
+    /// and while storage is full the record of a job that ends is deleted; so the queue waits
+    /// while full rather than send jobs that a restart would bring back and send again (before,
+    /// 45 jobs were sent a second time here). The worker is stopped while still full; once
+    /// there is room the queue goes on, and no job that ended is sent again.
+    a_batch_that_fills_storage_while_it_is_saved_waits_and_is_never_sent_twice,
+    150,
+    Options::default(),
+    |h| {
+        const LIMIT: u32 = 20;
+        h.override_quota(Some(8 << 20)).await;
+        let tab = h.open_e2e_with("keepAliveMs=300").await;
+        tab.eval(&js::configure(LIMIT, 2, "")).await;
+        // Nearly full first: 1 MB batches of random text (the browser compresses what it
+        // stores) until one does not fit; then the largest batch of 250 that still fits, so
+        // that writing its jobs out one per record (as many bytes again) cannot.
+        let r = tab
+            .eval(
+                r#"
+                const noise = (n) => {
+                  const bytes = crypto.getRandomValues(new Uint8Array(n));
+                  return Array.from(bytes, (b) => b.toString(16).padStart(2, '0')).join('');
+                };
+                let filled = 0;
+                for (let batch = 0; batch < 40; batch++) {
+                  const jobs = Array.from({ length: 10 }, (_, i) => ({
+                    url: '/api/contacts', kind: 'create', lane: 'background',
+                    body: { name: 'fill ' + batch + '-' + i, pad: noise(50000) },
+                  }));
+                  try { await sluice.enqueueMany(jobs, 'fill-' + batch); filled += 10; }
+                  catch (e) { if (e.code !== 'storage-full') throw e; break; }
+                }
+                for (let pad = 2048; pad >= 64; pad /= 2) {
+                  const jobs = Array.from({ length: 250 }, (_, i) => ({
+                    url: '/api/contacts', kind: 'create', lane: 'interactive',
+                    body: { name: 'big ' + pad + '-' + i, pad: noise(pad) },
+                  }));
+                  try {
+                    const r = await sluice.enqueueMany(jobs, 'big');
+                    window.bigIds = r.ids;
+                    return { filled, pad, jobs: r.ids.length };
+                  } catch (e) { if (e.code !== 'storage-full') throw e; }
+                }
+                return { filled, pad: null };
+                "#,
+            )
+            .await;
+        // Requests made before the batch was taken are left out below: each refused batch
+        // stopped an instance, and the requests it had out go again with their keys.
+        let accepted_at = h.api.arrivals().len();
+        report(&format!("filled, then a journaled batch: {r}"));
+        assert!(r["pad"].is_u64(), "no batch of 250 fitted: {r}");
+        let fill = r["filled"].as_u64().unwrap_or(0) as usize;
+        let big = r["jobs"].as_u64().unwrap_or(0) as usize;
+        // Writing the batch out one per record fills storage within a second or two.
+        let status: Value = tab
+            .eval(
+                "for (let i = 0; ; i++) { \
+                   const s = await sluice.snapshot(); \
+                   if (s.warnings.some((w) => w.includes('storage is full'))) return s; \
+                   if (i > 400) throw new Error('storage never filled: ' + JSON.stringify(s)); \
+                   await e2e.sleep(20); \
+                 }",
+            )
+            .await;
+        report(&format!("full while saving the batch: {}", status["counts"]));
+        // Full for a while (the queue is held while the batch is not saved yet; a refused
+        // write of the batch may also have restarted the worker, which then finds every job
+        // of it in records of their own and goes on sending), then stopped while full.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let at_full = h.api.arrivals().len();
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let held = h.api.arrivals().len();
+        let starts = h.worker_starts();
+        h.stop_worker().await;
+        h.wait_until("the successor starts", Duration::from_secs(20), || {
+            h.worker_starts() > starts
+        })
+        .await;
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        report(&format!(
+            "requests while full: {} in 2 s, {} more across the stop",
+            held - at_full,
+            h.api.arrivals().len() - held
+        ));
+        // Room again: the pages' keep-alives find it, and everything goes once.
+        h.override_quota(None).await;
+        let results: Vec<String> = tab
+            .eval_as(&js::settle_ids("window.bigIds"))
+            .await;
+        assert!(js::all_done(&results), "{results:?}");
+        let all = fill + big;
+        h.wait_until("every job applied", Duration::from_secs(60), || {
+            h.api.contacts().len() >= all
+        })
+        .await;
+        // Sent twice after the batch was taken: only a request out when storage filled, or
+        // one whose end was in the save that storage refused, may be (the restart sends it
+        // again with its key, as after a crash): at most twice the 2 in flight.
+        let arrivals = h.api.arrivals();
+        let mut sent: std::collections::HashMap<String, (usize, usize)> = Default::default();
+        for (i, a) in arrivals.iter().enumerate() {
+            if let (Some(key), true) = (&a.idempotency_key, a.status != 429) {
+                sent.entry(key.clone()).or_insert((i, 0)).1 += 1;
+            }
+        }
+        let again = sent
+            .values()
+            .filter(|&&(first, n)| first >= accepted_at && n > 1)
+            .count();
+        report(&format!(
+            "{held} requests before the stop, {} in all, {again} keys sent twice",
+            arrivals.len()
+        ));
+        assert!(again <= 4, "{again} jobs were sent again after they ended");
+        h.assert_each_applied_once(all, LIMIT as usize);
+        assert_eq!(h.api.stats().rate_limited, 0);
+    }
+);
+
+e2e!(
     /// Storage full: the site may store 8 MiB in all (Chromium's per-origin quota, set over
     /// CDP before the site stores anything), and the page enqueues batches of incompressible
     /// bodies until one does not fit. That `enqueueMany` is refused with `storage-full`,

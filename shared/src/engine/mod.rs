@@ -133,6 +133,8 @@ pub struct Engine {
     /// Storage refuses every save (it is full): starts go out without waiting for one (see
     /// [`Engine::send_unrecorded`]).
     unrecorded: bool,
+    /// Nothing starts while `unrecorded` (see [`Engine::hold_while_full`]).
+    held_while_full: bool,
 }
 
 impl Engine {
@@ -158,6 +160,7 @@ impl Engine {
             saves: SaveLedger::default(),
             counters: StatusCounters::default(),
             unrecorded: false,
+            held_while_full: false,
         })
     }
 
@@ -636,7 +639,7 @@ impl Engine {
     }
 
     fn poll_start(&mut self, now: Millis, saved_first: bool) -> Option<Transmit> {
-        if self.is_offline(now) {
+        if self.is_offline(now) || self.unrecorded && self.held_while_full {
             return None;
         }
         // Per budget: the head of its top lane, and the head that ranks first once aged.
@@ -731,6 +734,10 @@ impl Engine {
             return waiting.then_some(t);
         }
         let mut next = self.scheduler.next_due();
+        if self.unrecorded && self.held_while_full {
+            // Nothing starts until a save lands, which wakes the pump anyway.
+            return next;
+        }
         for b in self.budgets.values() {
             if !b.has_ready() {
                 continue;
@@ -1259,6 +1266,17 @@ impl Engine {
     /// ([`Engine::count_unrecorded_sends`]).
     pub fn send_unrecorded(&mut self, on: bool) {
         self.unrecorded = on;
+    }
+
+    /// While starts go out unrecorded ([`Engine::send_unrecorded`]), whether none goes out at
+    /// all. The worker holds the queue so while a journal entry in storage still holds jobs
+    /// (a large batch saved in one record, then written one job per record): a restart fills
+    /// in from the entry every job whose own record is missing, and while storage is full the
+    /// record of a job that ends is deleted, so a job that ended then would come back from the
+    /// entry and be sent again. Requests already out may still end meanwhile: a restart while
+    /// storage is still full sends those again, with the same keys, as after a crash.
+    pub fn hold_while_full(&mut self, on: bool) {
+        self.held_while_full = on;
     }
 
     /// A restore from storage that misses the record of some starts (they went out while
