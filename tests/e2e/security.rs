@@ -286,12 +286,14 @@ e2e!(
         let tab = h.open_e2e_with("keepAliveMs=300").await;
         tab.eval(&js::configure(LIMIT, 2, "")).await;
         // Nearly full first: 1 MB batches of random text (the browser compresses what it
-        // stores) until one does not fit; then the largest batch of 250 that still fits, so
-        // that writing its jobs out one per record (as many bytes again) cannot.
-        let r = tab
-            .eval(
+        // stores) until one does not fit, which leaves less than 1 MB. The quota is then raised
+        // by 1 MiB, so between 1 and 2 MB are free, and the largest batch of 250 that fits is
+        // enqueued: it takes more than half of what is free (the one twice its size did not
+        // fit), so writing its jobs out one per record (as many bytes again) cannot.
+        let filled: u64 = tab
+            .eval_as(
                 r#"
-                const noise = (n) => {
+                window.noise = (n) => {
                   const bytes = crypto.getRandomValues(new Uint8Array(n));
                   return Array.from(bytes, (b) => b.toString(16).padStart(2, '0')).join('');
                 };
@@ -302,9 +304,17 @@ e2e!(
                     body: { name: 'fill ' + batch + '-' + i, pad: noise(50000) },
                   }));
                   try { await sluice.enqueueMany(jobs, 'fill-' + batch); filled += 10; }
-                  catch (e) { if (e.code !== 'storage-full') throw e; break; }
+                  catch (e) { if (e.code !== 'storage-full') throw e; return filled; }
                 }
-                for (let pad = 2048; pad >= 64; pad /= 2) {
+                throw new Error('40 MB fitted in a quota of 8 MiB');
+                "#,
+            )
+            .await;
+        h.override_quota(Some(9 << 20)).await;
+        let r = tab
+            .eval(
+                r#"
+                for (let pad = 4096; pad >= 64; pad /= 2) {
                   const jobs = Array.from({ length: 250 }, (_, i) => ({
                     url: '/api/contacts', kind: 'create', lane: 'interactive',
                     body: { name: 'big ' + pad + '-' + i, pad: noise(pad) },
@@ -312,19 +322,20 @@ e2e!(
                   try {
                     const r = await sluice.enqueueMany(jobs, 'big');
                     window.bigIds = r.ids;
-                    return { filled, pad, jobs: r.ids.length };
+                    return { pad, jobs: r.ids.length };
                   } catch (e) { if (e.code !== 'storage-full') throw e; }
                 }
-                return { filled, pad: null };
+                return { pad: null };
                 "#,
             )
             .await;
         // Requests made before the batch was taken are left out below: each refused batch
         // stopped an instance, and the requests it had out go again with their keys.
         let accepted_at = h.api.arrivals().len();
-        report(&format!("filled, then a journaled batch: {r}"));
+        report(&format!("{filled} fill jobs, then a journaled batch: {r}"));
         assert!(r["pad"].is_u64(), "no batch of 250 fitted: {r}");
-        let fill = r["filled"].as_u64().unwrap_or(0) as usize;
+        assert!(r["pad"] != 4096, "the largest batch fitted: too much room to fill: {r}");
+        let fill = filled as usize;
         let big = r["jobs"].as_u64().unwrap_or(0) as usize;
         // Writing the batch out one per record fills storage within a second or two.
         let status: Value = tab
