@@ -290,13 +290,10 @@ e2e!(
         // by 1 MiB, so between 1 and 2 MB are free, and the largest batch of 250 that fits is
         // enqueued: it takes more than half of what is free (the one twice its size did not
         // fit), so writing its jobs out one per record (as many bytes again) cannot.
+        tab.eval(js::DEFINE_NOISE).await;
         let filled: u64 = tab
             .eval_as(
                 r#"
-                window.noise = (n) => {
-                  const bytes = crypto.getRandomValues(new Uint8Array(n));
-                  return Array.from(bytes, (b) => b.toString(16).padStart(2, '0')).join('');
-                };
                 let filled = 0;
                 for (let batch = 0; batch < 40; batch++) {
                   const jobs = Array.from({ length: 10 }, (_, i) => ({
@@ -435,15 +432,10 @@ e2e!(
         .await;
         let before: Vec<String> = tab.eval_as(&js::enqueue_group(20, "before")).await;
         assert_eq!(before.len(), 20);
+        tab.eval(js::DEFINE_NOISE).await;
         let r = tab
             .eval(
                 r#"
-                // Random text: the browser compresses what it stores, and a repeated letter
-                // would take next to no room.
-                const noise = (n) => {
-                  const bytes = crypto.getRandomValues(new Uint8Array(n));
-                  return Array.from(bytes, (b) => b.toString(16).padStart(2, '0')).join('');
-                };
                 let accepted = 0;
                 for (let batch = 0; batch < 40; batch++) {
                   // 50 jobs of 20 KB each: 1 MB a batch.

@@ -36,6 +36,14 @@ pub fn enqueue_group(n: usize, group: &str) -> String {
 }
 
 /// The results of [`enqueue_group`]'s promises, once all settled.
+/// Page script: defines `noise(n)`, `2n` characters of random text. Storage tests fill a
+/// quota with it: the browser compresses what it stores, and a repeated letter would take next
+/// to no room. At most 65,536 bytes a call (`getRandomValues`).
+pub const DEFINE_NOISE: &str = "window.noise = (n) => {\
+       const bytes = crypto.getRandomValues(new Uint8Array(n));\
+       return Array.from(bytes, (b) => b.toString(16).padStart(2, '0')).join('');\
+     }; return null;";
+
 pub fn settle_group(group: &str) -> String {
     format!("return await Promise.all(window.dones['{group}']);")
 }
