@@ -297,9 +297,9 @@ fn bindgen(wasm: &Path, pkg_dir: &Path, flavour: Flavour) -> Result<(), BoxError
         .remove_name_section(!keep_names)
         .remove_producers_section(true)
         .generate_output()
-        .map_err(|e| failed(e))?;
+        .map_err(&failed)?;
     let renamed = shorten_names(&mut output);
-    output.emit(pkg_dir).map_err(|e| failed(e))?;
+    output.emit(pkg_dir).map_err(failed)?;
     let (js_name, typings): (&str, &[&str]) = match flavour {
         Flavour::ClassicWorker => ("sluice_sw.js", &[]),
         Flavour::EsModule => (

@@ -224,6 +224,11 @@ struct SimulateArgs {
     latency_ms: u64,
     #[arg(long, default_value_t = 5)]
     jitter_ms: u64,
+    /// The way there spreads over this instead, and the way back over --jitter-ms: `sluice
+    /// bench`'s path (0-10 ms there, ±10 ms back, 35 ms on average) is `--latency-ms 35
+    /// --arrival-jitter-ms 10 --jitter-ms 20`.
+    #[arg(long)]
+    arrival_jitter_ms: Option<u64>,
     #[arg(long, value_enum, default_value_t = SimRetryAfter::Delta)]
     retry_after: SimRetryAfter,
     #[arg(long, value_enum, default_value_t = SimHeaders::Xrate)]
@@ -306,8 +311,12 @@ fn simulate(args: SimulateArgs) -> Result<(), MainError> {
         },
         interactive_share: args.interactive_share,
         concurrency: args.concurrency,
-        one_way_ms: args.latency_ms.saturating_sub(args.jitter_ms) / 2,
+        // Each way's jitter adds half its spread to the mean.
+        one_way_ms: args.latency_ms.saturating_sub(
+            (args.arrival_jitter_ms.unwrap_or(args.jitter_ms) + args.jitter_ms) / 2,
+        ) / 2,
         jitter_ms: args.jitter_ms,
+        arrival_jitter_ms: args.arrival_jitter_ms,
         retry_after: match args.retry_after {
             SimRetryAfter::Delta => SimForm::Delta,
             SimRetryAfter::Date => SimForm::HttpDate,

@@ -26,6 +26,8 @@ pub struct SimulateOptions {
     pub concurrency: u32,
     pub one_way_ms: u64,
     pub jitter_ms: u64,
+    /// The way there's jitter when it differs from the way back's (`jitter_ms`).
+    pub arrival_jitter_ms: Option<u64>,
     pub retry_after: RetryAfterForm,
     pub headers: HeaderStyle,
     pub fault_rate: f64,
@@ -55,6 +57,7 @@ impl Default for SimulateOptions {
             concurrency: 4,
             one_way_ms: 15,
             jitter_ms: 5,
+            arrival_jitter_ms: None,
             retry_after: RetryAfterForm::Delta,
             headers: HeaderStyle::XRateLimit,
             fault_rate: 0.0,
@@ -102,9 +105,10 @@ impl SimulateOptions {
     }
 
     /// The mean round trip the simulator produces: each way takes `one_way_ms` plus up to
-    /// `jitter_ms` (uniform, never less), so the two jitters add `jitter_ms` on average.
+    /// its jitter (uniform, never less), so the two jitters add half their sum on average.
     pub fn mean_round_trip_ms(&self) -> f64 {
-        (2 * self.one_way_ms) as f64 + self.jitter_ms as f64
+        let there = self.arrival_jitter_ms.unwrap_or(self.jitter_ms);
+        (2 * self.one_way_ms) as f64 + (there + self.jitter_ms) as f64 / 2.0
     }
 
     /// Requests per millisecond the concurrency allows: K in flight, each taking the mean
@@ -304,6 +308,8 @@ pub struct SimulateReport {
     pub concurrency: u32,
     pub latency_ms: u64,
     pub jitter_ms: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub arrival_jitter_ms: Option<u64>,
     pub seed: u64,
     pub interactive_share: f64,
     #[serde(flatten)]
@@ -387,6 +393,7 @@ pub fn scenario(o: &SimulateOptions) -> Result<Scenario, String> {
             extra_windows: real[1..].to_vec(),
             one_way_ms: o.one_way_ms,
             jitter_ms: o.jitter_ms,
+            arrival_jitter_ms: o.arrival_jitter_ms,
             retry_after: o.retry_after,
             headers: o.headers,
             fault_rate: o.fault_rate,
@@ -415,6 +422,7 @@ pub fn run(o: &SimulateOptions) -> Result<SimulateReport, String> {
         concurrency: o.concurrency,
         latency_ms: 2 * o.one_way_ms,
         jitter_ms: o.jitter_ms,
+        arrival_jitter_ms: o.arrival_jitter_ms,
         seed: o.seed,
         interactive_share: o.interactive_share,
         finish_over_ideal: report.finished_at_ms as f64 / ideal,
@@ -1219,6 +1227,39 @@ mod tests {
         })
         .unwrap_err()
         .contains("--configured-windows"));
+    }
+
+    #[test]
+    fn a_way_there_steadier_than_the_way_back_is_its_own_jitter() {
+        // `sluice bench`'s path: 0-10 ms there, ±10 ms back, 35 ms on average.
+        let bench_path = SimulateOptions {
+            jobs: 1_000,
+            one_way_ms: 10,
+            jitter_ms: 20,
+            arrival_jitter_ms: Some(10),
+            ..SimulateOptions::default()
+        };
+        assert_eq!(bench_path.mean_round_trip_ms(), 35.0);
+        let steady_arrivals = SimulateOptions {
+            arrival_jitter_ms: Some(0),
+            ..bench_path.clone()
+        };
+        let both_ways_wide = SimulateOptions {
+            arrival_jitter_ms: None,
+            ..bench_path.clone()
+        };
+        let shares: Vec<f64> = [steady_arrivals, bench_path, both_ways_wide]
+            .iter()
+            .map(|o| {
+                let r = run(o).unwrap();
+                assert_eq!(r.report.done, 1_000);
+                assert_eq!(r.report.rate_limited, 0, "{}", r.report.summary());
+                assert!(r.report.max_arrivals_in_window <= 100);
+                r.report.share_of_limit
+            })
+            .collect();
+        // What the limiter cannot know of a request's way there is what each window loses.
+        assert!(shares[0] > shares[1] && shares[1] > shares[2], "{shares:?}");
     }
 
     #[test]

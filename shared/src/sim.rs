@@ -48,6 +48,11 @@ pub struct ServerModel {
     /// One-way network delay: base plus uniform jitter, each way.
     pub one_way_ms: DurationMs,
     pub jitter_ms: DurationMs,
+    /// The way there's jitter when it differs from the way back's (`jitter_ms`): a path whose
+    /// answers spread wider than its arrivals, as the demo API's `--arrival-jitter-ms` with
+    /// `--jitter-ms` makes one.
+    #[serde(default)]
+    pub arrival_jitter_ms: Option<DurationMs>,
     /// Time the server takes to handle a request.
     pub service_ms: DurationMs,
     pub retry_after: RetryAfterForm,
@@ -85,6 +90,7 @@ impl Default for ServerModel {
             window_ms: 1_000,
             one_way_ms: 15,
             jitter_ms: 5,
+            arrival_jitter_ms: None,
             service_ms: 0,
             retry_after: RetryAfterForm::Delta,
             headers: HeaderStyle::None,
@@ -357,7 +363,8 @@ pub fn run(scenario: &Scenario) -> Report {
             });
             let id = tag;
             tag += 1;
-            let up = server.one_way_ms + rng.below_or_equal(server.jitter_ms);
+            let up = server.one_way_ms
+                + rng.below_or_equal(server.arrival_jitter_ms.unwrap_or(server.jitter_ms));
             push(&mut events, &mut payloads, now + up, Event::Arrive(id));
             push(
                 &mut events,
