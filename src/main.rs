@@ -313,7 +313,10 @@ fn simulate(args: SimulateArgs) -> Result<(), MainError> {
         concurrency: args.concurrency,
         // Each way's jitter adds half its spread to the mean.
         one_way_ms: args.latency_ms.saturating_sub(
-            (args.arrival_jitter_ms.unwrap_or(args.jitter_ms) + args.jitter_ms) / 2,
+            args.arrival_jitter_ms
+                .unwrap_or(args.jitter_ms)
+                .saturating_add(args.jitter_ms)
+                / 2,
         ) / 2,
         jitter_ms: args.jitter_ms,
         arrival_jitter_ms: args.arrival_jitter_ms,
