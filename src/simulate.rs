@@ -108,7 +108,7 @@ impl SimulateOptions {
     /// its jitter (uniform, never less), so the two jitters add half their sum on average.
     pub fn mean_round_trip_ms(&self) -> f64 {
         let there = self.arrival_jitter_ms.unwrap_or(self.jitter_ms);
-        (2 * self.one_way_ms) as f64 + (there + self.jitter_ms) as f64 / 2.0
+        (2 * self.one_way_ms) as f64 + (there as f64 + self.jitter_ms as f64) / 2.0
     }
 
     /// Requests per millisecond the concurrency allows: K in flight, each taking the mean
