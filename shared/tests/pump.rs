@@ -58,6 +58,15 @@ fn sends(pump: &mut Pump, engine: &mut Engine, now: u64) -> Vec<Transmit> {
     pump.poll_sends()
 }
 
+/// A turn at `now` whose pump save begins, and that save landing at once.
+fn pumps_save_lands(pump: &mut Pump, engine: &mut Engine, now: u64) {
+    pump.turn(engine, now);
+    assert!(pump.poll_save(), "the pump's save begins at {now}");
+    let changes = engine.take_changes();
+    engine.on_saved(changes.save);
+    pump.on_saved(true);
+}
+
 #[test]
 fn an_idle_budgets_first_start_goes_out_only_once_its_save_landed() {
     let mut e = Engine::new(config(2), Rng::seeded(1)).unwrap();
@@ -86,11 +95,7 @@ fn a_busy_budget_sends_at_once_while_the_pumps_save_is_in_flight() {
     for i in 0..4 {
         e.enqueue(create(i), 0).unwrap();
     }
-    p.turn(&mut e, 0);
-    assert!(p.poll_save());
-    let first = e.take_changes();
-    e.on_saved(first.save);
-    p.on_saved(true);
+    pumps_save_lands(&mut p, &mut e, 0);
     let round = sends(&mut p, &mut e, 1);
     assert_eq!(round.len(), 2);
     // The outcome of the first answer is being saved when the second answer frees a slot.
@@ -172,11 +177,7 @@ fn without_a_start_waiting_saves_come_at_most_once_per_save_interval() {
     let mut p = Pump::default();
     e.enqueue(create(0), 100).unwrap();
     e.enqueue(create(1), 100).unwrap();
-    p.turn(&mut e, 100);
-    assert!(p.poll_save());
-    let c = e.take_changes();
-    e.on_saved(c.save);
-    p.on_saved(true);
+    pumps_save_lands(&mut p, &mut e, 100);
     let out = sends(&mut p, &mut e, 101);
     assert_eq!(out.len(), 2);
     // An answer changes the job; nobody waits for its save.
@@ -227,11 +228,7 @@ fn a_requests_save_holds_the_pump_even_when_it_carries_no_start() {
     let mut p = Pump::default();
     e.enqueue(create(0), 0).unwrap();
     // The budget's first start waits for a save.
-    p.turn(&mut e, 0);
-    assert!(p.poll_save());
-    let c = e.take_changes();
-    e.on_saved(c.save);
-    p.on_saved(true);
+    pumps_save_lands(&mut p, &mut e, 0);
     let first = sends(&mut p, &mut e, 0);
     assert_eq!(first.len(), 1);
     // A page enqueues while that request is out: its save takes no start.
