@@ -75,6 +75,7 @@ fn run() -> Result<(), BoxError> {
             &pkg_dir,
             Flavour::EsModule,
         )?;
+        append_client_classes(&root, &pkg_dir)?;
         report_sizes(&pkg_dir)?;
     }
 
@@ -313,6 +314,25 @@ fn bindgen(wasm: &Path, pkg_dir: &Path, flavour: Flavour) -> Result<(), BoxError
     for name in typings {
         rename_in_glue(&pkg_dir.join(name), &renamed, false)?;
     }
+    Ok(())
+}
+
+/// Appends to the page client's module the JS classes its glue names without importing them
+/// (`client/js/sluice-error.js`: `SluiceError`, which `client/src/web.rs` constructs).
+fn append_client_classes(root: &Path, pkg_dir: &Path) -> Result<(), BoxError> {
+    let source = root.join("client").join("js").join("sluice-error.js");
+    println!("cargo:rerun-if-changed={}", source.display());
+    let class =
+        fs::read_to_string(&source).map_err(|e| format!("reading {}: {e}", source.display()))?;
+    let module = pkg_dir.join("sluice_client.js");
+    let mut glue = fs::read_to_string(&module)?;
+    if !glue.contains("new SluiceError(") {
+        return Err("the page client's glue no longer constructs SluiceError: \
+                    client/js/sluice-error.js is not needed, or the binding changed"
+            .into());
+    }
+    glue.push_str(&class);
+    fs::write(module, glue)?;
     Ok(())
 }
 

@@ -316,7 +316,8 @@ struct Shortfall {
 /// What [`Core::receive`] made of one message.
 #[derive(Debug, PartialEq)]
 pub enum Received {
-    /// A `jobs` or `status` broadcast, for subscribers.
+    /// A `jobs` or `status` broadcast, or an error of the worker's own that answers no
+    /// request (kept: [`Core::take_worker_fault`]), for subscribers.
     Broadcast,
     /// A reply or error that settled a request of this client.
     Settled,
@@ -359,6 +360,9 @@ pub struct Core {
     last_heard: f64,
     /// Requests to post as soon as the message being handled is (see [`Core::take_posts`]).
     posts_now: Vec<String>,
+    /// The last error the worker told every page (it cannot start, or it stopped after an
+    /// error), until taken ([`Core::take_worker_fault`]).
+    worker_fault: Option<ClientError>,
     closed: bool,
 }
 
@@ -383,8 +387,14 @@ impl Core {
             last_event: f64::NEG_INFINITY,
             last_heard: f64::NEG_INFINITY,
             posts_now: Vec::new(),
+            worker_fault: None,
             closed: false,
         }
+    }
+
+    /// The worker's last error that answered no request (see [`Received::Broadcast`]), once.
+    pub fn take_worker_fault(&mut self) -> Option<ClientError> {
+        self.worker_fault.take()
     }
 
     /// Requests that handling a message made necessary (asking for outcomes a broadcast left
@@ -536,10 +546,23 @@ impl Core {
                 let error = worker_error(message.get("error").unwrap_or(&Json::Null));
                 self.settle(id, Err(error), now)
             }
-            (Some("error"), None) => Received::Ignored(format!(
-                "an error for no request: {}",
-                json::to_string(&message)
-            )),
+            // The worker's own trouble (it cannot start, or it stopped after an error), told
+            // to every page: kept for a `register()` that waits, and for subscribers. Any other
+            // error for no request answered a message that carried no id: not this client's.
+            (Some("error"), None) => {
+                match worker_error(message.get("error").unwrap_or(&Json::Null)) {
+                    fault @ ClientError::Worker(
+                        ProtocolError::CannotStart { .. } | ProtocolError::Crashed { .. },
+                    ) => {
+                        self.worker_fault = Some(fault);
+                        Received::Broadcast
+                    }
+                    _ => Received::Ignored(format!(
+                        "an error for no request: {}",
+                        json::to_string(&message)
+                    )),
+                }
+            }
             (Some("jobs" | "status"), _) => {
                 match WorkerMessage::from_json(&message) {
                     Ok(WorkerMessage::Jobs { updates, removed }) => {
@@ -1765,6 +1788,21 @@ mod tests {
         assert!(matches!(core.receive("{nope", 0.0), Received::Ignored(_)));
         let e = r#"{"type":"error","requestId":null,"error":{"code":"malformed","message":"x"}}"#;
         assert!(matches!(core.receive(e, 0.0), Received::Ignored(_)));
+        assert!(core.take_worker_fault().is_none());
+    }
+
+    #[test]
+    fn a_worker_that_cannot_start_is_heard_by_every_page() {
+        let mut core = Core::new("c", Timing::default());
+        let e = r#"{"type":"error","requestId":null,"error":{"code":"cannot-start","message":"/sluice/x.wasm was not found (HTTP 404)"}}"#;
+        assert_eq!(core.receive(e, 0.0), Received::Broadcast);
+        let fault = core.take_worker_fault().expect("kept for register()");
+        assert_eq!(fault.code(), "cannot-start");
+        assert!(
+            fault.to_string().contains("was not found (HTTP 404)"),
+            "{fault}"
+        );
+        assert!(core.take_worker_fault().is_none(), "taken once");
     }
 
     #[test]

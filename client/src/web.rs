@@ -104,15 +104,17 @@ export interface RegisterOptions {
   resendAfterMs?: number;
   /** Send keepAlive this often while work is pending. Default 10000. */
   keepAliveMs?: number;
-  /** How long to wait for the worker to take control of the page. Default 10000. */
+  /** How long to wait for the worker to start and take control of the page; past it, or as
+   * soon as the worker says it cannot start, `register` rejects with the reason. Default 10000. */
   controlTimeoutMs?: number;
 }
 
-/** Rejections carry a stable `code` besides the message. */
-export interface SluiceError extends Error {
-  /** The worker's code (e.g. "unknown-budget", "not-found"), "no-answer", "invalid-job",
-   * "unsupported", "registration", "decode", "closed"; for a job's `done`: "failed",
-   * "cancelled" or "gone". */
+/** Every rejection of this client is a SluiceError (`error instanceof SluiceError`), with a
+ * stable `code` besides the message. */
+export class SluiceError extends Error {
+  /** The worker's code (e.g. "unknown-budget", "not-found", "cannot-start"), "no-answer",
+   * "invalid-job", "unsupported", "registration", "decode", "closed"; for a job's `done`:
+   * "failed", "cancelled" or "gone". */
   code: string;
   /** The worker's error object, when the worker refused the request. */
   detail?: unknown;
@@ -149,7 +151,13 @@ export interface Status {
   now: number;
   counts: { queued: number; sending: number; retryWait: number; done: number; failed: number; cancelled: number };
   budgets: BudgetStatus[]; groups: GroupStatus[]; lanes: LaneStatus[];
-  etaMs: number | null; attemptsPerJob: number; offline: boolean; warnings: string[];
+  etaMs: number | null; attemptsPerJob: number; offline: boolean;
+  /** Things to act on: a budget that is not configured, storage that is full, a setting the
+   * worker could not use. */
+  warnings: string[];
+  /** Information, nothing to fix: how long a bulk job needs at the limit, or that a budget's
+   * concurrency (not its limit) sets the pace, with the concurrency that would not. */
+  notes: string[];
 }
 export interface BudgetConfig {
   name: string; windows: RateWindow[]; concurrency?: number;
@@ -172,10 +180,39 @@ export interface EngineConfig {
   /** Clear a job's request headers when it fails for good (its record stays). Default false. */
   dropFailedHeaders?: boolean;
 }
-/** What subscribers receive: every job-state and status broadcast of the worker. */
+/** What subscribers receive: every job-state and status broadcast of the worker, and the
+ * worker's own errors (also logged in the page's console). A new subscriber gets the last
+ * status at once. */
 export type WorkerBroadcast =
   | { type: "jobs"; updates: JobUpdate[]; /** Jobs the worker forgot (expired, dismissed). */ removed: string[] }
-  | { type: "status"; status: Status };
+  | { type: "status"; status: Status }
+  | { type: "error"; requestId: null;
+      /** "cannot-start": a new worker version could not start (its wasm, its configuration);
+       * the working one, if any, goes on. "crashed": the worker stopped after an error and
+       * restarts from storage with the next event. */
+      error: { code: "cannot-start" | "crashed"; message: string } };
+
+/** A rate-limit route for `fetch` calls the worker takes off the network and queues. */
+export interface InterceptRoute {
+  /** URL prefix, absolute or relative to the worker's origin (e.g. "/api/"). */
+  prefix: string;
+  /** Default "*" (any method). */
+  method?: string;
+  /** Only requests carrying this header are queued (page code opts in per request). */
+  header?: string;
+}
+
+/** `self.SLUICE_CONFIG` in the service worker script, checked strictly: an unknown or
+ * misspelled key stops the worker from installing, and `register()` rejects with where it
+ * stands and the key it most likely meant. In a `sw.ts`:
+ * `declare const self: { SLUICE_CONFIG: SluiceWorkerConfig };` */
+export interface SluiceWorkerConfig extends EngineConfig {
+  /** Where this package's files (sluice-worker.js and its wasm) are served, a folder.
+   * Default: the worker script's folder. */
+  packageUrl?: string;
+  /** `fetch` calls to queue instead of sending (answered 202 with the job id). */
+  intercept?: InterceptRoute[];
+}
 "#;
 
 /// A job the worker accepted.
@@ -240,6 +277,13 @@ struct Inner {
     /// This page's end of its channel to the worker (see [`Via`]).
     port: RefCell<Option<MessagePort>>,
     closed: Cell<bool>,
+    /// The worker's own error (it cannot start, or stopped after an error) while `register`
+    /// waits for it to start, with the function that ends that wait early.
+    fault: RefCell<Option<ClientError>>,
+    start_waiter: RefCell<Option<Function>>,
+    /// The last status this page heard (a broadcast's text), handed to each new subscriber at
+    /// once: a page that subscribes after the worker last spoke still shows where things stand.
+    last_status: RefCell<Option<String>>,
 }
 
 /// The page's handle on the Sluice worker.
@@ -343,9 +387,20 @@ fn set(obj: &Object, key: &str, value: &JsValue) {
     let _ = Reflect::set(obj, &JsValue::from_str(key), value);
 }
 
+#[wasm_bindgen]
+extern "C" {
+    /// The class of every error this client rejects with: `client/js/sluice-error.js`, which
+    /// the build appends to this module's glue (no `module` here: the glue names it as it
+    /// stands in its own module). Only the package's glue has it; the Rust API never makes one.
+    #[wasm_bindgen(extends = js_sys::Error, extends = Object)]
+    type SluiceError;
+
+    #[wasm_bindgen(constructor)]
+    fn new(message: &str, code: &str) -> SluiceError;
+}
+
 fn error_to_js(e: ClientError) -> JsValue {
-    let err = js_sys::Error::new(&e.to_string());
-    set(&err, "code", &JsValue::from_str(e.code()));
+    let err = SluiceError::new(&e.to_string(), e.code());
     if let ClientError::Worker(p) = &e {
         set(&err, "detail", &to_js(p));
     }
@@ -353,14 +408,13 @@ fn error_to_js(e: ClientError) -> JsValue {
 }
 
 fn job_end_to_js(e: JobEnd) -> JsValue {
-    let err = js_sys::Error::new(&e.reason);
     let code = match e.state {
         Some(JobState::Cancelled) => "cancelled",
         Some(_) => "failed",
         None if e.reason == ClientError::Closed.to_string() => "closed",
         None => "gone",
     };
-    set(&err, "code", &JsValue::from_str(code));
+    let err = SluiceError::new(&e.reason, code);
     set(&err, "jobId", &JsValue::from_str(&e.id));
     set(
         &err,
@@ -606,28 +660,76 @@ impl Inner {
             self.post(p);
         }
         if received == Received::Broadcast {
-            // Copied out: a listener may subscribe, unsubscribe or call the client.
-            let listeners: Vec<Listener> = self
-                .listeners
-                .borrow()
-                .iter()
-                .map(|(_, l)| l.clone())
-                .collect();
-            let mut js_value = None;
-            for l in listeners {
-                match l {
-                    Listener::Js(f) => {
-                        let v = js_value
-                            .get_or_insert_with(|| JSON::parse(&text).unwrap_or(JsValue::NULL));
-                        if let Err(e) = f.call1(&JsValue::NULL, v) {
-                            web_sys::console::error_2(&"sluice: a subscriber threw".into(), &e);
-                        }
-                    }
-                    Listener::Rust(f) => f(&text),
+            if let Some(fault) = self.core.borrow_mut().take_worker_fault() {
+                // Where the person building the page looks, whether or not anyone subscribed.
+                web_sys::console::error_1(&format!("sluice: {fault}").into());
+                *self.fault.borrow_mut() = Some(fault);
+                if let Some(end_wait) = self.start_waiter.take() {
+                    let _ = end_wait.call0(&JsValue::NULL);
                 }
             }
+            if text.starts_with("{\"type\":\"status\"") {
+                *self.last_status.borrow_mut() = Some(text.clone());
+            }
+            self.notify(&text, None);
         }
         self.ensure_timer();
+    }
+
+    /// Hands a broadcast's text to every subscriber, or to the one with id `only`.
+    fn notify(&self, text: &str, only: Option<u32>) {
+        // Copied out: a listener may subscribe, unsubscribe or call the client.
+        let listeners: Vec<Listener> = self
+            .listeners
+            .borrow()
+            .iter()
+            .filter(|(id, _)| only.is_none_or(|o| o == *id))
+            .map(|(_, l)| l.clone())
+            .collect();
+        let mut js_value = None;
+        for l in listeners {
+            match l {
+                Listener::Js(f) => {
+                    let v =
+                        js_value.get_or_insert_with(|| JSON::parse(text).unwrap_or(JsValue::NULL));
+                    if let Err(e) = f.call1(&JsValue::NULL, v) {
+                        web_sys::console::error_2(&"sluice: a subscriber threw".into(), &e);
+                    }
+                }
+                Listener::Rust(f) => f(text),
+            }
+        }
+    }
+
+    /// A new subscriber hears the last status at once (in a task of its own, as it would hear
+    /// a broadcast: never inside the `subscribe` call).
+    fn replay_status(self: &Rc<Self>, id: u32) {
+        let Some(text) = self.last_status.borrow().clone() else {
+            return;
+        };
+        let weak = Rc::downgrade(self);
+        wasm_bindgen_futures::spawn_local(async move {
+            if let Some(inner) = weak.upgrade() {
+                inner.notify(&text, Some(id));
+            }
+        });
+    }
+
+    /// Asks the worker for its status with a message event, which starts a stopped worker:
+    /// a page that opens must wake a queue with work waiting, whether or not it ever enqueues
+    /// (the worker resumes sending as it starts). The answer goes to subscribers as a status.
+    fn wake_worker(self: &Rc<Self>) {
+        let weak = Rc::downgrade(self);
+        wasm_bindgen_futures::spawn_local(async move {
+            let Some(inner) = weak.upgrade() else { return };
+            let answer = inner.request(Request::Snapshot).await;
+            let Ok(status) = answer.and_then(snapshot) else {
+                return;
+            };
+            let text = json::to_string(&WorkerMessage::Status { status });
+            *inner.last_status.borrow_mut() = Some(text.clone());
+            inner.notify(&text, None);
+        });
     }
 
     fn on_controller_change(&self) {
@@ -674,6 +776,61 @@ impl Inner {
                 h.controller_change.as_ref().unchecked_ref(),
             );
         }
+    }
+}
+
+impl Inner {
+    /// Waits until the registration has an active worker (`ready`), the worker says it cannot
+    /// start (a message from its entry, see `on_message`), or `timeout_ms` passes; the
+    /// registration's `ready` alone never settles when every install fails.
+    async fn wait_for_start(
+        &self,
+        container: &ServiceWorkerContainer,
+        timeout_ms: f64,
+    ) -> Result<(), ClientError> {
+        let ready = container
+            .ready()
+            .map_err(|e| ClientError::Registration(js_message(&e)))?;
+        if self.fault.borrow().is_some() {
+            return Ok(());
+        }
+        let timed_out = Rc::new(Cell::new(false));
+        let interrupted = Promise::new(&mut |resolve, _reject| {
+            *self.start_waiter.borrow_mut() = Some(resolve.clone());
+            if let Some(w) = web_sys::window() {
+                let flag = timed_out.clone();
+                let on_timeout = Closure::once_into_js(move || {
+                    flag.set(true);
+                    let _ = resolve.call0(&JsValue::NULL);
+                });
+                let _ = w.set_timeout_with_callback_and_timeout_and_arguments_0(
+                    on_timeout.unchecked_ref(),
+                    timeout_ms as i32,
+                );
+            }
+        });
+        let waited = Promise::race(&Array::of2(&ready, &interrupted));
+        JsFuture::from(waited)
+            .await
+            .map_err(|e| ClientError::Registration(js_message(&e)))?;
+        self.start_waiter.take();
+        if !timed_out.get() || self.fault.borrow().is_some() || self.registration.active().is_some()
+        {
+            return Ok(());
+        }
+        let state = if self.registration.installing().is_some() {
+            "still installing"
+        } else if self.registration.waiting().is_some() {
+            "installed but waiting"
+        } else {
+            "not installed"
+        };
+        Err(ClientError::Registration(format!(
+            "the service worker did not start within {timeout_ms} ms (controlTimeoutMs): it is \
+             {state}. Its console says why (DevTools > Application > Service workers, or \
+             chrome://serviceworker-internals); a slow first download may need a longer \
+             controlTimeoutMs"
+        )))
     }
 }
 
@@ -772,6 +929,9 @@ impl Sluice {
             handlers: RefCell::new(None),
             port: RefCell::new(None),
             closed: Cell::new(false),
+            fault: RefCell::new(None),
+            start_waiter: RefCell::new(None),
+            last_status: RefCell::new(None),
         });
         let weak = Rc::downgrade(&inner);
         let message = Closure::<dyn FnMut(MessageEvent)>::new({
@@ -823,22 +983,33 @@ impl Sluice {
             port_message,
         });
 
-        let ready = container
-            .ready()
-            .map_err(|e| ClientError::Registration(js_message(&e)))?;
-        JsFuture::from(ready)
-            .await
-            .map_err(|e| ClientError::Registration(js_message(&e)))?;
-        wait_for_control(&container, options.control_timeout_ms.unwrap_or(10_000.0)).await;
-        if container.controller().is_none() {
+        let timeout_ms = options.control_timeout_ms.unwrap_or(10_000.0);
+        let started_at = now();
+        let started = inner.wait_for_start(&container, timeout_ms).await;
+        let failed = |e: ClientError| {
             inner.close();
-            return Err(ClientError::Registration(
+            Err(e)
+        };
+        if let Some(fault) = inner.fault.take() {
+            return failed(fault);
+        }
+        if let Err(e) = started {
+            return failed(e);
+        }
+        let left_ms = (timeout_ms - (now() - started_at)).max(0.0);
+        wait_for_control(&container, left_ms).await;
+        if let Some(fault) = inner.fault.take() {
+            return failed(fault);
+        }
+        if container.controller().is_none() {
+            return failed(ClientError::Registration(
                 "the service worker is active but does not control this page: it must call \
                  clients.claim() when it activates, the page must be inside its scope, and a \
                  Shift-reload bypasses workers (reload normally)"
                     .into(),
             ));
         }
+        inner.wake_worker();
         Ok(Sluice { inner })
     }
 
@@ -911,8 +1082,10 @@ impl Sluice {
                 f(&message)
             }
         };
+        let id = self.inner.add_listener(Listener::Rust(Rc::new(typed)));
+        self.inner.replay_status(id);
         Subscription {
-            id: self.inner.add_listener(Listener::Rust(Rc::new(typed))),
+            id,
             inner: Rc::downgrade(&self.inner),
         }
     }
@@ -1160,6 +1333,7 @@ impl Sluice {
         listener: Function,
     ) -> JsValue {
         let id = self.inner.add_listener(Listener::Js(listener));
+        self.inner.replay_status(id);
         let weak = Rc::downgrade(&self.inner);
         Closure::<dyn FnMut()>::new(move || {
             if let Some(inner) = weak.upgrade() {

@@ -337,6 +337,18 @@ pub enum ProtocolError {
     Unavailable {
         message: String,
     },
+    /// The worker could not start: its wasm was not found or is not this build's, its
+    /// configuration (`self.SLUICE_CONFIG`) was refused, or its code stopped while starting.
+    /// Sent by the worker entry to every page of the origin (no request id), so that a page's
+    /// `register()` rejects with the reason rather than wait.
+    CannotStart {
+        message: String,
+    },
+    /// A running worker's code stopped after an error; its instance is fenced and the next
+    /// event starts a fresh one from storage. Sent to every page (no request id).
+    Crashed {
+        message: String,
+    },
 }
 
 impl fmt::Display for ProtocolError {
@@ -410,6 +422,14 @@ impl fmt::Display for ProtocolError {
                 f,
                 "{message}; nothing was changed, send it again in a moment"
             ),
+            ProtocolError::CannotStart { message } => {
+                write!(f, "the Sluice worker cannot start: {message}")
+            }
+            ProtocolError::Crashed { message } => write!(
+                f,
+                "the Sluice worker stopped after an error and restarts from storage with the \
+                 next event: {message}"
+            ),
             ProtocolError::StorageFull { message } => write!(
                 f,
                 "the browser's storage for this site is full, so nothing of this request was \
@@ -447,6 +467,8 @@ impl ProtocolError {
             ProtocolError::Storage { .. } => "storage",
             ProtocolError::Unavailable { .. } => "unavailable",
             ProtocolError::StorageFull { .. } => "storage-full",
+            ProtocolError::CannotStart { .. } => "cannot-start",
+            ProtocolError::Crashed { .. } => "crashed",
         }
     }
 }
@@ -675,6 +697,9 @@ impl crate::json::ToJson for ProtocolError {
             ProtocolError::StorageFull { message } => {
                 write_field(out, "message", message);
             }
+            ProtocolError::CannotStart { message } | ProtocolError::Crashed { message } => {
+                write_field(out, "message", message);
+            }
         }
         out.push('}');
     }
@@ -808,6 +833,8 @@ impl crate::json::FromJson for ProtocolError {
             "storage",
             "storage-full",
             "unavailable",
+            "cannot-start",
+            "crashed",
         ];
         let expected = "internally tagged enum ProtocolError";
         let (code, mut r) = crate::json::tagged(v, "code", expected)?;
@@ -855,6 +882,12 @@ impl crate::json::FromJson for ProtocolError {
                 message: r.field("message"),
             },
             "unavailable" => ProtocolError::Unavailable {
+                message: r.field("message"),
+            },
+            "cannot-start" => ProtocolError::CannotStart {
+                message: r.field("message"),
+            },
+            "crashed" => ProtocolError::Crashed {
                 message: r.field("message"),
             },
             other => return Err(crate::json::unknown_variant(other, CODES)),
@@ -1015,6 +1048,7 @@ mod tests {
             attempts_per_job: 1.25,
             offline: false,
             warnings: vec![],
+            notes: vec![],
         };
         let bodies = vec![
             ReplyBody::Enqueued {
@@ -1078,6 +1112,12 @@ mod tests {
                 message: "m".into(),
             },
             ProtocolError::StorageFull {
+                message: "m".into(),
+            },
+            ProtocolError::CannotStart {
+                message: "m".into(),
+            },
+            ProtocolError::Crashed {
                 message: "m".into(),
             },
         ];

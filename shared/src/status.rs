@@ -97,7 +97,14 @@ pub struct Status {
     pub attempts_per_job: f64,
     /// Set while the network is known to be down.
     pub offline: bool,
+    /// Things a person should act on: a budget that is not configured, a configuration the
+    /// worker could not use, storage that is full.
     pub warnings: Vec<String>,
+    /// Information, nothing to fix: how long a bulk job needs at the limit ("2,000 jobs need
+    /// more than the per-second limit of 20: at least 1 min 40 s"), or that a budget's
+    /// concurrency rather than its limit sets the pace (with the concurrency that would not).
+    #[serde(default)]
+    pub notes: Vec<String>,
 }
 
 /// Percentile of a sample (nearest rank); `None` when empty.
@@ -144,6 +151,49 @@ pub fn capacity_warning(jobs: u64, windows: &[Window]) -> Option<String> {
         })
 }
 
+/// "budget 'crm': 4 in flight at 300 ms a request send at most 13.3/s, below its limit of
+/// 20/s; concurrency 6 would reach it" when the round trip, not the limit, sets the pace: at
+/// most `concurrency` requests are out at once, each for `latency_ms`, so the rate cannot pass
+/// `concurrency / latency`. Only when that is under 90% of the limit's sustained rate (a little
+/// under is the pacing's own slack, not worth a note).
+pub fn concurrency_note(
+    budget: &str,
+    concurrency: u32,
+    latency_ms: f64,
+    limit_per_ms: f64,
+) -> Option<String> {
+    if latency_ms <= 0.0 || limit_per_ms <= 0.0 || concurrency == 0 {
+        return None;
+    }
+    let reachable_per_ms = concurrency as f64 / latency_ms;
+    if reachable_per_ms >= 0.9 * limit_per_ms {
+        return None;
+    }
+    let needed = (limit_per_ms * latency_ms).ceil().max(1.0) as u64;
+    Some(format!(
+        "budget '{budget}': {concurrency} in flight at {} ms a request send at most {}/s, below \
+         its limit of {}/s; concurrency {needed} would reach it",
+        latency_ms.round(),
+        per_second(reachable_per_ms),
+        per_second(limit_per_ms),
+    ))
+}
+
+/// A rate per ms as requests per second, to one decimal when below 100.
+fn per_second(per_ms: f64) -> String {
+    let per_s = per_ms * 1000.0;
+    if per_s >= 100.0 {
+        thousands(per_s.round() as u64)
+    } else {
+        let tenths = (per_s * 10.0).round() / 10.0;
+        if tenths.fract() == 0.0 {
+            format!("{}", tenths as u64)
+        } else {
+            format!("{tenths:.1}")
+        }
+    }
+}
+
 /// 6000 -> "6,000".
 pub fn thousands(n: u64) -> String {
     let digits = n.to_string();
@@ -160,6 +210,20 @@ pub fn thousands(n: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_concurrency_that_cannot_reach_the_limit_is_noted_with_the_one_that_can() {
+        assert_eq!(
+            concurrency_note("crm", 4, 300.0, 20.0 / 1000.0).as_deref(),
+            Some(
+                "budget 'crm': 4 in flight at 300 ms a request send at most 13.3/s, below its \
+                 limit of 20/s; concurrency 6 would reach it"
+            )
+        );
+        assert_eq!(concurrency_note("crm", 6, 300.0, 20.0 / 1000.0), None);
+        assert_eq!(concurrency_note("crm", 4, 30.0, 20.0 / 1000.0), None);
+        assert_eq!(concurrency_note("crm", 4, 0.0, 20.0 / 1000.0), None);
+    }
 
     #[test]
     fn warns_when_a_group_exceeds_a_window() {
@@ -232,6 +296,7 @@ mod tests {
             attempts_per_job: 1.0,
             offline: true,
             warnings: vec!["x".into()],
+            notes: vec!["y".into()],
         };
         crate::json::tests::same_as_serde(&status);
     }

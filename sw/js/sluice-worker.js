@@ -29,25 +29,68 @@
   const WASM_CACHE = 'sluice-wasm';
 
   const config = self.SLUICE_CONFIG || {};
-  const packageUrl = new URL(config.packageUrl || './', self.location.href);
+  // A folder: `/sluice` is taken as `/sluice/` (resolved as written, `sluice_sw_bg.wasm` would
+  // be looked for beside it, in the parent folder).
+  const packageUrl = new URL(
+    config.packageUrl ? String(config.packageUrl).replace(/\/?$/, '/') : './',
+    self.location.href,
+  );
   const wasmUrl = new URL(WASM_FILE, packageUrl).href;
+  const packageUrlHint =
+    `packageUrl (${config.packageUrl ? JSON.stringify(config.packageUrl) : 'not set: the worker ' +
+      "script's folder"}) must be the URL of the folder that serves sluice-worker.js and its ` +
+    'wasm, the files of one `sluice build` (with the Vite plugin: the base it serves them under)';
+
+  // Why this instance cannot start; its message is what a person reads on the page (see
+  // `tellPages`), so it says what to change.
+  class StartError extends Error {
+    constructor(message) {
+      super(message);
+      this.name = 'StartError';
+    }
+  }
 
   function hex(buffer) {
     return Array.from(new Uint8Array(buffer), (b) => b.toString(16).padStart(2, '0')).join('');
   }
 
+  // Every wasm module starts with these four bytes.
+  const WASM_MAGIC = [0x00, 0x61, 0x73, 0x6d];
+
   // The wasm is kept in Cache Storage: the browser caches the scripts a worker imports with its
   // registration, but not what they fetch, so a worker woken while offline could not start.
   // Install fetches it and checks it is the build the glue above was made for: a server or CDN
   // that serves mismatched files fails the install (the working version stays) instead of
-  // running glue against the wrong wasm.
+  // running glue against the wrong wasm. The checks go from the likeliest mistake (a wrong
+  // URL: not found, or a dev server's index.html answered for any path) to the rarest (files
+  // of two builds mixed), so the message names the right one.
   async function storeWasm() {
-    const response = await fetch(wasmUrl, { cache: 'no-cache' });
-    if (!response.ok) throw new Error(`cannot load ${wasmUrl}: HTTP ${response.status}`);
+    let response;
+    try {
+      response = await fetch(wasmUrl, { cache: 'no-cache' });
+    } catch (error) {
+      throw new StartError(`cannot load ${wasmUrl}: ${error} (offline, or the server is down)`);
+    }
+    if (!response.ok) {
+      throw new StartError(
+        `${wasmUrl} was not found (HTTP ${response.status}): ${packageUrlHint}`,
+      );
+    }
     const bytes = await response.arrayBuffer();
+    const head = new Uint8Array(bytes, 0, Math.min(4, bytes.byteLength));
+    if (head.length < 4 || WASM_MAGIC.some((b, i) => head[i] !== b)) {
+      const type = response.headers.get('Content-Type') || 'none';
+      const start = new TextDecoder().decode(bytes.slice(0, 256)).trimStart().toLowerCase();
+      const page = /html/i.test(type) || start.startsWith('<!doctype') || start.startsWith('<html');
+      throw new StartError(
+        `${wasmUrl} is not wasm: the server answered ${page ? 'an HTML page' : 'something else'} ` +
+          `(Content-Type: ${type}), as dev servers do for a path they do not know: ` +
+          packageUrlHint,
+      );
+    }
     const sha256 = hex(await crypto.subtle.digest('SHA-256', bytes));
     if (sha256 !== WASM_SHA256) {
-      throw new Error(
+      throw new StartError(
         `${wasmUrl} is not the wasm this sluice-worker.js was built with (SHA-256 ${sha256}, ` +
           `expected ${WASM_SHA256}): serve the files of one \`sluice build\` together`,
       );
@@ -58,6 +101,21 @@
       new Response(bytes, { headers: { 'Content-Type': 'application/wasm' } }),
     );
     return bytes;
+  }
+
+  // Tells every page of the origin (controlled or not: a page whose worker failed to install
+  // is not) what went wrong, as the page client reads a worker error that answers no request:
+  // a page waiting in `register()` rejects with it, later ones reach `subscribe` listeners.
+  // The worker's console is not where a person building a page looks.
+  async function tellPages(code, error) {
+    const message = error instanceof Error ? error.message : String(error);
+    const text = JSON.stringify({ type: 'error', requestId: null, error: { code, message } });
+    try {
+      const pages = await self.clients.matchAll({ includeUncontrolled: true, type: 'window' });
+      for (const page of pages) page.postMessage(text);
+    } catch (_) {
+      // Nobody to tell; the console has it.
+    }
   }
 
   async function cachedWasm() {
@@ -123,9 +181,12 @@
         'and a fresh one takes the queue over from storage with the next event:',
       error,
     );
+    // Only a started instance's pages are told here; one that breaks while starting is a
+    // start that failed (`whenReady` says so).
     if (current === life) {
       current = null;
       ready = null;
+      tellPages('crashed', error);
     }
   }
 
@@ -171,12 +232,16 @@
         .then(instantiate)
         .then((life) => {
           // An instance that breaks here throws (see `fenced`), so it never becomes current.
-          life.glue.start(self.SLUICE_CONFIG);
+          const problem = life.glue.start(self.SLUICE_CONFIG);
+          if (problem) throw new StartError(problem);
           current = life;
           return life.glue;
         })
         .catch((error) => {
           if (ready === starting) ready = null;
+          // Every event that cannot start the worker says why where a person looks.
+          console.error('sluice: the worker cannot start:', error);
+          tellPages('cannot-start', error);
           throw error;
         });
       ready = starting;
@@ -198,13 +263,8 @@
   // A broken build must never replace a working worker: install fails if the wasm does not load.
   self.addEventListener('install', (event) => {
     const installed = withWasm((glue) => glue.on_install(event), true);
-    event.waitUntil(
-      installed.catch((error) => {
-        // The browser only says the install failed; this says why (in the worker's console).
-        console.error('sluice: this version of the worker cannot start, so it does not install:', error);
-        throw error;
-      }),
-    );
+    // The browser only says the install failed; `whenReady` told the pages and the console why.
+    event.waitUntil(installed);
   });
 
   self.addEventListener('activate', (event) => {

@@ -25,6 +25,7 @@ use serde::{Deserialize, Serialize};
 use sluice_shared::json::{self, FromJson, Json};
 use sluice_shared::{Algorithm, BudgetConfig, EngineConfig, Window};
 
+use crate::config_check::check_script_config;
 use crate::intercept::{RouteConfig, Routes};
 use crate::prefix::resolve_prefix;
 
@@ -87,7 +88,8 @@ impl ScriptConfig {
         let invalid =
             |e: json::Error| format!("self.SLUICE_CONFIG is not a valid configuration: {e}");
         let value = json::parse(text).map_err(invalid)?;
-        // Unknown fields are ignored, so the engine's part reads from the same object.
+        // Strict: an unknown or misspelled key is refused, naming where it stands.
+        check_script_config(&value)?;
         let intercept = match &value {
             Json::Obj(members) => {
                 let mut r = json::Fields::from_members(members);
@@ -120,24 +122,26 @@ pub struct Setup {
 
 impl Setup {
     /// `script_json`: `JSON.stringify(self.SLUICE_CONFIG)`, `None` when it is not set. An
-    /// unusable configuration is reported and replaced by one with no budgets, so nothing is
-    /// sent at a rate nobody chose (jobs wait, and the status says why).
-    pub fn new(script_json: Option<&str>, origin: &str) -> Self {
+    /// unusable configuration is an error: the worker does not start with it (its install
+    /// fails, the working version stays, and the pages hear why).
+    pub fn new(script_json: Option<&str>, origin: &str) -> Result<Self, String> {
         let origin = origin.trim_end_matches('/').to_string();
-        let mut warnings = Vec::new();
-        let script = match ScriptConfig::from_json(script_json.unwrap_or(""), &origin) {
-            Ok(c) => c,
-            Err(e) => {
-                warnings.push(format!("{e}; no budget is configured until it is fixed"));
-                ScriptConfig {
-                    engine: EngineConfig::default(),
-                    intercept: vec![],
-                }
-            }
-        };
+        let script = ScriptConfig::from_json(script_json.unwrap_or(""), &origin)?;
+        Ok(Self::from_script(script, origin))
+    }
+
+    /// The demo configuration ([`ScriptConfig::default`]), for a worker that was given none.
+    pub fn demo(origin: &str) -> Self {
+        let origin = origin.trim_end_matches('/').to_string();
+        let mut script = ScriptConfig::default();
+        resolve_engine_prefixes(&mut script.engine, &origin);
+        script.engine.allow = script_allow(&script.engine, &origin);
+        Self::from_script(script, origin)
+    }
+
+    fn from_script(script: ScriptConfig, origin: String) -> Self {
         let engine = script.engine;
-        let (routes, route_warnings) = Routes::new(&script.intercept, &origin);
-        warnings.extend(route_warnings);
+        let (routes, warnings) = Routes::new(&script.intercept, &origin);
         Self {
             fingerprint: fingerprint(&engine),
             origin,
@@ -302,7 +306,8 @@ mod tests {
                      "intercept": [{"method": "POST", "prefix": "/api/"}]}"#,
             ),
             "http://127.0.0.1:8123/",
-        );
+        )
+        .unwrap();
         assert!(s.warnings.is_empty(), "{:?}", s.warnings);
         assert_eq!(s.origin, ORIGIN);
         assert_eq!(
@@ -316,13 +321,20 @@ mod tests {
     }
 
     #[test]
-    fn unusable_script_config_sends_nothing_and_says_why() {
-        let s = Setup::new(Some(r#"{"budgets": 5}"#), ORIGIN);
-        assert!(s.script.budgets.is_empty());
-        assert_eq!(s.warnings.len(), 1);
-        assert!(s.warnings[0].contains("SLUICE_CONFIG"), "{:?}", s.warnings);
-        let s = Setup::new(None, ORIGIN);
+    fn an_unusable_script_config_is_refused_with_where_and_why() {
+        let e = Setup::new(Some(r#"{"budgets": 5}"#), ORIGIN).unwrap_err();
+        assert_eq!(
+            e,
+            "self.SLUICE_CONFIG.budgets: must be a list ([...]), not a number"
+        );
+        let e = Setup::new(Some(r#"{"alow": ["/api/"]}"#), ORIGIN).unwrap_err();
+        assert!(
+            e.starts_with("self.SLUICE_CONFIG: unknown key `alow`; did you mean `allow`?"),
+            "{e}"
+        );
+        let s = Setup::new(None, ORIGIN).unwrap();
         assert_eq!(s.script.budgets[0].name, "demo");
+        assert_eq!(Setup::demo(ORIGIN).script, s.script);
     }
 
     #[test]

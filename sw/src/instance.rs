@@ -31,7 +31,7 @@ pub fn set_setup(setup: Setup) {
 pub fn setup() -> Rc<Setup> {
     SETUP.with(|s| {
         s.borrow_mut()
-            .get_or_insert_with(|| Rc::new(Setup::new(None, &scope().origin())))
+            .get_or_insert_with(|| Rc::new(Setup::demo(&scope().origin())))
             .clone()
     })
 }

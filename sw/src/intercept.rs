@@ -41,6 +41,12 @@ fn any_method() -> String {
     "*".into()
 }
 
+/// The keys [`RouteConfig`]'s reader below knows (for the strict check of the worker script's
+/// configuration, `crate::config_check`).
+impl json::StructFields for RouteConfig {
+    const FIELDS: &'static [&'static str] = &["method", "prefix", "header"];
+}
+
 impl FromJson for RouteConfig {
     fn from_json(v: &Json) -> Result<Self, json::Error> {
         let mut r = json::Fields::of(v, "struct RouteConfig");

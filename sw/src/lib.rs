@@ -20,6 +20,7 @@
 
 pub mod broadcast;
 pub mod config;
+pub mod config_check;
 pub mod error;
 #[cfg(target_arch = "wasm32")]
 mod idb;
@@ -77,8 +78,11 @@ mod exports {
     use crate::worker::reply_to;
 
     /// Takes the worker script's configuration (`self.SLUICE_CONFIG`, may be undefined).
+    /// Returns why it cannot be used, if it cannot: the worker entry then does not start this
+    /// instance (an install fails, and every page hears the reason); nothing is thrown, so the
+    /// instance is not taken for broken (see the entry's `fenced`).
     #[wasm_bindgen]
-    pub fn start(config: JsValue) {
+    pub fn start(config: JsValue) -> Option<String> {
         console_error_panic_hook::set_once();
         let json = if config.is_undefined() || config.is_null() {
             None
@@ -86,16 +90,19 @@ mod exports {
             match JSON::stringify(&config) {
                 Ok(s) => s.as_string(),
                 Err(e) => {
-                    warn(&format!(
+                    return Some(format!(
                         "self.SLUICE_CONFIG cannot be read as JSON: {}",
                         crate::error::describe(&e)
-                    ));
-                    Some("{\"budgets\":\"unreadable\"}".into())
+                    ))
                 }
             }
         };
-        instance::set_setup(Setup::new(json.as_deref(), &scope().origin()));
+        match Setup::new(json.as_deref(), &scope().origin()) {
+            Ok(setup) => instance::set_setup(setup),
+            Err(problem) => return Some(problem),
+        }
         instance::watch_for_successor();
+        None
     }
 
     #[wasm_bindgen]

@@ -25,6 +25,7 @@ mod basic;
 mod bench;
 mod demo;
 mod firefox;
+mod first_hour;
 mod input;
 mod lifecycle;
 mod limits;

@@ -171,7 +171,7 @@ const BUILT_WORKER: &str = "self.SLUICE_CONFIG = { packageUrl: '/sluice/' };\n\
 
 /// `wasm` with a custom section appended: another build of the same code, as far as names,
 /// hashes and caches can tell (engines ignore custom sections they do not know).
-fn another_build_of(wasm: &[u8], label: &str) -> Vec<u8> {
+pub(crate) fn another_build_of(wasm: &[u8], label: &str) -> Vec<u8> {
     fn leb128(mut n: usize, out: &mut Vec<u8>) {
         loop {
             let byte = (n & 0x7f) as u8;
@@ -195,7 +195,7 @@ fn another_build_of(wasm: &[u8], label: &str) -> Vec<u8> {
 }
 
 /// The package made of this binary's bindings with the worker wasm replaced by `wasm`.
-fn package_with(wasm: &[u8]) -> Package {
+pub(crate) fn package_with(wasm: &[u8]) -> Package {
     Package::from_bindings(|name| {
         if name == "sluice_sw_bg.wasm" {
             Some(wasm)

@@ -543,7 +543,8 @@ function updateWarnings(t) {
     $('capacity-text').textContent = text;
   }
   cap.hidden = !text;
-  // While it runs: the worker's own warnings (a group larger than a window, a missing budget).
+  // While it runs: the worker's own warnings (a missing budget, a full storage); its notes
+  // (how long a job larger than a window needs) are shown by the capacity line above.
   const warnings = [...new Set(((st.status && st.status.warnings) || []))];
   const qw = $('queue-warning');
   const wtext = t.pending && warnings.length ? warnings.map((w) => w[0].toUpperCase() + w.slice(1)).join('. ') + '.' : '';

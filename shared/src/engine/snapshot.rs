@@ -12,7 +12,9 @@ use super::jobs::JobTable;
 use super::tally::Tally;
 use crate::id_map::IdMap;
 use crate::job::Lane;
-use crate::status::{capacity_warning, percentile, BudgetStatus, GroupStatus, LaneStatus, Status};
+use crate::status::{
+    capacity_warning, concurrency_note, percentile, BudgetStatus, GroupStatus, LaneStatus, Status,
+};
 use crate::time::{DurationMs, Millis};
 
 /// Queue waits remembered per lane for the p50/p95 figures.
@@ -131,6 +133,14 @@ impl StatusCounters {
             });
         }
         let mut warnings: Vec<String> = Vec::new();
+        let mut notes: Vec<String> = Vec::new();
+        for (name, b) in budgets.iter() {
+            let busy = b.in_flight.len() as u64 >= u64::from(b.config.concurrency);
+            if let (true, Some(latency)) = (busy, b.latency_ms) {
+                let limit = b.state.limiter.sustained_rate_per_ms();
+                notes.extend(concurrency_note(name, b.config.concurrency, latency, limit));
+            }
+        }
         for b in &tally.budgets {
             if b.pending() > 0 && !budgets.contains_key(&b.id) {
                 warnings.push(format!(
@@ -148,8 +158,8 @@ impl StatusCounters {
                     status.warning = capacity_warning(status.pending, b.state.limiter.windows());
                 }
             }
-            if let Some(w) = &status.warning {
-                warnings.push(w.clone());
+            if let Some(note) = &status.warning {
+                notes.push(note.clone());
             }
             groups.push(status);
         }
@@ -177,6 +187,7 @@ impl StatusCounters {
             },
             offline,
             warnings,
+            notes,
         }
     }
 }
