@@ -533,6 +533,11 @@ impl Inner {
     /// Posts to the worker as an event (`postMessage`), which starts a stopped worker; hands it
     /// a new port with it when the page has none.
     fn post(&self, text: &str) {
+        self.post_offering_port(text, true);
+    }
+
+    /// [`Inner::post`], handing over a new port only if `offer_port` (and the page has none).
+    fn post_offering_port(&self, text: &str, offer_port: bool) {
         if text.is_empty() || self.closed.get() {
             return;
         }
@@ -543,7 +548,7 @@ impl Inner {
             .or_else(|| self.registration.active());
         let Some(worker) = target else { return };
         let text = JsValue::from_str(text);
-        let offer = self.core.borrow_mut().posting_event(now());
+        let offer = offer_port && self.core.borrow_mut().posting_event(now());
         match offer.then(|| self.new_port()).flatten() {
             Some(theirs) => {
                 let _ = worker.post_message_with_transferable(&text, &Array::of1(&theirs));
@@ -722,7 +727,12 @@ impl Inner {
         let weak = Rc::downgrade(self);
         wasm_bindgen_futures::spawn_local(async move {
             let Some(inner) = weak.upgrade() else { return };
-            let answer = inner.request(Request::Snapshot).await;
+            // By event alone: a one-off wake needs no channel of its own, and the page's port
+            // is made by its first own request, as it was before pages woke the worker.
+            let (text, _, pending) = inner.core.borrow_mut().request(Request::Snapshot, now());
+            inner.post_offering_port(&text, false);
+            inner.ensure_timer();
+            let answer = pending.await;
             let Ok(status) = answer.and_then(snapshot) else {
                 return;
             };

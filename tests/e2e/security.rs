@@ -265,6 +265,19 @@ e2e!(
             log.contains("stopped in the middle of its work"),
             "the broken instance was not noticed; worker log:\n{log}"
         );
+        // The page heard it too: its subscribers get the worker's error, not only the
+        // worker's console.
+        let told: Value = tab
+            .eval(
+                "const e = e2e.broadcasts.find((m) => m.type === 'error');\
+                 return e ? e.error : null;",
+            )
+            .await;
+        assert_eq!(told["code"], "crashed", "subscribers were not told: {told}");
+        assert!(
+            told["message"].as_str().is_some_and(|m| m.contains("the clock fails")),
+            "{told}"
+        );
         h.assert_each_applied_once(JOBS, LIMIT as usize);
     }
 );
