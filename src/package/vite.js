@@ -65,7 +65,12 @@ export default function sluice(options = {}) {
       server.middlewares.use((req, res, next) => {
         const path = (req.url ?? '').split(/[?#]/)[0];
         if (!path.startsWith(prefix) || (req.method !== 'GET' && req.method !== 'HEAD')) return next();
-        const file = decodeURIComponent(path.slice(prefix.length));
+        let file;
+        try {
+          file = decodeURIComponent(path.slice(prefix.length));
+        } catch {
+          return next(); // not a name any worker file has
+        }
         let body;
         try {
           if (!workerFiles().includes(file)) return next();
