@@ -12,6 +12,10 @@
 //! - `package.json`: name, version (the crate's), `exports`, `types`, `files`, so that
 //!   `npm install DIR` and `npm pack` work, and `sluice.workerFiles`: what an app serves to its
 //!   service worker (the two worker files above) at a URL of its choosing.
+//! - `vite.js` and `vite.d.ts` (`import sluice from 'sluice/vite'`): the Vite plugin that
+//!   serves and emits the worker files, and lets Vite serve the client's wasm.
+//! - `copy-worker-files.js` (`npx sluice-copy-worker-files DIR`, the package's one `bin`): the
+//!   worker files copied into a folder, for other bundlers. Both read `worker-files.js`.
 //! - `README.md`: the three places an app wires it in.
 
 use std::path::{Path, PathBuf};
@@ -40,6 +44,22 @@ const CLIENT_FILES: [&str; 4] = [
 ];
 /// The package's own README (what npm shows): how an app wires the two halves together.
 const PACKAGE_README: &str = include_str!("package/README.md");
+/// The bundler side, in Node: the Vite plugin, the copy command and what both read. Plain
+/// files of the package, so an app runs them with the page client they belong to.
+const NODE_FILES: [(&str, &str); 4] = [
+    ("vite.js", include_str!("package/vite.js")),
+    ("vite.d.ts", include_str!("package/vite.d.ts")),
+    ("worker-files.js", include_str!("package/worker-files.js")),
+    (
+        COPY_COMMAND_FILE,
+        include_str!("package/copy-worker-files.js"),
+    ),
+];
+/// `sluice/vite`: the Vite plugin's export.
+const VITE_PLUGIN: &str = "vite.js";
+/// The command other bundlers run (`node_modules/.bin/sluice-copy-worker-files DIR`).
+pub const COPY_COMMAND: &str = "sluice-copy-worker-files";
+const COPY_COMMAND_FILE: &str = "copy-worker-files.js";
 const CLIENT_MODULE: &str = "sluice_client.js";
 const CLIENT_TYPES: &str = "sluice_client.d.ts";
 /// Every name the worker's wasm has had in a package: an older build's leftovers in the output
@@ -116,6 +136,9 @@ impl Package {
         for name in CLIENT_FILES {
             files.push((name.to_string(), need(name)?.to_vec()));
         }
+        for (name, text) in NODE_FILES {
+            files.push((name.to_string(), text.as_bytes().to_vec()));
+        }
         files.push(("README.md".to_string(), PACKAGE_README.as_bytes().to_vec()));
         let manifest = manifest(&files, &worker_wasm);
         files.push(("package.json".to_string(), manifest.into_bytes()));
@@ -156,6 +179,9 @@ impl Package {
         for (name, bytes) in &self.files {
             let path = dir.join(name);
             std::fs::write(&path, bytes).map_err(failed(&path))?;
+            if name == COPY_COMMAND_FILE {
+                make_executable(&path).map_err(failed(&path))?;
+            }
             written.push(path);
         }
         for entry in std::fs::read_dir(dir).map_err(failed(dir))? {
@@ -174,6 +200,19 @@ impl Package {
     }
 }
 
+/// The `bin` script runs from the folder as written (`npm install DIR` links it), not only once
+/// npm has set its mode on install.
+#[cfg(unix)]
+fn make_executable(path: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755))
+}
+
+#[cfg(not(unix))]
+fn make_executable(_: &Path) -> std::io::Result<()> {
+    Ok(())
+}
+
 fn sha256_hex(bytes: &[u8]) -> String {
     Sha256::digest(bytes)
         .iter()
@@ -187,6 +226,8 @@ fn manifest(files: &[(String, Vec<u8>)], worker_wasm: &str) -> String {
     // A plain target: TypeScript finds `sluice_client.d.ts` beside it (a conditions object
     // would need "types" first, and serde_json sorts keys).
     exports.insert(".".into(), Value::String(format!("./{CLIENT_MODULE}")));
+    // `import sluice from 'sluice/vite'`; TypeScript finds `vite.d.ts` beside it.
+    exports.insert("./vite".into(), Value::String(format!("./{VITE_PLUGIN}")));
     let mut names: Vec<&str> = files.iter().map(|(n, _)| n.as_str()).collect();
     names.push("package.json");
     names.sort_unstable();
@@ -204,6 +245,7 @@ fn manifest(files: &[(String, Vec<u8>)], worker_wasm: &str) -> String {
         "types": format!("./{CLIENT_TYPES}"),
         "exports": exports,
         "files": names,
+        "bin": { COPY_COMMAND: format!("./{COPY_COMMAND_FILE}") },
         "sluice": {
             "workerEntry": WORKER_ENTRY,
             "workerFiles": [WORKER_ENTRY, worker_wasm],
@@ -273,6 +315,14 @@ mod tests {
         assert_eq!(manifest["version"], env!("CARGO_PKG_VERSION"));
         assert_eq!(manifest["types"], "./sluice_client.d.ts");
         assert_eq!(manifest["exports"]["."], "./sluice_client.js");
+        assert_eq!(manifest["exports"]["./vite"], "./vite.js");
+        assert_eq!(
+            manifest["bin"][COPY_COMMAND],
+            format!("./{COPY_COMMAND_FILE}")
+        );
+        for (name, _) in NODE_FILES {
+            assert!(p.file(name).is_some(), "{name} is in the package");
+        }
         let listed: Vec<&str> = manifest["files"]
             .as_array()
             .unwrap()

@@ -327,8 +327,8 @@ pub enum ProtocolError {
         message: String,
     },
     /// The browser's storage for the site is full (`QuotaExceededError`): the request had no
-    /// effect, everything queued before is kept and goes on being sent (see the
-    /// README's "Safe" section on a full storage).
+    /// effect, everything queued before is kept and goes on being sent (see
+    /// "When storage is full" in docs/storage-and-durability.md).
     StorageFull {
         message: String,
     },

@@ -1,6 +1,8 @@
 //! The example app (`examples/vite-app`) as an app developer makes it: Sluice installed from the
 //! folder `sluice build` writes, the app built by Vite, its files served as they are, the demo
-//! API on another origin. Driven through its own buttons, as a person would.
+//! API on another origin. Driven through its own buttons, as a person would. And the same app
+//! in `vite dev`, where the package's `sluice/vite` plugin serves the worker files and lets Vite
+//! serve the page client's wasm from the package's folder outside the app.
 //!
 //! Also the package's promise to updates: each build's worker wasm is cached under its own
 //! name, and an entry never runs against a wasm that is not its build.
@@ -16,7 +18,7 @@ use sluice::package::Package;
 
 use crate::e2e;
 use crate::support::{
-    ci, eventually, js, report, test_api_config, BrowserHarness, Options, PageScript, Tab,
+    ci, eventually, js, report, test_api_config, vite, BrowserHarness, Options, PageScript, Tab,
 };
 
 /// What `public/sw.js` tells Sluice the demo API admits; the API in this test admits exactly
@@ -25,8 +27,12 @@ const LIMIT: usize = 10;
 /// The example's import button enqueues this many creates.
 const IMPORT_SIZE: usize = 50;
 
+fn example_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("examples/vite-app")
+}
+
 fn example_dist() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("examples/vite-app/dist")
+    example_dir().join("dist")
 }
 
 /// Whether the example is built; says how to build it when not, and fails under CI.
@@ -162,6 +168,121 @@ e2e!(
         let by_key = h.api.applied_creates_by_key();
         assert_eq!(by_key.len(), stats.contacts, "{by_key:?}");
         assert!(by_key.values().all(|c| *c == 1), "{by_key:?}");
+    }
+);
+
+/// What the page fetched of `/sluice/NAME` in `vite dev`: status, Content-Type, length.
+#[derive(Debug, Deserialize, PartialEq)]
+struct Served {
+    status: u16,
+    #[serde(rename = "type")]
+    content_type: String,
+    bytes: usize,
+}
+
+e2e!(
+    /// The Vite example in `vite dev` (started by the test, stopped after), with nothing but the
+    /// `sluice/vite` plugin in its config: the worker files are served unchanged under
+    /// `/sluice/`, the page client's wasm from the package's folder outside the app (no 403
+    /// from Vite's allow list), and a bulk import runs at the limit with no 429, each create
+    /// applied once.
+    vite_example_in_dev_mode_serves_the_worker_and_imports_at_the_limit,
+    120,
+    example_options(),
+    |h| {
+        let app = example_dir();
+        if let Some(why) = vite::missing(&app) {
+            assert!(!ci(), "{why} (CI is set, so this is a failure, not a skip)");
+            report(&format!("SKIPPED the Vite example's dev-mode test: {why}"));
+            return;
+        }
+        let log = h.artifacts.join("vite.log");
+        let started = std::time::Instant::now();
+        let dev = vite::ViteDev::start(&app, &h.api_origin, &log)
+            .await
+            .unwrap_or_else(|e| panic!("{e}; see {}", log.display()));
+        report(&format!(
+            "vite dev: listening at {} after {:.1?}",
+            dev.url,
+            started.elapsed()
+        ));
+        let tab = h.open_url(&format!("{}?api={}", dev.url, h.api_origin)).await;
+        wait_started(&tab).await;
+        report(&format!(
+            "vite dev: page controlled {:.1?} after the start",
+            started.elapsed()
+        ));
+
+        // The worker files as the package holds them, from the plugin.
+        let manifest: serde_json::Value = serde_json::from_slice(
+            &std::fs::read(app.join("node_modules/sluice/package.json")).expect("package.json"),
+        )
+        .expect("the package's package.json");
+        let files = manifest["sluice"]["workerFiles"].as_array().expect("workerFiles");
+        for name in files.iter().filter_map(|n| n.as_str()) {
+            let on_disk = std::fs::metadata(app.join("node_modules/sluice").join(name))
+                .expect("worker file")
+                .len() as usize;
+            let served: Served = tab
+                .eval_as(&format!(
+                    "const r = await fetch('/sluice/{name}');                     return {{ status: r.status, type: r.headers.get('content-type') || '',                               bytes: (await r.arrayBuffer()).byteLength }};"
+                ))
+                .await;
+            let wanted = if name.ends_with(".wasm") {
+                "application/wasm"
+            } else {
+                "text/javascript; charset=utf-8"
+            };
+            assert_eq!(
+                served,
+                Served {
+                    status: 200,
+                    content_type: wanted.into(),
+                    bytes: on_disk
+                },
+                "/sluice/{name}"
+            );
+        }
+        // The page client's wasm came from the package's own folder, through Vite's `/@fs/`.
+        let client_wasm: Vec<String> = tab
+            .eval_as(
+                "return performance.getEntriesByType('resource').map((e) => e.name)                   .filter((n) => n.includes('sluice_client_bg'));",
+            )
+            .await;
+        assert!(
+            client_wasm.len() == 1 && client_wasm[0].contains("/@fs/"),
+            "{client_wasm:?}"
+        );
+
+        let import_started = std::time::Instant::now();
+        click(&tab, "import").await;
+        let group = eventually("the import to finish", Duration::from_secs(30), || async {
+            let gs = groups(&tab).await;
+            gs.into_iter()
+                .find(|g| g.total == IMPORT_SIZE && g.pending == 0)
+        })
+        .await;
+        report(&format!(
+            "vite dev: {IMPORT_SIZE} creates in {:.1?} at {LIMIT}/s",
+            import_started.elapsed()
+        ));
+        assert_eq!(
+            (group.done, group.cancelled, group.failed),
+            (IMPORT_SIZE, 0, 0),
+            "{group:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let stats = h.api.stats();
+        report(&format!("vite dev: {stats:?}"));
+        assert_eq!(stats.rate_limited, 0, "{stats:?}");
+        assert!(stats.max_in_window <= LIMIT, "{stats:?}");
+        h.assert_each_applied_once(IMPORT_SIZE, LIMIT);
+        drop(dev);
+        let vite_log = std::fs::read_to_string(&log).unwrap_or_default();
+        assert!(
+            !vite_log.contains("outside of Vite serving allow list"),
+            "{vite_log}"
+        );
     }
 );
 

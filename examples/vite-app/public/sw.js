@@ -11,7 +11,7 @@ self.SLUICE_CONFIG = {
   ],
   // The only origins jobs may go to: the demo API (`cargo run --release -- --api-port 8081`).
   allow: ['http://127.0.0.1:8081'],
-  // Where vite.config.ts serves the package's worker files.
+  // Where the `sluice/vite` plugin (vite.config.ts) serves the package's worker files.
   packageUrl: '/sluice/',
 };
 

@@ -27,6 +27,7 @@ pub const DEFAULT_TEST_SECS: u64 = 90;
 pub mod firefox;
 pub mod js;
 pub mod page;
+pub mod vite;
 
 pub use page::PageScript;
 
@@ -501,6 +502,21 @@ impl Harness {
     /// Time since the harness started (server and browser included), for reports.
     pub fn elapsed(&self) -> Duration {
         self.started.elapsed()
+    }
+
+    /// Opens a new tab at `url`, on any server (an app's own dev server), and waits for it to
+    /// load.
+    pub async fn open_url(&self, url: &str) -> Tab {
+        let inner = self
+            .rig
+            .browser
+            .open(url)
+            .await
+            .unwrap_or_else(|e| panic!("opening {url}: {e}"));
+        Tab {
+            inner,
+            artifacts: self.artifacts.clone(),
+        }
     }
 
     /// The served copy of `www/` (only with [`Options::with_www_copy`]).
