@@ -1259,7 +1259,7 @@ pub async fn spawn(config: ApiConfig) -> std::io::Result<(SocketAddr, ApiHandle)
         .validate()
         .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
     let api = ApiHandle::new(config);
-    let addr = crate::server::serve_in_background(
+    let addr = crate::listen::serve_in_background(
         SocketAddr::from(([127, 0, 0, 1], 0)),
         router(api.clone()),
     )

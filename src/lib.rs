@@ -5,6 +5,7 @@
 //! - [`assets`]: the wasm bundles and `www/` files embedded at build time.
 //! - [`package`]: the npm package an app installs (`sluice build`), also served under `/pkg/`.
 //! - [`server`]: the whole same-origin site (static files, `/pkg/`, API) as one router.
+//! - [`listen`]: starting any of these servers in the background.
 //! - [`simulate`]: the engine against the simulated strict server (`sluice simulate`).
 //! - [`browser`]: headless Chromium driven over CDP against this server (tests and bench).
 //! - [`bench`]: the real worker in headless Chromium against the strict API (`sluice bench`).
@@ -14,6 +15,7 @@ pub mod api;
 pub mod assets;
 pub mod bench;
 pub mod browser;
+pub mod listen;
 pub mod package;
 pub mod proxy;
 pub mod server;

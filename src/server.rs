@@ -12,6 +12,8 @@ use axum::Router;
 
 use crate::api::{self, ApiConfig, ApiHandle};
 use crate::assets;
+/// Where the servers of this binary start listening (kept at this path for its callers).
+pub use crate::listen::serve_in_background;
 use crate::package::{Package, WORKER_ENTRY};
 
 /// Where `www/` files come from.
@@ -89,19 +91,6 @@ pub async fn spawn(config: ApiConfig) -> std::io::Result<(SocketAddr, ApiHandle)
     )
     .await?;
     Ok((addr, api))
-}
-
-/// Binds `addr` now (so the port is known and a bind error is returned) and serves `router`
-/// on a spawned task.
-pub async fn serve_in_background(addr: SocketAddr, router: Router) -> std::io::Result<SocketAddr> {
-    let listener = tokio::net::TcpListener::bind(addr).await?;
-    let local = listener.local_addr()?;
-    tokio::spawn(async move {
-        if let Err(e) = axum::serve(listener, router).await {
-            eprintln!("sluice: server on {local} stopped: {e}");
-        }
-    });
-    Ok(local)
 }
 
 async fn static_file(

@@ -835,6 +835,9 @@ impl Inner {
         } else {
             "not installed"
         };
+        // Whole milliseconds: formatting an `f64` would bring core's float formatting into
+        // the page client (about 20 KB of wasm) for this one message.
+        let timeout_ms = timeout_ms as u64;
         Err(ClientError::Registration(format!(
             "the service worker did not start within {timeout_ms} ms (controlTimeoutMs): it is \
              {state}. Its console says why (DevTools > Application > Service workers, or \

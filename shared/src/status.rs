@@ -173,24 +173,23 @@ pub fn concurrency_note(
     Some(format!(
         "budget '{budget}': {concurrency} in flight at {} ms a request send at most {}/s, below \
          its limit of {}/s; concurrency {needed} would reach it",
-        latency_ms.round(),
+        latency_ms.round() as u64,
         per_second(reachable_per_ms),
         per_second(limit_per_ms),
     ))
 }
 
-/// A rate per ms as requests per second, to one decimal when below 100.
+/// A rate per ms as requests per second, to one decimal when below 100. Integer arithmetic:
+/// `{:.1}` on an `f64` brings core's float formatting into the worker's wasm.
 fn per_second(per_ms: f64) -> String {
     let per_s = per_ms * 1000.0;
     if per_s >= 100.0 {
-        thousands(per_s.round() as u64)
-    } else {
-        let tenths = (per_s * 10.0).round() / 10.0;
-        if tenths.fract() == 0.0 {
-            format!("{}", tenths as u64)
-        } else {
-            format!("{tenths:.1}")
-        }
+        return thousands(per_s.round() as u64);
+    }
+    let tenths = (per_s * 10.0).round() as u64;
+    match tenths % 10 {
+        0 => format!("{}", tenths / 10),
+        d => format!("{}.{d}", tenths / 10),
     }
 }
 
