@@ -299,7 +299,13 @@ fn bindgen(wasm: &Path, pkg_dir: &Path, flavour: Flavour) -> Result<(), BoxError
         .remove_producers_section(true)
         .generate_output()
         .map_err(&failed)?;
-    let renamed = shorten_names(&mut output);
+    // A build that keeps names for size analysis keeps the glue's names too, so that a stack
+    // through the glue names the binding.
+    let renamed = if keep_names {
+        Vec::new()
+    } else {
+        shorten_names(&mut output)
+    };
     output.emit(pkg_dir).map_err(failed)?;
     let (js_name, typings): (&str, &[&str]) = match flavour {
         Flavour::ClassicWorker => ("sluice_sw.js", &[]),
@@ -310,10 +316,23 @@ fn bindgen(wasm: &Path, pkg_dir: &Path, flavour: Flavour) -> Result<(), BoxError
         ),
     };
     rename_in_glue(&pkg_dir.join(js_name), &renamed, true)?;
+    write_name_map(&pkg_dir.join(js_name), &renamed)?;
     // The typings name the exports the page may reach through `init()`'s result.
     for name in typings {
         rename_in_glue(&pkg_dir.join(name), &renamed, false)?;
     }
+    Ok(())
+}
+
+/// Writes `<glue>.names.txt` beside the glue: each short name `shorten_names` gave, with the
+/// binding's own name, so that a stack through the glue (`_3`, `_k1`) can be looked up. (A build
+/// with `SLUICE_WASM_NAMES=1` renames nothing and writes an empty map.)
+fn write_name_map(glue: &Path, renamed: &[(String, String)]) -> Result<(), BoxError> {
+    let mut map = String::from("# short name in the wasm and its glue, then wasm-bindgen's name\n");
+    for (old, new) in renamed {
+        writeln!(map, "{new} {old}")?;
+    }
+    fs::write(glue.with_extension("names.txt"), map)?;
     Ok(())
 }
 

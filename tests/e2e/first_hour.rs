@@ -64,7 +64,7 @@ e2e!(
         let script = "self.SLUICE_CONFIG = { packageUrl: '/nowhere/' };\n\
                       importScripts('/sluice/sluice-worker.js');\n";
         let package = Package::embedded().expect("package");
-        let (outcome, took) = register_with(h, script, &package).await;
+        let (outcome, took) = register_with(h, script, package).await;
         let wasm_url = h.url(&format!("/nowhere/{}", package.worker_wasm()));
         assert_rejected_with(
             &outcome,
@@ -91,7 +91,7 @@ e2e!(
         .expect("a page in place of the wasm");
         let script = "self.SLUICE_CONFIG = { packageUrl: '/fallback' };\n\
                       importScripts('/sluice/sluice-worker.js');\n";
-        let (outcome, took) = register_with(h, script, &package).await;
+        let (outcome, took) = register_with(h, script, package).await;
         // `/fallback` without its slash is taken as the folder it names.
         let wasm_url = h.url(&format!("/fallback/{}", package.worker_wasm()));
         assert_rejected_with(
@@ -152,7 +152,7 @@ e2e!(
                         { name: 'crm', windows: [{ limit: 5, windowMs: 1000 }] }] };\n\
                       importScripts('/sluice/sluice-worker.js');\n";
         let package = Package::embedded().expect("package");
-        let (outcome, took) = register_with(h, script, &package).await;
+        let (outcome, took) = register_with(h, script, package).await;
         assert_rejected_with(
             &outcome,
             took,
