@@ -149,13 +149,13 @@ impl ApiConfig {
         }
     }
 
-    pub fn validate(&self) -> Result<(), ConfigError> {
+    pub fn validate(&self) -> Result<(), ApiConfigError> {
         if self.window_ms == 0 {
-            return Err(ConfigError::ZeroWindow);
+            return Err(ApiConfigError::ZeroWindow);
         }
         for (field, rate) in [("faultRate", self.fault_rate), ("hangRate", self.hang_rate)] {
             if !(0.0..=1.0).contains(&rate) {
-                return Err(ConfigError::RateOutOfRange { field, value: rate });
+                return Err(ApiConfigError::RateOutOfRange { field, value: rate });
             }
         }
         Ok(())
@@ -205,7 +205,7 @@ impl ConfigPatch {
 }
 
 #[derive(Debug, thiserror::Error)]
-pub enum ConfigError {
+pub enum ApiConfigError {
     #[error("windowMs must be positive")]
     ZeroWindow,
     #[error("{field} must be between 0 and 1, got {value}")]
@@ -515,7 +515,7 @@ impl ApiHandle {
         self.lock().config.clone()
     }
 
-    pub fn set_config(&self, config: ApiConfig) -> Result<(), ConfigError> {
+    pub fn set_config(&self, config: ApiConfig) -> Result<(), ApiConfigError> {
         config.validate()?;
         let mut inner = self.lock();
         if config.seed.is_some() && config.seed != inner.config.seed {
@@ -525,7 +525,7 @@ impl ApiHandle {
         Ok(())
     }
 
-    pub fn update_config(&self, patch: &ConfigPatch) -> Result<ApiConfig, ConfigError> {
+    pub fn update_config(&self, patch: &ConfigPatch) -> Result<ApiConfig, ApiConfigError> {
         let mut config = self.config();
         patch.apply_to(&mut config);
         self.set_config(config.clone())?;
@@ -1378,7 +1378,7 @@ pub enum ControlError {
     #[error("invalid JSON: {0}")]
     Json(#[from] serde_json::Error),
     #[error(transparent)]
-    Config(#[from] ConfigError),
+    Config(#[from] ApiConfigError),
     #[error(transparent)]
     Script(#[from] ScriptError),
     #[error("count must be at most {max}, got {found}")]

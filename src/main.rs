@@ -445,7 +445,7 @@ impl From<&ApiArgs> for ApiConfig {
 #[derive(Debug, thiserror::Error)]
 enum MainError {
     #[error("invalid API settings: {0}")]
-    Config(#[from] api::ConfigError),
+    Config(#[from] api::ApiConfigError),
     #[error("cannot listen on {addr}: {source}")]
     Bind {
         addr: SocketAddr,

@@ -216,7 +216,7 @@ export interface SluiceWorkerConfig extends EngineConfig {
 "#;
 
 /// A job the worker accepted.
-pub struct Enqueued {
+pub struct EnqueuedJob {
     pub id: JobId,
     pub coalesced: bool,
     pub state: JobState,
@@ -1027,7 +1027,7 @@ impl Sluice {
     }
 
     /// Hands a job to the worker; resolves once the worker saved it.
-    pub async fn enqueue(&self, mut job: JobSpec) -> Result<Enqueued, ClientError> {
+    pub async fn enqueue(&self, mut job: JobSpec) -> Result<EnqueuedJob, ClientError> {
         job::prepare(&mut job, &mut random_id)?;
         enqueued(self.inner.request(Request::Enqueue { job }).await?)
     }
@@ -1111,7 +1111,7 @@ impl Sluice {
 
 // What each request's answer holds, for the Rust API and the JS API alike.
 
-fn enqueued(answer: Answer) -> Result<Enqueued, ClientError> {
+fn enqueued(answer: Answer) -> Result<EnqueuedJob, ClientError> {
     let Answer { body, done } = answer;
     let ReplyBody::Enqueued {
         id,
@@ -1123,7 +1123,7 @@ fn enqueued(answer: Answer) -> Result<Enqueued, ClientError> {
     };
     let done =
         done.ok_or_else(|| ClientError::Decode("an 'enqueued' reply without a job id".into()))?;
-    Ok(Enqueued {
+    Ok(EnqueuedJob {
         id,
         coalesced,
         state,

@@ -19,7 +19,7 @@ use super::config::{ProxyBudget, ProxyConfig};
 use super::memory_store::MemoryStore;
 use super::redis_store::{RedisStore, StoreError};
 use super::rule::{Decision, Observation, RuleParams, Share, WaitReason, DEFAULT_PAUSE_MS};
-use super::store::{Holder, Store};
+use super::store::{BudgetStore, Holder};
 use sluice_shared::round_trips::RoundTrips;
 
 /// Largest request body forwarded.
@@ -53,7 +53,7 @@ const EXPOSED: &str = "Retry-After, RateLimit, RateLimit-Policy, Date, Location,
 
 pub struct Proxy {
     config: ProxyConfig,
-    store: Store,
+    store: BudgetStore,
     client: reqwest::Client,
     /// Names this instance's leases, so two instances never pick the same id.
     instance: String,
@@ -68,10 +68,10 @@ pub struct Proxy {
 impl Proxy {
     pub fn new(config: ProxyConfig) -> Result<Self, StoreError> {
         let store = match &config.redis {
-            None => Store::Memory(MemoryStore::new(config.budgets.len())),
+            None => BudgetStore::Memory(MemoryStore::new(config.budgets.len())),
             Some(url) => {
                 let names: Vec<String> = config.budgets.iter().map(|b| b.name.clone()).collect();
-                Store::Redis {
+                BudgetStore::Redis {
                     redis: Box::new(RedisStore::new(
                         url,
                         &config.key_prefix,

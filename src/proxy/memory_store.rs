@@ -4,12 +4,12 @@
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use super::rule::{BudgetState, Decision, Observation, RuleParams};
+use super::rule::{Decision, Observation, RuleParams, RuleState};
 
 /// One state per budget, by index in the proxy's configuration.
 #[derive(Clone)]
 pub struct MemoryStore {
-    budgets: Arc<Mutex<Vec<BudgetState>>>,
+    budgets: Arc<Mutex<Vec<RuleState>>>,
 }
 
 /// Wall-clock milliseconds, microsecond-exact, like the script's reading of Redis's `TIME`.
@@ -22,14 +22,14 @@ fn now_ms() -> f64 {
 impl MemoryStore {
     pub fn new(budgets: usize) -> Self {
         let mut states = Vec::with_capacity(budgets);
-        states.resize_with(budgets, BudgetState::default);
+        states.resize_with(budgets, RuleState::default);
         Self {
             budgets: Arc::new(Mutex::new(states)),
         }
     }
 
     /// Runs `f` on budget `index`'s state; `None` for an index the configuration never had.
-    fn with<T>(&self, index: usize, f: impl FnOnce(&mut BudgetState) -> T) -> Option<T> {
+    fn with<T>(&self, index: usize, f: impl FnOnce(&mut RuleState) -> T) -> Option<T> {
         // A panic while holding the lock left the state as the rule last wrote it: still a
         // valid state, so keep using it.
         let mut states = self.budgets.lock().unwrap_or_else(PoisonError::into_inner);

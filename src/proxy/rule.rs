@@ -36,7 +36,7 @@
 //!    window). The limit itself is enforced exactly by 4.
 //!
 //! `src/proxy/lua/acquire.lua` carries out the same rule inside Redis (atomically, on Redis's
-//! clock) for many instances; [`BudgetState::acquire`] carries it out in memory for one. The
+//! clock) for many instances; [`RuleState::acquire`] carries it out in memory for one. The
 //! test `memory_rule_matches_the_lua_script` runs both on the same sequence of asks.
 
 use std::collections::{HashMap, VecDeque};
@@ -181,7 +181,7 @@ struct CallerUsage {
 /// One budget's whole state in memory (one instance). Instants are milliseconds as `f64`,
 /// microsecond-exact like the script's.
 #[derive(Debug, Default)]
-pub struct BudgetState {
+pub struct RuleState {
     /// Set by the first ask: see step 1 of the rule.
     counted_since: Option<f64>,
     paused_until: f64,
@@ -196,7 +196,7 @@ pub struct BudgetState {
     learned_until: f64,
 }
 
-impl BudgetState {
+impl RuleState {
     /// The rule of the module docs for one ask at `now`.
     pub fn acquire(&mut self, p: &RuleParams, now: f64, caller: &str, lease_id: &str) -> Decision {
         if self.learned_until <= now {
@@ -481,8 +481,8 @@ mod tests {
     }
 
     /// A state whose fresh-store wait (step 1) has passed by `length_ms` of the window.
-    fn warmed(p: &RuleParams) -> BudgetState {
-        let mut s = BudgetState::default();
+    fn warmed(p: &RuleParams) -> RuleState {
+        let mut s = RuleState::default();
         s.acquire(p, 0.0, "warm-up", "warm-up");
         s
     }
@@ -491,7 +491,7 @@ mod tests {
     /// releasing every lease at once; returns the grants' instants and callers.
     fn run(
         p: &RuleParams,
-        state: &mut BudgetState,
+        state: &mut RuleState,
         callers: &[&str],
         asks: usize,
         step_ms: f64,
@@ -524,7 +524,7 @@ mod tests {
     #[test]
     fn a_fresh_budget_waits_one_window_before_its_first_start() {
         let p = params(5, 1_000, Counting::Log, 4);
-        let mut s = BudgetState::default();
+        let mut s = RuleState::default();
         match s.acquire(&p, 0.0, "a", "1") {
             Decision::Wait {
                 wait_ms, reason, ..
@@ -723,7 +723,7 @@ mod tests {
         ) {
             let counting = if gcra { Counting::Gcra } else { Counting::Log };
             let p = params(limit, length_ms, counting, 1_000);
-            let mut s = BudgetState::default();
+            let mut s = RuleState::default();
             let names: Vec<String> = (0..callers).map(|c| format!("c{c}")).collect();
             let refs: Vec<&str> = names.iter().map(String::as_str).collect();
             let grants = run(&p, &mut s, &refs, 3_000, step);
@@ -741,7 +741,7 @@ mod tests {
             step in 1.0f64..40.0,
         ) {
             let p = params(limit, length_ms, Counting::Log, 4);
-            let mut s = BudgetState::default();
+            let mut s = RuleState::default();
             let fastest = 5.0;
             // (answered at, lease, arrived at)
             let mut under_way: Vec<(f64, String, f64)> = Vec::new();

@@ -6,7 +6,7 @@ use super::memory_store::MemoryStore;
 use super::redis_store::{RedisStore, StoreError};
 use super::rule::{Decision, Observation, RuleParams};
 
-pub enum Store {
+pub enum BudgetStore {
     Memory(MemoryStore),
     Redis {
         redis: Box<RedisStore>,
@@ -22,7 +22,7 @@ pub enum Holder {
     Local,
 }
 
-impl Store {
+impl BudgetStore {
     pub async fn acquire(
         &self,
         index: usize,
@@ -32,11 +32,11 @@ impl Store {
     ) -> Result<(Decision, Holder), StoreError> {
         let missing = || StoreError::Malformed(format!("no budget number {index}"));
         match self {
-            Store::Memory(m) => m
+            BudgetStore::Memory(m) => m
                 .acquire(index, p, caller, lease_id)
                 .map(|d| (d, Holder::Local))
                 .ok_or_else(missing),
-            Store::Redis { redis, fallback } => {
+            BudgetStore::Redis { redis, fallback } => {
                 match redis.acquire(index, p, caller, lease_id).await {
                     Ok(d) => Ok((d, Holder::Shared)),
                     Err(e) => match fallback {
@@ -64,13 +64,13 @@ impl Store {
         counted_ms_ago: Option<f64>,
     ) {
         match (self, holder) {
-            (Store::Memory(m), _) => m.release(index, lease_id, caller, counted_ms_ago),
-            (Store::Redis { fallback, .. }, Holder::Local) => {
+            (BudgetStore::Memory(m), _) => m.release(index, lease_id, caller, counted_ms_ago),
+            (BudgetStore::Redis { fallback, .. }, Holder::Local) => {
                 if let Some(m) = fallback {
                     m.release(index, lease_id, caller, counted_ms_ago);
                 }
             }
-            (Store::Redis { redis, .. }, Holder::Shared) => {
+            (BudgetStore::Redis { redis, .. }, Holder::Shared) => {
                 if let Err(e) = redis.release(index, lease_id, caller, counted_ms_ago).await {
                     eprintln!("sluice proxy: a lease is left to expire: {e}");
                 }
@@ -87,8 +87,8 @@ impl Store {
     ) -> Result<u64, StoreError> {
         let missing = || StoreError::Malformed(format!("no budget number {index}"));
         match self {
-            Store::Memory(m) => m.observe(index, p, seen).ok_or_else(missing),
-            Store::Redis { redis, fallback } => {
+            BudgetStore::Memory(m) => m.observe(index, p, seen).ok_or_else(missing),
+            BudgetStore::Redis { redis, fallback } => {
                 // The local budget hears it too, in case it must decide soon.
                 if let Some(m) = fallback {
                     m.observe(index, p, seen);

@@ -18,7 +18,7 @@
 //! ```
 //!
 //! - **One pump, one timer.** The pump is spawned once per worker instance; events never run
-//!   it themselves, they only [`crate::pump_state::Pump::wake`] it. Exactly one `setTimeout` is armed at a time
+//!   it themselves, they only [`crate::pump_state::PumpState::wake`] it. Exactly one `setTimeout` is armed at a time
 //!   and re-armed only when the deadline changes. There is no polling interval.
 //! - **Completions are saved by the pump.** A finished fetch only informs the engine and wakes
 //!   the pump, whose next save takes the outcome (with any new starts) in one transaction

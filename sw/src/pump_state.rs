@@ -65,7 +65,7 @@ pub(crate) struct Timer {
 
 /// One worker instance's pump, as its loop and the request handlers share it.
 #[derive(Default)]
-pub struct Pump {
+pub struct PumpState {
     pub(crate) signal: Signal,
     pub(crate) running: Cell<bool>,
     /// What to send and save when: the pump's protocol, run here and in the simulator.
@@ -76,7 +76,7 @@ pub struct Pump {
     pub(crate) was_idle: Cell<bool>,
 }
 
-impl Pump {
+impl PumpState {
     /// A save took every change so far with it at `now` (see [`Driver::save_taken`]).
     pub fn saved_at(&self, now: Millis) {
         self.driver.borrow_mut().save_taken(now);

@@ -3,7 +3,7 @@
 //! # Schema (database `sluice`, version [`DB_VERSION`])
 //! - `jobs`, key path `id`: one record per [`Job`], the job itself as a plain object (its
 //!   serde JSON form, camelCase). One index, `state_seq` on `[state, seq]` (a state's jobs in
-//!   enqueue order, for reading the head of a large queue first: see [`Store::load_start`]).
+//!   enqueue order, for reading the head of a large queue first: see [`QueueStore::load_start`]).
 //!   Versions before 4 also kept `state`, `budget_state` and `key`, which no read used and
 //!   every put paid for; the upgrade to 4 drops them and keeps every record.
 //! - `budgets`, key path `name`: one [`BudgetState`] per budget (limiter history, pause,
@@ -12,7 +12,7 @@
 //!   saved by a page, as JSON text, see [`crate::config`]) and
 //!   `{k: "schema", version, recordFormat}`. The schema record is also the mark that the saved
 //!   budgets hold every start: it is deleted when storage is full and starts go out unrecorded
-//!   ([`Store::delete_unrecorded`]), and written again by the first save that lands after.
+//!   ([`QueueStore::delete_unrecorded`]), and written again by the first save that lands after.
 //! - `journal`, key path `id`: `{id, jobs}`, a large batch of new jobs as one JSON text,
 //!   present only until its jobs are written one per record (see "Large batches").
 //!
@@ -27,7 +27,7 @@
 //! left in place, never deleted.
 //!
 //! # Transactions
-//! [`Store::save`] writes one engine [`Changes`] (puts, deletes, budgets, optional meta) in ONE
+//! [`QueueStore::save`] writes one engine [`Changes`] (puts, deletes, budgets, optional meta) in ONE
 //! read-write transaction and returns only once it committed. Every request is issued in the
 //! same synchronous stretch that creates the transaction, and nothing else is awaited while it
 //! is open, so IndexedDB's auto-commit can never close it early. Because transactions on the
@@ -40,7 +40,7 @@
 //! enqueue. So when a save carries at least [`JOURNAL_MIN_JOBS`] *new* jobs (never saved
 //! before), they are written as ONE `journal` record inside that transaction, which is all the
 //! caller waits for ([`Journaled`]). The caller then writes them one per record in chunks of
-//! [`JOURNAL_CHUNK`], each its own short transaction ([`Store::put_jobs`]), so that its other
+//! [`JOURNAL_CHUNK`], each its own short transaction ([`QueueStore::put_jobs`]), so that its other
 //! saves (a fetch's outcome, a new start) do not wait for all of them; the last chunk deletes
 //! the journal entry. A chunk holds each job as it is *then* in memory, never older than any
 //! per-job record written before it. On load, a journal entry that is still there fills in
@@ -230,7 +230,7 @@ pub struct Loaded {
     pub unreadable: usize,
     pub first_problem: Option<String>,
     /// Whether `jobs` holds every saved job; if not, it holds every job that was sending and
-    /// the waiting ones up to some point in enqueue order (see [`Store::load_start`]).
+    /// the waiting ones up to some point in enqueue order (see [`QueueStore::load_start`]).
     pub complete: bool,
 }
 
@@ -244,7 +244,7 @@ impl Loaded {
 }
 
 #[cfg(target_arch = "wasm32")]
-pub use web::{job_id_of, Store};
+pub use web::{job_id_of, QueueStore};
 
 #[cfg(target_arch = "wasm32")]
 mod web {
@@ -317,13 +317,13 @@ mod web {
         }
     }
 
-    /// The id of a job record as [`Store::load_after`] returns it.
+    /// The id of a job record as [`QueueStore::load_after`] returns it.
     pub fn job_id_of(value: &JsValue) -> Option<String> {
         field(value, "id")
     }
 
     impl Loaded {
-        /// A job record as [`Store::load_after`] returns it, decoded into `jobs` (or counted
+        /// A job record as [`QueueStore::load_after`] returns it, decoded into `jobs` (or counted
         /// as unreadable).
         pub fn add_job_value(&mut self, value: &JsValue) {
             decode_into(self, value);
@@ -388,11 +388,11 @@ mod web {
     }
 
     /// The open database.
-    pub struct Store {
+    pub struct QueueStore {
         db: IdbDatabase,
     }
 
-    impl Store {
+    impl QueueStore {
         /// Opens (creating or upgrading) the database.
         pub async fn open() -> Result<Self, SwError> {
             let db = idb::open(DB_NAME, DB_VERSION, &SCHEMA).await?;
@@ -402,7 +402,7 @@ mod web {
         /// What a start needs to send at once: the budget states, the meta records, every job
         /// that was sending and the first `first` waiting jobs of each waiting state in enqueue
         /// order, in one read-only transaction. Reading 10,000 jobs takes IndexedDB 200-600 ms
-        /// here, so the rest is read afterwards ([`Store::load_after`]) while the pump already
+        /// here, so the rest is read afterwards ([`QueueStore::load_after`]) while the pump already
         /// sends. (Counting records is no shortcut: a count costs about as much as a read.)
         ///
         /// The waiting jobs read form a prefix of the queue in enqueue order (`seq`): every
@@ -410,7 +410,7 @@ mod web {
         /// enqueue order, so no job kept can have an unread job of its key ahead of it. Every
         /// job record this worker ever wrote has `seq`, so the `state_seq` index holds them
         /// all. When a journal entry waits to be merged, everything is read at once instead
-        /// ([`Store::load`], `complete`).
+        /// ([`QueueStore::load`], `complete`).
         pub async fn load_start(&self, first: u32) -> Result<Loaded, SwError> {
             let first = first.max(1);
             let tx = idb::transaction(
@@ -553,7 +553,7 @@ mod web {
         /// Saves one batch of engine changes (and meta writes) in ONE transaction and returns
         /// once it committed; nothing is written when it fails. `fresh`: ids of jobs in
         /// `changes` never saved before; when there are many, they are journaled, and the
-        /// caller is to write them one per record ([`Journaled`], [`Store::put_jobs`]).
+        /// caller is to write them one per record ([`Journaled`], [`QueueStore::put_jobs`]).
         pub async fn save(
             &self,
             changes: &Changes,

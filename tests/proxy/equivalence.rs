@@ -5,7 +5,7 @@
 
 use redis::{Script, Value};
 use sluice::proxy::rule::{
-    BudgetState, Counting, Decision, Observation, RuleParams, DEFAULT_PAUSE_MS, LEARNED_TTL_MS,
+    Counting, Decision, Observation, RuleParams, RuleState, DEFAULT_PAUSE_MS, LEARNED_TTL_MS,
 };
 use sluice_shared::config::Window;
 
@@ -108,7 +108,7 @@ async fn memory_rule_matches_the_lua_script() {
         .map(|k| format!("eq{seed}:{k}"))
         .collect();
         let mut rng = Rng(seed);
-        let mut state = BudgetState::default();
+        let mut state = RuleState::default();
         let mut held: Vec<(String, String)> = Vec::new();
         // Microseconds since the epoch, stepping unevenly.
         let mut us: u64 = 1_764_000_000_000_000 + seed * 1_000;

@@ -32,9 +32,9 @@ use wasm_bindgen::JsValue;
 use crate::broadcast::Batcher;
 use crate::config::{self, Setup};
 use crate::error::SwError;
-use crate::pump_state::Pump;
+use crate::pump_state::PumpState;
 use crate::runtime::{now_ms, scope, warn};
-use crate::store::{Journaled, MetaOp, SchemaRecord, Store};
+use crate::store::{Journaled, MetaOp, QueueStore, SchemaRecord};
 
 pub use folds::Folds;
 pub use requests::reply_to;
@@ -56,7 +56,7 @@ fn seeded_rng() -> Rng {
 pub struct Worker {
     me: Weak<Worker>,
     pub setup: Rc<Setup>,
-    store: Store,
+    store: QueueStore,
     engine: RefCell<Engine>,
     batcher: RefCell<Batcher>,
     /// The tab (client id) that enqueued each job, while it runs: its outcome goes to that
@@ -65,7 +65,7 @@ pub struct Worker {
     requesters: RefCell<FxHashMap<JobId, String>>,
     /// Whether the task that posts broadcasts runs (one at a time; it drains `batcher`).
     broadcasting: Cell<bool>,
-    pub pump: Pump,
+    pub pump: PumpState,
     lifecycle: Cell<Lifecycle>,
     /// Whether a Background Sync is registered and its `sync` event not yet fired (one at a
     /// time).
@@ -116,10 +116,10 @@ const FIRST_JOBS_READ: u32 = 300;
 impl Worker {
     /// Opens the database, rebuilds the engine from what is saved and saves what the rebuild
     /// changed (jobs that were sending go back to queued). A large queue is rebuilt in two
-    /// steps (see [`Store::load_start`]): the pump may send as soon as its head is in, and
+    /// steps (see [`QueueStore::load_start`]): the pump may send as soon as its head is in, and
     /// [`Worker::load_rest`] adds the rest.
     pub async fn start(setup: Rc<Setup>) -> Result<Rc<Self>, SwError> {
-        let store = Store::open().await?;
+        let store = QueueStore::open().await?;
         let mut loaded = store.load_start(FIRST_JOBS_READ).await?;
         let mut notes = Vec::new();
         let (chosen, _source, stale) = config::choose(&setup.script, loaded.config.clone());
@@ -231,7 +231,7 @@ impl Worker {
             batcher: RefCell::new(batcher),
             requesters: RefCell::default(),
             broadcasting: Cell::new(false),
-            pump: Pump::default(),
+            pump: PumpState::default(),
             lifecycle: Cell::new(if loaded.complete {
                 Lifecycle::Whole
             } else {
