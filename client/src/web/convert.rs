@@ -1,0 +1,250 @@
+//! Values between JS and Rust: jobs and configurations from the page, answers, outcomes and
+//! errors (`SluiceError`) to it, ids and URLs.
+
+use std::cell::RefCell;
+
+use js_sys::{Array, Function, Object, Promise, Reflect, JSON};
+use sluice_shared::job::{JobOutcome, JobSpec, JobState};
+use sluice_shared::json::{self, FromJson, ToJson};
+use wasm_bindgen::prelude::*;
+use wasm_bindgen::JsCast;
+use wasm_bindgen_futures::future_to_promise;
+
+use crate::core::{ClientError, Done, JobEnd};
+use crate::job::{self, Body};
+
+pub(super) fn now() -> f64 {
+    js_sys::Date::now()
+}
+
+pub(super) fn js_message(e: &JsValue) -> String {
+    if let Some(err) = e.dyn_ref::<js_sys::Error>() {
+        return String::from(err.message());
+    }
+    e.as_string()
+        .or_else(|| JSON::stringify(e).ok().map(String::from))
+        .unwrap_or_else(|| "unknown error".into())
+}
+
+thread_local! {
+    /// `crypto` and its `randomUUID`, looked up once: an `enqueueMany` of 10,000 creates asks
+    /// for 20,000 ids.
+    static RANDOM_UUID: Option<(JsValue, Function)> = {
+        let crypto = Reflect::get(&js_sys::global(), &"crypto".into()).ok();
+        crypto.and_then(|c| {
+            let f = Reflect::get(&c, &"randomUUID".into()).ok()?;
+            f.dyn_into::<Function>().ok().map(|f| (c, f))
+        })
+    };
+}
+
+/// A random id: `crypto.randomUUID()` where available (secure contexts), else Math.random.
+pub(super) fn random_id() -> String {
+    let uuid = RANDOM_UUID.with(|r| {
+        r.as_ref()
+            .and_then(|(crypto, f)| f.call0(crypto).ok())
+            .and_then(|v| v.as_string())
+    });
+    if let Some(s) = uuid {
+        return s;
+    }
+    let mut s = String::new();
+    for _ in 0..4 {
+        let n = (js_sys::Math::random() * 4_294_967_296.0) as u32;
+        s.push_str(&format!("{n:08x}"));
+    }
+    s
+}
+
+/// Resolves job URLs against the page's URL. The jobs of one `enqueueMany` usually share a
+/// few URLs: the last one resolved is remembered.
+pub(super) struct UrlResolver {
+    base: String,
+    last: RefCell<Option<(String, String)>>,
+}
+
+impl UrlResolver {
+    pub(super) fn for_page() -> Result<Self, ClientError> {
+        let base = web_sys::window()
+            .and_then(|w| w.location().href().ok())
+            .ok_or_else(|| {
+                ClientError::InvalidJob("bad url: no page location to resolve against".into())
+            })?;
+        Ok(Self {
+            base,
+            last: RefCell::new(None),
+        })
+    }
+
+    pub(super) fn resolve(&self, url: &str) -> Result<String, String> {
+        if let Some((from, to)) = self.last.borrow().as_ref() {
+            if from == url {
+                return Ok(to.clone());
+            }
+        }
+        let resolved = web_sys::Url::new_with_base(url, &self.base)
+            .map(|u| u.href())
+            .map_err(|e| js_message(&e))?;
+        *self.last.borrow_mut() = Some((url.to_string(), resolved.clone()));
+        Ok(resolved)
+    }
+}
+
+/// Rust data to a plain JS value, as the worker would write it.
+pub(super) fn to_js<T: ToJson + ?Sized>(value: &T) -> JsValue {
+    JSON::parse(&json::to_string(value)).unwrap_or(JsValue::NULL)
+}
+
+/// `JSON.stringify` of a page's value, or why it cannot be.
+pub(super) fn json_text(v: &JsValue) -> Result<String, String> {
+    let text = JSON::stringify(v).map_err(|e| js_message(&e))?;
+    // Not a string but `undefined` for a value JSON cannot hold (a function).
+    text.as_string()
+        .ok_or_else(|| "not data that JSON can hold".to_string())
+}
+
+pub(super) fn set(obj: &Object, key: &str, value: &JsValue) {
+    let _ = Reflect::set(obj, &JsValue::from_str(key), value);
+}
+
+#[wasm_bindgen]
+extern "C" {
+    /// The class of every error this client rejects with: `client/js/sluice-error.js`, which
+    /// the build appends to this module's glue (no `module` here: the glue names it as it
+    /// stands in its own module). Only the package's glue has it; the Rust API never makes one.
+    #[wasm_bindgen(extends = js_sys::Error, extends = Object)]
+    type SluiceError;
+
+    #[wasm_bindgen(constructor)]
+    fn new(message: &str, code: &str) -> SluiceError;
+}
+
+pub(super) fn error_to_js(e: ClientError) -> JsValue {
+    let err = SluiceError::new(&e.to_string(), e.code());
+    if let ClientError::Worker(p) = &e {
+        set(&err, "detail", &to_js(p));
+    }
+    err.into()
+}
+
+pub(super) fn job_end_to_js(e: JobEnd) -> JsValue {
+    let code = match e.state {
+        Some(JobState::Cancelled) => "cancelled",
+        Some(_) => "failed",
+        None if e.reason == ClientError::Closed.to_string() => "closed",
+        None => "gone",
+    };
+    let err = SluiceError::new(&e.reason, code);
+    set(&err, "jobId", &JsValue::from_str(&e.id));
+    set(
+        &err,
+        "state",
+        &e.state
+            .map_or(JsValue::NULL, |s| JsValue::from_str(s.name())),
+    );
+    set(
+        &err,
+        "status",
+        &e.status.map_or(JsValue::NULL, JsValue::from),
+    );
+    err.into()
+}
+
+pub(super) fn outcome_to_js(o: &JobOutcome) -> JsValue {
+    let obj = Object::new();
+    set(&obj, "status", &JsValue::from(o.status));
+    let headers = Object::new();
+    for (name, value) in job::headers_object(&o.headers) {
+        set(&headers, &name, &JsValue::from_str(&value));
+    }
+    set(&obj, "headers", &headers);
+    set(&obj, "body", &JsValue::from_str(&o.body));
+    obj.into()
+}
+
+thread_local! {
+    static NOOP: Closure<dyn FnMut(JsValue)> = Closure::new(|_: JsValue| {});
+}
+
+/// A JS promise for a job's end, marked as handled so that a page that never looks at
+/// `done` does not get "uncaught (in promise)" noise for failed jobs.
+pub(super) fn done_to_js(done: Done) -> Promise {
+    let p =
+        future_to_promise(
+            async move { done.await.map(|o| outcome_to_js(&o)).map_err(job_end_to_js) },
+        );
+    NOOP.with(|f| {
+        let _ = p.catch(f);
+    });
+    p
+}
+
+pub(super) fn is_plain_data(v: &JsValue) -> bool {
+    if v.as_f64().is_some() || v.as_bool().is_some() || Array::is_array(v) {
+        return true;
+    }
+    let Some(obj) = v.dyn_ref::<Object>() else {
+        return false;
+    };
+    let proto = Object::get_prototype_of(obj);
+    proto.is_null() || Object::is(&proto, &Object::get_prototype_of(&Object::new()))
+}
+
+/// A page's job object to the wire job.
+pub(super) fn job_from_js(job: &JsValue, urls: &UrlResolver) -> Result<JobSpec, ClientError> {
+    if !job.is_object() {
+        return Err(ClientError::InvalidJob(
+            "a job is an object like {url, method, body}".into(),
+        ));
+    }
+    let raw_body = Reflect::get(job, &"body".into()).unwrap_or(JsValue::UNDEFINED);
+    let body = if raw_body.is_undefined() || raw_body.is_null() {
+        Body::None
+    } else if let Some(s) = raw_body.as_string() {
+        Body::Text(s)
+    } else if is_plain_data(&raw_body) {
+        let text =
+            json_text(&raw_body).map_err(|e| ClientError::InvalidJob(format!("body: {e}")))?;
+        Body::Json(text)
+    } else {
+        return Err(ClientError::InvalidJob(
+            "a body must be a string or plain data (objects, arrays, numbers) to send as JSON; \
+             convert Blobs, FormData and URLSearchParams to a string first"
+                .into(),
+        ));
+    };
+    let text = json_text(job).map_err(ClientError::InvalidJob)?;
+    let spec = job::read_job(&text)?;
+    job::normalize(spec, body, &|url| urls.resolve(url), &mut random_id)
+}
+
+/// The jobs of a page's `enqueueMany`, each named by its place in the error.
+pub(super) fn jobs_from_js(jobs: &JsValue) -> Result<Vec<JobSpec>, ClientError> {
+    if !Array::is_array(jobs) {
+        return Err(ClientError::InvalidJob(
+            "enqueueMany takes an array of jobs".into(),
+        ));
+    }
+    let urls = UrlResolver::for_page()?;
+    let mut specs = Vec::new();
+    for (i, j) in Array::from(jobs).iter().enumerate() {
+        let spec = job_from_js(&j, &urls).map_err(|e| {
+            let reason = match e {
+                ClientError::InvalidJob(reason) => reason,
+                other => other.to_string(),
+            };
+            ClientError::InvalidJob(format!("job {i}: {reason}"))
+        })?;
+        specs.push(spec);
+    }
+    Ok(specs)
+}
+
+/// A page's options object: its default when absent.
+pub(super) fn from_js_json<T: FromJson + Default>(v: &JsValue, what: &str) -> Result<T, String> {
+    if v.is_undefined() || v.is_null() {
+        return Ok(T::default());
+    }
+    let text = json_text(v).map_err(|e| format!("{what}: {e}"))?;
+    json::from_str(&text).map_err(|e| format!("{what}: {e}"))
+}

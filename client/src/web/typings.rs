@@ -1,0 +1,189 @@
+//! The TypeScript declarations of the JS API (`sluice_client.d.ts`), beside the Rust that
+//! implements it: wasm-bindgen writes this text into the typings as it stands.
+
+use wasm_bindgen::prelude::*;
+
+#[wasm_bindgen(typescript_custom_section)]
+const TS_TYPES: &'static str = r#"
+export type Lane = "interactive" | "bulk" | "background";
+export type JobKind = "create" | "patch" | "delete" | "custom";
+export type JobState = "queued" | "sending" | "retry-wait" | "done" | "failed" | "cancelled";
+
+/** A job as a page writes it. Only `url` is required. */
+export interface JobInput {
+  /** The job's id. Default: a fresh UUID, fixed before the first send, so that a request sent
+   * again after a lost reply names the same job and is not saved twice. */
+  id?: string;
+  /** Absolute, or relative to the page. */
+  url: string;
+  /** Default: POST when there is a body, GET otherwise. */
+  method?: string;
+  /** Budget name; default: the budget whose `matchPrefixes` cover the URL. */
+  budget?: string;
+  /** Default "bulk". */
+  lane?: Lane;
+  /** Jobs with the same key run one at a time, in order. */
+  key?: string | null;
+  /** Default "custom". A "create" gets an Idempotency-Key. */
+  kind?: JobKind;
+  headers?: Record<string, string> | [string, string][];
+  /** A string is sent as is; anything else as JSON (Content-Type: application/json). */
+  body?: unknown;
+  groupId?: string | null;
+  /** As in `fetch`; default "same-origin". */
+  credentials?: "omit" | "same-origin" | "include";
+  /** As in `fetch`; default "cors". "no-cors" is refused: its answer cannot be read. */
+  mode?: "cors" | "same-origin";
+  /** As in `fetch`; default "follow". */
+  redirect?: "follow" | "error" | "manual";
+  referrerPolicy?: ReferrerPolicy;
+  /** A subresource-integrity string the response must match. */
+  integrity?: string;
+}
+
+/** The server's final answer to a done job. Header names are lower-case. */
+export interface JobOutcome {
+  status: number;
+  headers: Record<string, string>;
+  body: string;
+}
+
+export interface Enqueued {
+  /** The job's id (the earlier job's id when this one was folded into it). */
+  id: string;
+  coalesced: boolean;
+  state: JobState;
+  /** Resolves when the job is done; rejects with a SluiceError when it failed or was cancelled. */
+  done: Promise<JobOutcome>;
+}
+
+export interface EnqueuedMany {
+  ids: string[];
+  /** Set when the group needs more than a whole window's budget. */
+  warning: string | null;
+}
+
+export interface Retried {
+  id: string;
+  done: Promise<JobOutcome>;
+}
+
+export interface RegisterOptions {
+  /** Default "/". */
+  scope?: string;
+  /** How the worker script is loaded. Default "classic". */
+  type?: "classic" | "module";
+  /** Resend an unanswered request after this long (enqueues after 10/3 as long). Default 3000. */
+  resendAfterMs?: number;
+  /** Send keepAlive this often while work is pending. Default 10000. */
+  keepAliveMs?: number;
+  /** How long to wait for the worker to start and take control of the page; past it, or as
+   * soon as the worker says it cannot start, `register` rejects with the reason. Default 10000. */
+  controlTimeoutMs?: number;
+}
+
+/** Every rejection of this client is a SluiceError (`error instanceof SluiceError`), with a
+ * stable `code` besides the message. */
+export class SluiceError extends Error {
+  /** The worker's code (e.g. "unknown-budget", "not-found", "cannot-start"), "no-answer",
+   * "invalid-job", "unsupported", "registration", "decode", "closed"; for a job's `done`:
+   * "failed", "cancelled" or "gone". */
+  code: string;
+  /** The worker's error object, when the worker refused the request. */
+  detail?: unknown;
+  /** For a job's `done`. */
+  jobId?: string;
+  state?: JobState | null;
+  status?: number | null;
+}
+
+export interface JobError { status: number | null; message: string; }
+export interface JobUpdate {
+  id: string; state: JobState; lane: Lane; key: string | null; groupId: string | null;
+  budget: string; attempts: number; notBefore: number; coalesced: number;
+  lastError: JobError | null;
+  /** Only in the update of the tab that enqueued the job, and in answers to `jobs`. */
+  outcome: { status: number; headers: [string, string][]; body: string } | null;
+  /** True in a broadcast to another tab: the outcome and the server's words are left out. */
+  withheld: boolean;
+}
+export interface RateWindow { limit: number; lengthMs: number; }
+export interface BudgetStatus {
+  name: string; windows: RateWindow[]; concurrency: number; inFlight: number; pending: number;
+  pausedUntil: number | null; pauseReason: string | null; trouble: string | null;
+  serverRemaining: number | null; serverResetAt: number | null; etaMs: number | null;
+  requests: number; rateLimited: number; retries: number; rateLimitedPer1000: number;
+  achievedShare: number;
+}
+export interface GroupStatus {
+  id: string; total: number; done: number; failed: number; cancelled: number; pending: number;
+  warning: string | null;
+}
+export interface LaneStatus { lane: Lane; waiting: number; waitP50Ms: number | null; waitP95Ms: number | null; }
+export interface Status {
+  now: number;
+  counts: { queued: number; sending: number; retryWait: number; done: number; failed: number; cancelled: number };
+  budgets: BudgetStatus[]; groups: GroupStatus[]; lanes: LaneStatus[];
+  etaMs: number | null; attemptsPerJob: number; offline: boolean;
+  /** Things to act on: a budget that is not configured, storage that is full, a setting the
+   * worker could not use. */
+  warnings: string[];
+  /** Information, nothing to fix: how long a bulk job needs at the limit, or that a budget's
+   * concurrency (not its limit) sets the pace, with the concurrency that would not. */
+  notes: string[];
+}
+export interface BudgetConfig {
+  name: string; windows: RateWindow[]; concurrency?: number;
+  algorithm?: "sliding-log" | "token-bucket" | "gcra" | "fixed-window";
+  matchPrefixes?: string[]; targetUtilization?: number; pacing?: boolean;
+  /** The API counts CORS preflights (OPTIONS) against the limit: count them as starts. */
+  countPreflights?: boolean;
+  /** The API's Access-Control-Max-Age in ms (default 5000, the browser's without it). */
+  preflightMaxAgeMs?: number;
+}
+export interface EngineConfig {
+  budgets?: BudgetConfig[];
+  retry?: { maxAttempts?: number; baseDelayMs?: number; maxDelayMs?: number; retryRatio?: number;
+            retryReserve?: number; defaultPauseMs?: number; timeoutMs?: number };
+  aging?: { bulkMs?: number; backgroundMs?: number };
+  retentionMs?: number;
+  maxBodyBytes?: number;
+  /** Where jobs may go; read from the worker script only (a page's is ignored). */
+  allow?: string[];
+  /** Clear a job's request headers when it fails for good (its record stays). Default false. */
+  dropFailedHeaders?: boolean;
+}
+/** What subscribers receive: every job-state and status broadcast of the worker, and the
+ * worker's own errors (also logged in the page's console). A new subscriber gets the last
+ * status at once. */
+export type WorkerBroadcast =
+  | { type: "jobs"; updates: JobUpdate[]; /** Jobs the worker forgot (expired, dismissed). */ removed: string[] }
+  | { type: "status"; status: Status }
+  | { type: "error"; requestId: null;
+      /** "cannot-start": a new worker version could not start (its wasm, its configuration);
+       * the working one, if any, goes on. "crashed": the worker stopped after an error and
+       * restarts from storage with the next event. */
+      error: { code: "cannot-start" | "crashed"; message: string } };
+
+/** A rate-limit route for `fetch` calls the worker takes off the network and queues. */
+export interface InterceptRoute {
+  /** URL prefix, absolute or relative to the worker's origin (e.g. "/api/"). */
+  prefix: string;
+  /** Default "*" (any method). */
+  method?: string;
+  /** Only requests carrying this header are queued (page code opts in per request). */
+  header?: string;
+}
+
+/** `self.SLUICE_CONFIG` in the service worker script, checked strictly: an unknown or
+ * misspelled key stops the worker from installing, and `register()` rejects with where it
+ * stands and the key it most likely meant. In a `sw.ts`:
+ * `declare const self: { SLUICE_CONFIG: SluiceWorkerConfig };` */
+export interface SluiceWorkerConfig extends EngineConfig {
+  /** Where this package's files (sluice-worker.js and its wasm) are served, a folder.
+   * Default: the worker script's folder. */
+  packageUrl?: string;
+  /** `fetch` calls to queue instead of sending (answered 202 with the job id). */
+  intercept?: InterceptRoute[];
+}
+"#;
