@@ -1,7 +1,8 @@
 //! Tests run the router in-process with tokio's paused clock, so window edges are hit exactly
 //! and latency or hangs cost no real time.
 
-use std::time::Duration;
+use std::net::SocketAddr;
+use std::time::{Duration, SystemTime};
 
 use axum::body::Body;
 use axum::http::{HeaderMap, Request, StatusCode};
