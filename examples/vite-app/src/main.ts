@@ -91,7 +91,9 @@ async function main(): Promise<void> {
 
   sluice.subscribe((message: WorkerBroadcast) => {
     if (message.type === 'status') showStatus(message.status);
-    else showUpdates(message.updates);
+    else if (message.type === 'jobs') showUpdates(message.updates);
+    // The worker's own trouble (a new version that cannot start, a crash it recovers from).
+    else state.textContent = `Sluice: ${message.error.message}`;
   });
   showStatus(await sluice.snapshot());
 
