@@ -135,11 +135,18 @@ e2e!(a_second_tab_sees_the_queue_and_can_cancel_it, 90, |h| {
         "cancelled jobs must not be sent"
     );
 
-    // Tab B heard about tab A's jobs.
+    // Tab B heard about tab A's jobs. Its broadcast is posted with tab A's, which settled the
+    // group: it may still be on its way to tab B (seen on a loaded machine), so B waits for it
+    // a little.
     let seen: Vec<Value> = b
         .eval_as(
-            "return e2e.broadcasts.filter((m) => m.type === 'jobs')\
-             .flatMap((m) => m.updates).filter((u) => u.groupId === 'g');",
+            "const seen = () => e2e.broadcasts.filter((m) => m.type === 'jobs')\
+               .flatMap((m) => m.updates).filter((u) => u.groupId === 'g');\
+             const until = Date.now() + 2000;\
+             while (!seen().some((u) => u.state === 'cancelled') && Date.now() < until) {\
+               await e2e.sleep(20);\
+             }\
+             return seen();",
         )
         .await;
     assert!(
