@@ -28,9 +28,9 @@
 //! ```
 //!
 //! ```compile_fail
-//! // A tagged enum's form is not the derive's: those are written by hand (see `protocol`).
+//! // An adjacently tagged enum's form is not the derive's (internally tagged ones are).
 //! #[derive(sluice_shared::json::FromJson)]
-//! #[serde(tag = "type")]
+//! #[serde(tag = "type", content = "data")]
 //! enum Message {
 //!     Ping,
 //! }
@@ -823,6 +823,29 @@ fn one_of(names: &[&str]) -> String {
 /// The JSON names of a struct's fields, in declaration order (implemented by the derive of
 /// [`FromJson`]):
 /// for a reader that accepts a struct's fields among others of its own.
+/// An internally tagged enum's reading side, derived with [`FromJson`]: its tag, every
+/// variant's name (in declaration order) and a reader of one variant's fields, for a message
+/// whose tag stands beside fields of its own (a request's `requestId`).
+pub trait TaggedRead: Sized {
+    /// The member naming the variant (`type`, `code`).
+    const TAG: &'static str;
+    /// Every variant's name, as the tag says it.
+    const VARIANTS: &'static [&'static str];
+
+    /// Variant `name` read from `r`'s members; `None` when `name` is none of [`Self::VARIANTS`].
+    /// A field that cannot be read is `r`'s error ([`Fields::finish`]).
+    fn read_variant(name: &str, r: &mut Fields<'_, '_>) -> Option<Self>;
+}
+
+/// An internally tagged enum's writing side, derived with [`ToJson`].
+pub trait TaggedWrite {
+    /// The value's variant name, as its tag says it.
+    fn variant_name(&self) -> &'static str;
+
+    /// The variant's fields, each as `,"key":value` ([`write_field`]).
+    fn write_variant_fields(&self, out: &mut String);
+}
+
 pub trait StructFields {
     const FIELDS: &'static [&'static str];
 }

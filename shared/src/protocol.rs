@@ -41,7 +41,7 @@ fn size(bytes: usize) -> String {
     }
 }
 
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToJson, FromJson)]
 #[serde(
     tag = "type",
     rename_all = "camelCase",
@@ -82,35 +82,14 @@ pub enum Request {
     KeepAlive,
 }
 
-/// Every request's `type` on the wire, the one list of them: [`decode_request`] reads these
-/// and no other, [`Request::kind`] names each variant by one of them (a test checks the two
-/// agree), and an unknown type's error lists them.
-pub const REQUEST_TYPES: [&str; 9] = [
-    "enqueue",
-    "enqueueMany",
-    "cancel",
-    "retry",
-    "dismiss",
-    "configure",
-    "snapshot",
-    "jobs",
-    "keepAlive",
-];
+/// Every request's `type` on the wire, the one list of them (from the derive: each variant's
+/// name): [`decode_request`] reads these and no other, and an unknown type's error lists them.
+pub const REQUEST_TYPES: &[&str] = <Request as crate::json::TaggedRead>::VARIANTS;
 
 impl Request {
     /// Its `type` on the wire (one of [`REQUEST_TYPES`]).
     pub fn kind(&self) -> &'static str {
-        match self {
-            Request::Enqueue { .. } => "enqueue",
-            Request::EnqueueMany { .. } => "enqueueMany",
-            Request::Cancel { .. } => "cancel",
-            Request::Retry { .. } => "retry",
-            Request::Dismiss { .. } => "dismiss",
-            Request::Configure { .. } => "configure",
-            Request::Snapshot => "snapshot",
-            Request::Jobs { .. } => "jobs",
-            Request::KeepAlive => "keepAlive",
-        }
+        crate::json::TaggedWrite::variant_name(self)
     }
 }
 
@@ -123,7 +102,7 @@ pub struct Envelope {
 }
 
 /// The answer to one request.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToJson, FromJson)]
 #[serde(
     tag = "type",
     rename_all = "camelCase",
@@ -163,22 +142,12 @@ pub enum ReplyBody {
 impl ReplyBody {
     /// Its `type` on the wire.
     pub fn kind(&self) -> &'static str {
-        match self {
-            ReplyBody::Enqueued { .. } => "enqueued",
-            ReplyBody::EnqueuedMany { .. } => "enqueuedMany",
-            ReplyBody::Cancelled { .. } => "cancelled",
-            ReplyBody::Retried { .. } => "retried",
-            ReplyBody::Dismissed { .. } => "dismissed",
-            ReplyBody::Configured => "configured",
-            ReplyBody::Snapshot { .. } => "snapshot",
-            ReplyBody::Jobs { .. } => "jobs",
-            ReplyBody::Alive => "alive",
-        }
+        crate::json::TaggedWrite::variant_name(self)
     }
 }
 
 /// Everything the worker sends to pages.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToJson, FromJson)]
 #[serde(
     tag = "type",
     rename_all = "camelCase",
@@ -272,7 +241,7 @@ impl From<&Job> for JobUpdate {
 }
 
 /// Why a request was refused. Each says what to change.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToJson, FromJson)]
 #[serde(
     tag = "code",
     rename_all = "kebab-case",
@@ -452,24 +421,7 @@ impl From<InvalidOption> for ProtocolError {
 impl ProtocolError {
     /// The `code` it carries on the wire: a stable name for programs.
     pub fn code(&self) -> &'static str {
-        match self {
-            ProtocolError::Malformed { .. } => "malformed",
-            ProtocolError::UnknownType { .. } => "unknown-type",
-            ProtocolError::TooLarge { .. } => "too-large",
-            ProtocolError::InvalidUrl { .. } => "invalid-url",
-            ProtocolError::InvalidRequest { .. } => "invalid-request",
-            ProtocolError::UnknownBudget { .. } => "unknown-budget",
-            ProtocolError::NoBudgetForUrl { .. } => "no-budget-for-url",
-            ProtocolError::UrlNotAllowed { .. } => "url-not-allowed",
-            ProtocolError::InvalidConfig { .. } => "invalid-config",
-            ProtocolError::NotFound { .. } => "not-found",
-            ProtocolError::IllegalTransition { .. } => "illegal-transition",
-            ProtocolError::Storage { .. } => "storage",
-            ProtocolError::Unavailable { .. } => "unavailable",
-            ProtocolError::StorageFull { .. } => "storage-full",
-            ProtocolError::CannotStart { .. } => "cannot-start",
-            ProtocolError::Crashed { .. } => "crashed",
-        }
+        crate::json::TaggedWrite::variant_name(self)
     }
 }
 
@@ -527,30 +479,8 @@ pub fn decode_request(text: &str) -> Result<Envelope, (Option<String>, ProtocolE
         ));
     };
     let mut r = json::Fields::from_members(members);
-    let request = match kind {
-        "enqueue" => Request::Enqueue {
-            job: r.field("job"),
-        },
-        "enqueueMany" => Request::EnqueueMany {
-            jobs: r.field("jobs"),
-            group_id: r.field("groupId"),
-        },
-        "cancel" => Request::Cancel {
-            target: r.field("target"),
-        },
-        "retry" => Request::Retry { id: r.field("id") },
-        "dismiss" => Request::Dismiss { id: r.field("id") },
-        "configure" => Request::Configure {
-            config: r.field("config"),
-        },
-        "jobs" => Request::Jobs {
-            group_id: r.field("groupId"),
-            ids: r.field("ids"),
-        },
-        "snapshot" => Request::Snapshot,
-        "keepAlive" => Request::KeepAlive,
-        // Only a type in REQUEST_TYPES but missing here: an unknown type, never another one.
-        _ => return Err(unknown(Some(request_id))),
+    let Some(request) = <Request as json::TaggedRead>::read_variant(kind, &mut r) else {
+        return Err(unknown(Some(request_id)));
     };
     match r.finish() {
         Ok(()) => Ok(Envelope {
@@ -565,335 +495,28 @@ pub fn encode(message: &WorkerMessage) -> String {
     crate::json::to_string(message)
 }
 
-// The tagged enums' readers and writers below are written by hand, not derived: the derive
-// takes structs and unit enums only. Internally tagged variants, `rename_all_fields` and
-// `Envelope`'s flattened request would be most of a second derive for these four types, and
-// the writers here take their tags from `kind` and `code`, the one list of names that
-// `decode_request` and the tests check.
-impl crate::json::ToJson for ReplyBody {
-    fn write_json(&self, out: &mut String) {
-        use crate::json::{open_tagged, write_field};
-        // The name from `kind`, the one list of them.
-        open_tagged(out, "type", self.kind());
-        match self {
-            ReplyBody::Enqueued {
-                id,
-                coalesced,
-                state,
-            } => {
-                write_field(out, "id", id);
-                write_field(out, "coalesced", coalesced);
-                write_field(out, "state", state);
-            }
-            ReplyBody::EnqueuedMany { ids, warning } => {
-                write_field(out, "ids", ids);
-                write_field(out, "warning", warning);
-            }
-            ReplyBody::Cancelled { ids } => {
-                write_field(out, "ids", ids);
-            }
-            ReplyBody::Retried { id } => {
-                write_field(out, "id", id);
-            }
-            ReplyBody::Dismissed { id } => {
-                write_field(out, "id", id);
-            }
-            ReplyBody::Configured => {}
-            ReplyBody::Snapshot { status } => {
-                write_field(out, "status", status);
-            }
-            ReplyBody::Jobs { jobs } => {
-                write_field(out, "jobs", jobs);
-            }
-            ReplyBody::Alive => {}
-        }
-        out.push('}');
-    }
-}
-
-impl crate::json::ToJson for WorkerMessage {
-    fn write_json(&self, out: &mut String) {
-        use crate::json::{open_tagged, write_field};
-        let tag = |out: &mut String, name| open_tagged(out, "type", name);
-        match self {
-            WorkerMessage::Reply { request_id, body } => {
-                tag(out, "reply");
-                write_field(out, "requestId", request_id);
-                write_field(out, "body", body);
-            }
-            WorkerMessage::Error { request_id, error } => {
-                tag(out, "error");
-                write_field(out, "requestId", request_id);
-                write_field(out, "error", error);
-            }
-            WorkerMessage::Jobs { updates, removed } => {
-                tag(out, "jobs");
-                write_field(out, "updates", updates);
-                write_field(out, "removed", removed);
-            }
-            WorkerMessage::Status { status } => {
-                tag(out, "status");
-                write_field(out, "status", status);
-            }
-        }
-        out.push('}');
-    }
-}
-
-impl crate::json::ToJson for ProtocolError {
-    fn write_json(&self, out: &mut String) {
-        use crate::json::{open_tagged, write_field};
-        // The name from `code`, the one list of them.
-        open_tagged(out, "code", self.code());
-        match self {
-            ProtocolError::Malformed { message } => {
-                write_field(out, "message", message);
-            }
-            ProtocolError::UnknownType { found } => {
-                write_field(out, "found", found);
-            }
-            ProtocolError::TooLarge {
-                what,
-                bytes,
-                max_bytes,
-            } => {
-                write_field(out, "what", what);
-                write_field(out, "bytes", bytes);
-                write_field(out, "maxBytes", max_bytes);
-            }
-            ProtocolError::InvalidUrl { url, message } => {
-                write_field(out, "url", url);
-                write_field(out, "message", message);
-            }
-            ProtocolError::InvalidRequest { message } => {
-                write_field(out, "message", message);
-            }
-            ProtocolError::UnknownBudget { budget, known } => {
-                write_field(out, "budget", budget);
-                write_field(out, "known", known);
-            }
-            ProtocolError::NoBudgetForUrl { url } => {
-                write_field(out, "url", url);
-            }
-            ProtocolError::UrlNotAllowed { url, allowed } => {
-                write_field(out, "url", url);
-                write_field(out, "allowed", allowed);
-            }
-            ProtocolError::InvalidConfig { message } => {
-                write_field(out, "message", message);
-            }
-            ProtocolError::NotFound { id } => {
-                write_field(out, "id", id);
-            }
-            ProtocolError::IllegalTransition { message } => {
-                write_field(out, "message", message);
-            }
-            ProtocolError::Storage { message } => {
-                write_field(out, "message", message);
-            }
-            ProtocolError::Unavailable { message } => {
-                write_field(out, "message", message);
-            }
-            ProtocolError::StorageFull { message } => {
-                write_field(out, "message", message);
-            }
-            ProtocolError::CannotStart { message } | ProtocolError::Crashed { message } => {
-                write_field(out, "message", message);
-            }
-        }
-        out.push('}');
-    }
-}
-
 // ----- what pages write and read --------------------------------------------------------
 //
 // The worker reads requests with `decode_request` and writes the messages above; the page
-// client does the reverse, with these.
+// client does the reverse. The four tagged enums' readers and writers are derived (with
+// `TaggedRead`/`TaggedWrite`); `Envelope`, whose request's fields stand beside `requestId`
+// (serde's `flatten`), is written here from the request's own field writer.
 
 impl crate::json::ToJson for Envelope {
     /// As serde writes it: `requestId`, then the request's `type` and fields (flattened).
     fn write_json(&self, out: &mut String) {
-        use crate::json::{write_field, write_str};
+        use crate::json::{write_field, write_str, TaggedWrite};
         out.push_str("{\"requestId\":");
         write_str(out, &self.request_id);
-        write_field(out, "type", self.request.kind());
-        match &self.request {
-            Request::Enqueue { job } => write_field(out, "job", job),
-            Request::EnqueueMany { jobs, group_id } => {
-                write_field(out, "jobs", jobs);
-                write_field(out, "groupId", group_id);
-            }
-            Request::Cancel { target } => write_field(out, "target", target),
-            Request::Retry { id } | Request::Dismiss { id } => write_field(out, "id", id),
-            Request::Configure { config } => write_field(out, "config", config),
-            Request::Jobs { group_id, ids } => {
-                write_field(out, "groupId", group_id);
-                write_field(out, "ids", ids);
-            }
-            Request::Snapshot | Request::KeepAlive => {}
-        }
+        write_field(out, "type", self.request.variant_name());
+        self.request.write_variant_fields(out);
         out.push('}');
     }
 }
 
-impl crate::json::FromJson for WorkerMessage {
-    fn from_json(v: &crate::json::Json) -> Result<Self, crate::json::Error> {
-        const KINDS: &[&str] = &["reply", "error", "jobs", "status"];
-        let expected = "internally tagged enum WorkerMessage";
-        let (kind, mut r) = crate::json::tagged(v, "type", expected)?;
-        let message = match kind {
-            "reply" => WorkerMessage::Reply {
-                request_id: r.field("requestId"),
-                body: r.field("body"),
-            },
-            "error" => WorkerMessage::Error {
-                request_id: r.field("requestId"),
-                error: r.field("error"),
-            },
-            "jobs" => WorkerMessage::Jobs {
-                updates: r.field("updates"),
-                removed: r.field_or("removed", Vec::new()),
-            },
-            "status" => WorkerMessage::Status {
-                status: r.field("status"),
-            },
-            other => return Err(crate::json::unknown_variant(other, KINDS)),
-        };
-        r.finish()?;
-        Ok(message)
-    }
-}
-
-impl crate::json::FromJson for ReplyBody {
-    fn from_json(v: &crate::json::Json) -> Result<Self, crate::json::Error> {
-        const KINDS: &[&str] = &[
-            "enqueued",
-            "enqueuedMany",
-            "cancelled",
-            "retried",
-            "dismissed",
-            "configured",
-            "snapshot",
-            "jobs",
-            "alive",
-        ];
-        let expected = "internally tagged enum ReplyBody";
-        let (kind, mut r) = crate::json::tagged(v, "type", expected)?;
-        let body = match kind {
-            "enqueued" => ReplyBody::Enqueued {
-                id: r.field("id"),
-                coalesced: r.field("coalesced"),
-                state: r.field("state"),
-            },
-            "enqueuedMany" => ReplyBody::EnqueuedMany {
-                ids: r.field("ids"),
-                warning: r.field("warning"),
-            },
-            "cancelled" => ReplyBody::Cancelled {
-                ids: r.field("ids"),
-            },
-            "retried" => ReplyBody::Retried { id: r.field("id") },
-            "dismissed" => ReplyBody::Dismissed { id: r.field("id") },
-            "configured" => ReplyBody::Configured,
-            "snapshot" => ReplyBody::Snapshot {
-                status: r.field("status"),
-            },
-            "jobs" => ReplyBody::Jobs {
-                jobs: r.field("jobs"),
-            },
-            "alive" => ReplyBody::Alive,
-            other => return Err(crate::json::unknown_variant(other, KINDS)),
-        };
-        r.finish()?;
-        Ok(body)
-    }
-}
-
-/// What a `body` field holds while [`crate::json::Fields`] reads a reply that failed.
 impl crate::json::Placeholder for ReplyBody {
     fn placeholder() -> Self {
         ReplyBody::Alive
-    }
-}
-
-impl crate::json::FromJson for ProtocolError {
-    fn from_json(v: &crate::json::Json) -> Result<Self, crate::json::Error> {
-        const CODES: &[&str] = &[
-            "malformed",
-            "unknown-type",
-            "too-large",
-            "invalid-url",
-            "invalid-request",
-            "unknown-budget",
-            "no-budget-for-url",
-            "url-not-allowed",
-            "invalid-config",
-            "not-found",
-            "illegal-transition",
-            "storage",
-            "storage-full",
-            "unavailable",
-            "cannot-start",
-            "crashed",
-        ];
-        let expected = "internally tagged enum ProtocolError";
-        let (code, mut r) = crate::json::tagged(v, "code", expected)?;
-        let error = match code {
-            "malformed" => ProtocolError::Malformed {
-                message: r.field("message"),
-            },
-            "unknown-type" => ProtocolError::UnknownType {
-                found: r.field("found"),
-            },
-            "too-large" => ProtocolError::TooLarge {
-                what: r.field_or("what", String::new()),
-                bytes: r.field("bytes"),
-                max_bytes: r.field("maxBytes"),
-            },
-            "invalid-url" => ProtocolError::InvalidUrl {
-                url: r.field("url"),
-                message: r.field("message"),
-            },
-            "invalid-request" => ProtocolError::InvalidRequest {
-                message: r.field("message"),
-            },
-            "unknown-budget" => ProtocolError::UnknownBudget {
-                budget: r.field("budget"),
-                known: r.field("known"),
-            },
-            "no-budget-for-url" => ProtocolError::NoBudgetForUrl {
-                url: r.field("url"),
-            },
-            "url-not-allowed" => ProtocolError::UrlNotAllowed {
-                url: r.field("url"),
-                allowed: r.field("allowed"),
-            },
-            "invalid-config" => ProtocolError::InvalidConfig {
-                message: r.field("message"),
-            },
-            "not-found" => ProtocolError::NotFound { id: r.field("id") },
-            "illegal-transition" => ProtocolError::IllegalTransition {
-                message: r.field("message"),
-            },
-            "storage" => ProtocolError::Storage {
-                message: r.field("message"),
-            },
-            "storage-full" => ProtocolError::StorageFull {
-                message: r.field("message"),
-            },
-            "unavailable" => ProtocolError::Unavailable {
-                message: r.field("message"),
-            },
-            "cannot-start" => ProtocolError::CannotStart {
-                message: r.field("message"),
-            },
-            "crashed" => ProtocolError::Crashed {
-                message: r.field("message"),
-            },
-            other => return Err(crate::json::unknown_variant(other, CODES)),
-        };
-        r.finish()?;
-        Ok(error)
     }
 }
 

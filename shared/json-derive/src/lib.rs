@@ -11,9 +11,15 @@
 //! - structs with named fields: container `rename_all = "..."`, `default`,
 //!   `deny_unknown_fields`; field `rename = "..."`, `default`, `default = "path"`;
 //! - enums of unit variants (written as strings): container `rename_all = "..."`; variant
-//!   `rename = "..."`.
+//!   `rename = "..."`;
+//! - internally tagged enums of unit and struct variants (`{"type": "name", ...fields}`):
+//!   container `tag = "..."`, `rename_all = "..."` (variant names), `rename_all_fields = "..."`;
+//!   variant `rename = "..."`; field `rename`, `default`, `default = "path"`. They also get
+//!   `sluice_shared::json::TaggedRead` (from `FromJson`: the tag, every variant's name, a reader
+//!   of one variant's fields) and `TaggedWrite` (from `ToJson`: a value's variant name and a
+//!   writer of its fields), for a message whose tag stands beside fields of its own.
 //!
-//! Anything else (tagged enums, `flatten`, `skip`, ...) is written by hand in `sluice_shared`.
+//! Anything else (`flatten`, `skip`, untagged or adjacently tagged enums, ...) is refused.
 //!
 //! The code generated is what the `json` module's readers and writer expect, the same calls for
 //! every type, so that the wasm holds no more than one small reader and writer per type.
@@ -57,6 +63,19 @@ enum Shape {
     UnitEnum {
         variants: Vec<Variant>,
     },
+    /// `#[serde(tag = "...")]`: each variant an object with the tag and its own fields.
+    TaggedEnum {
+        tag: String,
+        variants: Vec<TaggedVariant>,
+    },
+}
+
+struct TaggedVariant {
+    ident: Ident,
+    /// Its name in JSON, the tag's value.
+    name: String,
+    /// `None` for a unit variant.
+    fields: Option<Vec<Field>>,
 }
 
 struct Field {
@@ -87,6 +106,12 @@ impl Shape {
         let container = ContainerAttrs::of(&input.attrs)?;
         match &input.data {
             Data::Struct(data) => {
+                if container.tag.is_some() || container.rename_all_fields.is_some() {
+                    return Err(Error::new_spanned(
+                        &input.ident,
+                        "`#[serde(tag)]` and `#[serde(rename_all_fields)]` are for enums",
+                    ));
+                }
                 let Fields::Named(named) = &data.fields else {
                     return Err(Error::new_spanned(
                         &input.ident,
@@ -94,21 +119,7 @@ impl Shape {
                          implement them by hand for this one",
                     ));
                 };
-                let mut fields = Vec::new();
-                for field in &named.named {
-                    let ident = field.ident.clone().expect("named fields have names");
-                    let attrs = FieldAttrs::of(&field.attrs)?;
-                    let key = match attrs.rename {
-                        Some(name) => name,
-                        None => container.rename_all.field(&ident.unraw().to_string()),
-                    };
-                    check_name(&key, field.span())?;
-                    fields.push(Field {
-                        ident,
-                        key,
-                        fallback: attrs.fallback,
-                    });
-                }
+                let fields = named_fields(named, container.rename_all)?;
                 Ok(Shape::Struct {
                     fields,
                     default: container.default,
@@ -129,14 +140,54 @@ impl Shape {
                         "ToJson/FromJson need at least one variant to write",
                     ));
                 }
+                if let Some(tag) = container.tag {
+                    check_name(&tag, input.ident.span())?;
+                    let rename_fields = container.rename_all_fields.unwrap_or_default();
+                    let mut variants = Vec::new();
+                    for variant in &data.variants {
+                        let rename = VariantAttrs::of(&variant.attrs)?.rename;
+                        let name = match rename {
+                            Some(name) => name,
+                            None => container
+                                .rename_all
+                                .variant(&variant.ident.unraw().to_string()),
+                        };
+                        check_name(&name, variant.span())?;
+                        let fields = match &variant.fields {
+                            Fields::Unit => None,
+                            Fields::Named(named) => Some(named_fields(named, rename_fields)?),
+                            Fields::Unnamed(_) => {
+                                return Err(Error::new_spanned(
+                                    variant,
+                                    "a tagged enum's variants must be units or have named \
+                                     fields (serde cannot tag a tuple variant's object either)",
+                                ))
+                            }
+                        };
+                        variants.push(TaggedVariant {
+                            ident: variant.ident.clone(),
+                            name,
+                            fields,
+                        });
+                    }
+                    return Ok(Shape::TaggedEnum { tag, variants });
+                }
+                if container.rename_all_fields.is_some() {
+                    return Err(Error::new_spanned(
+                        &input.ident,
+                        "`#[serde(rename_all_fields)]` is for a tagged enum's fields: add \
+                         `tag = \"...\"` or drop it",
+                    ));
+                }
                 let mut variants = Vec::new();
                 for variant in &data.variants {
                     if !matches!(variant.fields, Fields::Unit) {
                         return Err(Error::new_spanned(
                             variant,
-                            "ToJson/FromJson can be derived only for enums of unit variants \
-                             (written as strings); implement them by hand for an enum whose \
-                             variants carry data, as for the tagged enums in `protocol`",
+                            "ToJson/FromJson can be derived for enums of unit variants \
+                             (written as strings), or for internally tagged enums \
+                             (`#[serde(tag = \"...\")]`); this enum's variants carry data \
+                             without a tag",
                         ));
                     }
                     let rename = VariantAttrs::of(&variant.attrs)?.rename;
@@ -191,6 +242,9 @@ impl Shape {
                     quote! { #name::#ident => #quoted, }
                 });
                 quote! { out.push_str(match self { #(#arms)* }); }
+            }
+            Shape::TaggedEnum { tag, variants } => {
+                return tagged_writer(input, tag, variants);
             }
         };
         quote! {
@@ -264,6 +318,7 @@ impl Shape {
                     }
                 }
             }
+            Shape::TaggedEnum { tag, variants } => tagged_reader(input, tag, variants),
             Shape::UnitEnum { variants } => {
                 let arms = variants.iter().map(|variant| {
                     let ident = &variant.ident;
@@ -294,6 +349,137 @@ impl Shape {
                         }
                     }
                 }
+            }
+        }
+    }
+}
+
+/// A struct's (or a struct variant's) named fields, with their JSON names under `rule`.
+fn named_fields(named: &syn::FieldsNamed, rule: RenameRule) -> Result<Vec<Field>> {
+    let mut fields = Vec::new();
+    for field in &named.named {
+        let ident = field.ident.clone().expect("named fields have names");
+        let attrs = FieldAttrs::of(&field.attrs)?;
+        let key = match attrs.rename {
+            Some(name) => name,
+            None => rule.field(&ident.unraw().to_string()),
+        };
+        check_name(&key, field.span())?;
+        fields.push(Field {
+            ident,
+            key,
+            fallback: attrs.fallback,
+        });
+    }
+    Ok(fields)
+}
+
+/// How an absent field of a tagged variant is read (a variant has no `Default` of its own).
+fn field_read(field: &Field) -> TokenStream2 {
+    let key = &field.key;
+    match &field.fallback {
+        Fallback::Path(path) => quote! { r.field_or(#key, #path()) },
+        Fallback::Default => quote! { r.field_or(#key, ::core::default::Default::default()) },
+        Fallback::None => quote! { r.field(#key) },
+    }
+}
+
+/// `ToJson` and `TaggedWrite` for a tagged enum: `{"<tag>":"<name>"`, then `,"key":value` per
+/// field, then `}`, as serde_json writes it.
+fn tagged_writer(input: &DeriveInput, tag: &str, variants: &[TaggedVariant]) -> TokenStream2 {
+    let name = &input.ident;
+    let (impl_generics, type_generics, where_clause) = input.generics.split_for_impl();
+    let json = quote! { ::sluice_shared::json };
+    let names = variants.iter().map(|variant| {
+        let ident = &variant.ident;
+        let text = &variant.name;
+        match variant.fields {
+            None => quote! { #name::#ident => #text, },
+            Some(_) => quote! { #name::#ident { .. } => #text, },
+        }
+    });
+    let writes = variants.iter().map(|variant| {
+        let ident = &variant.ident;
+        match &variant.fields {
+            None => quote! { #name::#ident => {} },
+            Some(fields) => {
+                let idents: Vec<&Ident> = fields.iter().map(|f| &f.ident).collect();
+                let keys = fields.iter().map(|f| &f.key);
+                quote! {
+                    #name::#ident { #(#idents),* } => {
+                        #(#json::write_field(out, #keys, #idents);)*
+                    }
+                }
+            }
+        }
+    });
+    quote! {
+        impl #impl_generics #json::TaggedWrite for #name #type_generics #where_clause {
+            fn variant_name(&self) -> &'static str {
+                match self { #(#names)* }
+            }
+
+            fn write_variant_fields(&self, out: &mut ::std::string::String) {
+                match self { #(#writes)* }
+            }
+        }
+
+        impl #impl_generics #json::ToJson for #name #type_generics #where_clause {
+            fn write_json(&self, out: &mut ::std::string::String) {
+                #json::open_tagged(out, #tag, #json::TaggedWrite::variant_name(self));
+                #json::TaggedWrite::write_variant_fields(self, out);
+                out.push('}');
+            }
+        }
+    }
+}
+
+/// `FromJson` and `TaggedRead` for a tagged enum, with serde's rules and words.
+fn tagged_reader(input: &DeriveInput, tag: &str, variants: &[TaggedVariant]) -> TokenStream2 {
+    let name = &input.ident;
+    let (impl_generics, type_generics, where_clause) = input.generics.split_for_impl();
+    let json = quote! { ::sluice_shared::json };
+    let texts: Vec<&String> = variants.iter().map(|v| &v.name).collect();
+    let expected = format!("internally tagged enum {name}");
+    let arms = variants.iter().map(|variant| {
+        let ident = &variant.ident;
+        let text = &variant.name;
+        match &variant.fields {
+            None => quote! { #text => #name::#ident, },
+            Some(fields) => {
+                let idents = fields.iter().map(|f| &f.ident);
+                let reads = fields.iter().map(field_read);
+                quote! { #text => #name::#ident { #(#idents: #reads,)* }, }
+            }
+        }
+    });
+    quote! {
+        impl #impl_generics #json::TaggedRead for #name #type_generics #where_clause {
+            const TAG: &'static str = #tag;
+            const VARIANTS: &'static [&'static str] = &[#(#texts),*];
+
+            fn read_variant(
+                name: &str,
+                r: &mut #json::Fields<'_, '_>,
+            ) -> ::core::option::Option<Self> {
+                ::core::option::Option::Some(match name {
+                    #(#arms)*
+                    _ => return ::core::option::Option::None,
+                })
+            }
+        }
+
+        impl #impl_generics #json::FromJson for #name #type_generics #where_clause {
+            fn from_json(v: &#json::Json) -> ::core::result::Result<Self, #json::Error> {
+                let (name, mut r) = #json::tagged(v, #tag, #expected)?;
+                let Some(out) = <Self as #json::TaggedRead>::read_variant(name, &mut r) else {
+                    return ::core::result::Result::Err(#json::unknown_variant(
+                        name,
+                        <Self as #json::TaggedRead>::VARIANTS,
+                    ));
+                };
+                r.finish()?;
+                ::core::result::Result::Ok(out)
             }
         }
     }
@@ -333,6 +519,9 @@ struct ContainerAttrs {
     rename_all: RenameRule,
     default: bool,
     deny_unknown_fields: bool,
+    /// `tag = "..."`: an internally tagged enum.
+    tag: Option<String>,
+    rename_all_fields: Option<RenameRule>,
 }
 
 impl ContainerAttrs {
@@ -354,6 +543,16 @@ impl ContainerAttrs {
                     set_flag(&mut out.default, &meta)
                 } else if meta.path.is_ident("deny_unknown_fields") {
                     set_flag(&mut out.deny_unknown_fields, &meta)
+                } else if meta.path.is_ident("tag") {
+                    let tag: LitStr = meta.value()?.parse()?;
+                    set_once(&mut out.tag, tag.value(), &meta)
+                } else if meta.path.is_ident("rename_all_fields") {
+                    let rule: LitStr = meta.value()?.parse()?;
+                    set_once(
+                        &mut out.rename_all_fields,
+                        RenameRule::from_lit(&rule)?,
+                        &meta,
+                    )
                 } else {
                     Err(unsupported(&meta, CONTAINER_SUPPORTED))
                 }
@@ -421,8 +620,9 @@ impl VariantAttrs {
     }
 }
 
-const CONTAINER_SUPPORTED: &str =
-    "On a struct or enum they take `rename_all = \"...\"`, `default`, `deny_unknown_fields`";
+const CONTAINER_SUPPORTED: &str = "On a struct or enum they take `rename_all = \"...\"`, \
+     `default`, `deny_unknown_fields`; on an enum also `tag = \"...\"` and \
+     `rename_all_fields = \"...\"`";
 const FIELD_SUPPORTED: &str =
     "On a field they take `rename = \"...\"`, `default`, `default = \"path\"`";
 const VARIANT_SUPPORTED: &str = "On a variant they take `rename = \"...\"`";
