@@ -6,7 +6,7 @@
 
 use std::cmp::Ordering;
 
-use super::families::counters;
+use super::families::{read_row, Family, ResourceAt, WindowFrom};
 use super::structured::*;
 use super::values::*;
 use super::{non_empty, Quota};
@@ -81,15 +81,24 @@ pub(super) fn ietf_ratelimit_field(
         if policy.is_some_and(|p| !p.counts_requests) {
             continue;
         }
+        // Draft 12 may rename the reset `t` to `w`, where drafts 7 to 11 let a limit carry its
+        // window as `w`. The rule: beside a `t`, `w` is the window (as every server sending
+        // both means it); alone, it is the reset. Read that way a `w` is never taken for a
+        // window it might not be: a reset taken for a window would overstate the rate (limit
+        // per a shorter window), a window taken for a reset only waits longer.
+        let (reset, limit_window) = match m.param("t") {
+            Some(t) => (Some(t), m.param("w")),
+            None => (m.param("w"), None),
+        };
         candidates.extend(non_empty(Quota {
             limit: policy.and_then(|p| p.quota),
             // Later drafts call the remaining quota "available"; `r` first, as most send it.
             remaining: m.param("r").or_else(|| m.param("a")).and_then(parse_count),
-            reset_after_ms: m.param("t").and_then(|t| parse_reset(t, base)),
+            reset_after_ms: reset.and_then(|t| parse_reset(t, base)),
             // The policy declares the window; a window on the limit is the fallback.
             window_ms: policy
                 .and_then(|p| p.window_ms)
-                .or_else(|| m.param("w").and_then(parse_window)),
+                .or_else(|| limit_window.and_then(parse_window)),
             windows: Vec::new(),
         }));
     }
@@ -98,13 +107,52 @@ pub(super) fn ietf_ratelimit_field(
     Some(quota)
 }
 
+/// What this request cost against its policies, where the server says: the `c` parameter of
+/// a `RateLimit` item (draft 12), for items whose policy counts requests (or is not declared).
+/// Of several, the largest: the cost that would run a quota out first.
+pub(super) fn ietf_cost(h: &Headers, policies: &[Policy]) -> Option<u64> {
+    let field = h.joined("ratelimit")?;
+    let mut cost = None;
+    for m in parse_list(&field) {
+        if m.dict_entry().is_some() {
+            continue;
+        }
+        let name = m.name();
+        let other_unit = name
+            .as_deref()
+            .and_then(|n| policies.iter().find(|p| p.name.as_deref() == Some(n)))
+            .is_some_and(|p| !p.counts_requests);
+        if other_unit {
+            continue;
+        }
+        if let Some(c) = m.param("c").and_then(parse_count) {
+            cost = cost.max(Some(c));
+        }
+    }
+    cost
+}
+
+/// The older drafts' `RateLimit-Limit / -Remaining / -Reset` as a row of the families table
+/// (`families`): the plain X-RateLimit names under another prefix, without `-Used`. The reset
+/// is delta seconds by the drafts and epoch seconds at GitLab, hence `Auto`.
+pub(super) const DRAFT_COUNTERS: Family = Family {
+    prefix: "ratelimit-",
+    resource: ResourceAt::None,
+    limit: "limit",
+    remaining: "remaining",
+    used: "",
+    resets: &[("reset", ResetForm::Auto)],
+    window: WindowFrom::LimitList,
+    not_resources: &[],
+};
+
 /// `RateLimit-Limit / -Remaining / -Reset`, the separate fields of the older IETF drafts.
 ///
 /// Why: many servers froze on an early draft. Its limit may be a list carrying the policy
 /// (`100, 100;w=60`), and later drafts of it paired the fields with `RateLimit-Policy: 100;w=60`;
 /// either gives the window.
 pub(super) fn ietf_draft_counters(h: &Headers, policies: &[Policy], base: Millis) -> Option<Quota> {
-    let mut quota = counters(h, "ratelimit-", base)?;
+    let mut quota = read_row(&DRAFT_COUNTERS, h, base, "")?;
     if quota.window_ms.is_none() {
         quota.window_ms = quota.limit.and_then(|l| window_of_quota(policies, l));
     }
@@ -603,5 +651,62 @@ mod tests {
         );
         assert!(s.rate_limited);
         assert_eq!(s.retry_after_ms, Some(12 * SECOND));
+    }
+
+    #[test]
+    fn ietf_draft_12_available_reset_as_w_and_cost() {
+        // Draft 12's spellings: `a` for the remaining, `w` for the reset, `c` for the cost.
+        let s = read(
+            200,
+            &[
+                ("RateLimit-Policy", "\"default\";q=100;w=60"),
+                ("RateLimit", "\"default\";a=50;w=30;c=2"),
+            ],
+            0,
+        );
+        assert_eq!(
+            s.quota,
+            Some(Quota {
+                limit: Some(100),
+                remaining: Some(50),
+                reset_after_ms: Some(30 * SECOND),
+                window_ms: Some(60 * SECOND),
+                windows: vec![win(100, 60)],
+            })
+        );
+        assert_eq!(s.cost, Some(2));
+        // Without a policy, a lone `w` is the reset and no window: taken for a window, a reset
+        // would overstate the rate.
+        let q = quota(200, &[("RateLimit", "\"x\";r=5;w=30")], 0);
+        assert_eq!(
+            (q.remaining, q.reset_after_ms, q.window_ms),
+            (Some(5), Some(30 * SECOND), None)
+        );
+        // Beside a `t`, `w` stays the window of drafts 7 to 11.
+        let q = quota(200, &[("RateLimit", "\"x\";r=5;t=10;w=30")], 0);
+        assert_eq!(
+            (q.reset_after_ms, q.window_ms),
+            (Some(10 * SECOND), Some(30 * SECOND))
+        );
+        // An exhausted quota's `w` is the back-off of a bare 429.
+        let s = read(429, &[("RateLimit", "\"x\";a=0;w=12")], 0);
+        assert_eq!(s.retry_after_ms, Some(12 * SECOND));
+        // The largest cost among request policies; a byte policy's cost is not a request's.
+        let s = read(
+            200,
+            &[
+                (
+                    "RateLimit-Policy",
+                    "\"b\";q=1000;qu=\"content-bytes\";w=1, \"r\";q=10;w=1",
+                ),
+                (
+                    "RateLimit",
+                    "\"b\";r=500;t=1;c=400, \"r\";r=9;t=1;c=3, r;c=x",
+                ),
+            ],
+            0,
+        );
+        assert_eq!(s.cost, Some(3));
+        assert_eq!(read(200, &[("RateLimit", "\"x\";r=5;c=-1")], 0).cost, None);
     }
 }

@@ -9,24 +9,32 @@
 //! - `RateLimit: "default";r=50;t=30` with `RateLimit-Policy: "default";q=100;w=60`: the IETF
 //!   structured fields (draft-ietf-httpapi-ratelimit-headers 7 to 12). Policy parameters `q`
 //!   (quota), `qu` (quota unit), `w` (window), `pk` (partition key, not needed here); limit
-//!   parameters `r` (remaining; `a`, "available", in later drafts), `t` (reset) and `w`.
+//!   parameters `r` (remaining; `a`, "available", in later drafts), `t` (reset; `w` in draft
+//!   12 when no `t` is sent, else `w` is the limit's window) and `c` (the request's cost).
 //! - `RateLimit: limit=100, remaining=50, reset=5`: the older combined dictionary.
 //! - `RateLimit-Limit / -Remaining / -Reset` (drafts 0 to 6), the limit optionally a list
 //!   `100, 100;w=60`, or paired with the old-form `RateLimit-Policy: 100;w=60`.
 //! - `RateLimit-Policy` alone.
-//! - `X-RateLimit-Limit / -Remaining / -Reset / -Used / -Resource` (GitHub and most others).
-//! - `X-Rate-Limit-Limit / -Remaining / -Reset` (Twitter/X and its imitators).
+//! - The vendors' families, as rows of one table (`families::FAMILIES`, which lists them with
+//!   what each gives): `X-RateLimit-*` (GitHub, Discord with `-Reset-After` and `-Bucket`, most
+//!   others), `X-Rate-Limit-*` (Twitter/X), one family per resource with the resource last
+//!   (`x-ratelimit-remaining-tokens`, OpenAI's, Go-duration resets) or in the middle
+//!   (`X-RateLimit-Requests-Limit`; `anthropic-ratelimit-tokens-reset` with RFC 3339 resets),
+//!   and HubSpot's interval, daily and per-second quotas.
 //! - `X-Shopify-Shop-Api-Call-Limit: 32/40`.
 //!
 //! And for how long to back off: `Retry-After`, then (once the response is a rate limit)
-//! `X-RateLimit-Retry-After`, then the reset of the quotas above.
+//! `X-RateLimit-Retry-After`, then the reset of the quotas above (the later of an exhausted
+//! request quota's and an exhausted resource's: out of tokens blocks as surely).
 //!
 //! Everything here reads text from the network, so nothing may panic: numbers are parsed by hand
-//! (no floats, no signs), arithmetic saturates, and every duration is capped before it leaves.
+//! (no floats, no signs: `99.0` is read as the count it is, `99.5` not at all), arithmetic
+//! saturates, and every duration is capped before it leaves.
 //!
 //! The reading is split along those lines: `ietf` for the IETF fields, `families` for the
 //! vendors' `<prefix>-limit / -remaining / -reset` spellings (and Shopify's), `values` for
-//! numbers, durations and resets, `http_date` for HTTP-dates, `structured` for header look-up
+//! numbers, durations and resets, `http_date` for HTTP-dates and RFC 3339 timestamps,
+//! `structured` for header look-up
 //! and the structured-field syntax. This file holds what the engine sees: `read_signal`,
 //! `ServerSignal`, `Quota`, and the back-off fields (`Retry-After` and its vendor spellings).
 
@@ -93,6 +101,25 @@ pub struct ServerSignal {
     /// (`Server-Timing: sluice-hold;dur=870`, from `sluice proxy`; see [`HOLD_FIELD`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub held_ms: Option<DurationMs>,
+    /// Quotas of what else the server counts, by the resource word it names them with
+    /// (`tokens`, `input-tokens`, `output-tokens`, lower case), from the families that report
+    /// one quota per resource (`x-ratelimit-remaining-tokens`, `anthropic-ratelimit-tokens-*`).
+    /// Their `requests` resource is `quota`. Read, not yet kept to: a budget counts requests.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub resources: Vec<(String, Quota)>,
+    /// The server's name for the limit this response counted against, where it gives one
+    /// (Discord's `X-RateLimit-Bucket`, shared by the routes with one limit; GitHub's
+    /// `X-RateLimit-Resource`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bucket: Option<String>,
+    /// The refusal was of a limit over everything the client sends, not this bucket's
+    /// (Discord's `X-RateLimit-Global: true` or `X-RateLimit-Scope: global`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub global: bool,
+    /// What this request cost against its quota, where the server says (the IETF draft 12
+    /// `RateLimit` parameter `c`); a request costs 1 unless told.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost: Option<u64>,
 }
 
 /// How a server (`sluice proxy`) says, in `Server-Timing`, how long it held a request for its
@@ -117,15 +144,24 @@ pub fn read_signal(status: u16, headers: &[(String, String)], now: Millis) -> Se
 
     let policies = ietf_policies(&h);
     // Priority order: the IETF fields are the standard and the most precise (they name the
-    // policy), X-RateLimit is the de-facto convention, Shopify's fill level is the vaguest.
-    let quotas = [
+    // policy), then the vendors' families in the table's order (X-RateLimit, the de-facto
+    // convention, first), and Shopify's fill level, the vaguest, last.
+    let mut quotas = vec![
         ietf_ratelimit_field(&h, &policies, base),
         ietf_draft_counters(&h, &policies, base),
         ietf_policies_alone(&policies),
-        x_ratelimit(&h, base),
-        x_rate_limit(&h, base),
-        shopify(&h),
     ];
+    let mut resources: Vec<(String, Quota)> = Vec::new();
+    for family in FAMILIES {
+        let read = read_group(family, &h, base);
+        quotas.push(read.requests);
+        for (word, q) in read.resources {
+            if !resources.iter().any(|(w, _)| *w == word) {
+                resources.push((word, q));
+            }
+        }
+    }
+    quotas.push(shopify(&h));
     let mut matched = quotas.iter().flatten();
     let quota = matched.next().cloned();
 
@@ -154,13 +190,18 @@ pub fn read_signal(status: u16, headers: &[(String, String)], now: Millis) -> Se
             return Some(ms.min(MAX_WAIT_MS));
         }
         // Told to stop but not for how long: the quota's reset is the server's own answer.
-        // The exhausted quota's reset is the one that matters, if several were reported.
-        quotas
+        // The exhausted quota's reset is the one that matters, if several were reported; an
+        // exhausted resource (tokens) blocks as surely as requests do, so the later of the
+        // two resets is the one after which a retry can pass.
+        let exhausted_reset = |q: &Quota| q.reset_after_ms.filter(|_| q.remaining == Some(0));
+        let requests = quotas.iter().flatten().find_map(exhausted_reset);
+        let other = resources
             .iter()
-            .flatten()
-            .find(|q| q.remaining == Some(0) && q.reset_after_ms.is_some())
-            .or_else(|| quotas.iter().flatten().find(|q| q.reset_after_ms.is_some()))
-            .and_then(|q| q.reset_after_ms)
+            .filter_map(|(_, q)| exhausted_reset(q))
+            .max();
+        requests
+            .max(other)
+            .or_else(|| quotas.iter().flatten().find_map(|q| q.reset_after_ms))
     });
 
     ServerSignal {
@@ -168,6 +209,10 @@ pub fn read_signal(status: u16, headers: &[(String, String)], now: Millis) -> Se
         retry_after_ms,
         quota,
         held_ms: held(&h),
+        resources,
+        bucket: bucket(&h),
+        global: global(&h),
+        cost: ietf_cost(&h, &policies),
     }
 }
 
@@ -415,6 +460,10 @@ mod tests {
                 retry_after_ms: None,
                 quota: None,
                 held_ms: None,
+                resources: vec![],
+                bucket: None,
+                global: false,
+                cost: None,
             }
         );
     }

@@ -3,8 +3,10 @@
 
 use proptest::prelude::*;
 
+use super::http_date::parse_rfc3339_ms;
 use super::structured::sf_string;
 use super::test_support::*;
+use super::values::{parse_go_duration_ms, parse_whole_count, read_reset, ResetForm};
 use super::*;
 
 // --- Properties ---------------------------------------------------------------------
@@ -236,5 +238,253 @@ proptest! {
             .expect("a quota");
         prop_assert_eq!(q.limit, Some(limit));
         prop_assert_eq!(q.remaining, Some(limit.saturating_sub(used)));
+    }
+}
+
+// --- The families table and the value readers it uses --------------------------------------
+
+/// Names of every family in the table, in the shapes resource words take, and near misses.
+const FAMILY_NAMES: &[&str] = &[
+    "X-RateLimit-Limit",
+    "X-RateLimit-Remaining",
+    "X-RateLimit-Reset",
+    "X-RateLimit-Reset-After",
+    "X-RateLimit-Bucket",
+    "X-RateLimit-Global",
+    "X-RateLimit-Scope",
+    "x-ratelimit-limit-requests",
+    "x-ratelimit-remaining-requests",
+    "x-ratelimit-reset-requests",
+    "x-ratelimit-limit-tokens",
+    "x-ratelimit-remaining-tokens",
+    "x-ratelimit-reset-tokens",
+    "x-ratelimit-reset-",
+    "x-ratelimit--limit",
+    "X-RateLimit-Requests-Limit",
+    "X-RateLimit-Requests-Remaining",
+    "X-RateLimit-Requests-Reset",
+    "anthropic-ratelimit-requests-limit",
+    "anthropic-ratelimit-requests-remaining",
+    "anthropic-ratelimit-requests-reset",
+    "anthropic-ratelimit-input-tokens-remaining",
+    "anthropic-ratelimit-output-tokens-reset",
+    "X-HubSpot-RateLimit-Max",
+    "X-HubSpot-RateLimit-Remaining",
+    "X-HubSpot-RateLimit-Interval-Milliseconds",
+    "X-HubSpot-RateLimit-Daily",
+    "X-HubSpot-RateLimit-Daily-Remaining",
+    "X-HubSpot-RateLimit-Secondly",
+    "X-HubSpot-RateLimit-Secondly-Remaining",
+    "RateLimit",
+    "RateLimit-Policy",
+    "Date",
+    "Retry-After",
+];
+
+/// Text shaped like the families' values: Go durations, RFC 3339 timestamps, floats, counts,
+/// and arbitrary text.
+fn family_value() -> impl Strategy<Value = String> {
+    prop_oneof![
+        any::<String>(),
+        "[ \t]*[-+]?[0-9]{0,25}(\\.[0-9]{0,25})?[ \t]*",
+        "([0-9]{0,30}(\\.[0-9]{0,30})?(h|m|s|ms|us|µs|ns|x|)){1,4}",
+        "[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt ][0-9]{2}:[0-9]{2}:[0-9]{2}(\\.[0-9]{0,12})?([Zz]|[-+][0-9]{2}:[0-9]{2}|)",
+        "(\"[a-z]{1,4}\"|[a-z]{1,4})(;(q|qu|w|a|r|t|c)=[-0-9.\"a-z]{0,22}){0,5}",
+        any::<u64>().prop_map(|n| n.to_string()),
+        any::<u64>().prop_map(|t| http_date(t % (253_402_300_799 * SECOND))),
+    ]
+}
+
+fn family_name() -> impl Strategy<Value = String> {
+    prop_oneof![
+        4 => proptest::sample::select(FAMILY_NAMES).prop_map(str::to_owned),
+        1 => "(x-ratelimit|anthropic-ratelimit|x-hubspot-ratelimit)-[a-z_-]{0,12}",
+        1 => any::<String>(),
+    ]
+}
+
+/// The bounds the engine relies on, for a quota from any family.
+fn assert_sane(q: &Quota) -> Result<(), TestCaseError> {
+    prop_assert!(*q != Quota::default(), "a matched quota says something");
+    prop_assert!(q.reset_after_ms.is_none_or(|ms| ms <= MAX_WAIT_MS), "{q:?}");
+    prop_assert!(
+        q.window_ms.is_none_or(|ms| ms > 0 && ms <= MAX_WINDOW_MS),
+        "{q:?}"
+    );
+    for w in &q.windows {
+        prop_assert!(w.limit > 0, "{w:?}");
+        prop_assert!(w.length_ms > 0 && w.length_ms <= MAX_WINDOW_MS, "{w:?}");
+    }
+    Ok(())
+}
+
+/// Fields of a Go duration: hours, minutes, seconds, fraction digits of the seconds.
+fn go_parts() -> impl Strategy<Value = (Option<u64>, Option<u64>, Option<(u64, String)>)> {
+    (
+        proptest::option::of(0u64..100_000),
+        proptest::option::of(0u64..100_000),
+        proptest::option::of((0u64..100_000, "[0-9]{0,12}")),
+    )
+}
+
+proptest! {
+    #[test]
+    fn families_of_any_text_never_panic_and_stay_sane(
+        status in prop_oneof![Just(200u16), Just(403), Just(429), Just(503), any::<u16>()],
+        headers in proptest::collection::vec((family_name(), family_value()), 0..12),
+        now in any::<u64>(),
+    ) {
+        let s = read_signal(status, &headers, now);
+        prop_assert!(s.retry_after_ms.is_none_or(|ms| ms <= MAX_WAIT_MS));
+        prop_assert_eq!(s.rate_limited || status != 429, true);
+        if !matches!(status, 403 | 429 | 503) {
+            prop_assert!(!s.rate_limited);
+        }
+        if let Some(q) = &s.quota {
+            assert_sane(q)?;
+        }
+        for (word, q) in &s.resources {
+            prop_assert!(!word.is_empty() && word != "requests", "{word:?}");
+            prop_assert_eq!(word.clone(), word.to_ascii_lowercase());
+            assert_sane(q)?;
+        }
+        prop_assert!(s.resources.len() <= 3 * 8, "{:?}", s.resources);
+        prop_assert!(s.bucket.as_deref().is_none_or(|b| !b.is_empty()));
+    }
+
+    #[test]
+    fn every_reset_form_of_any_text_is_capped_or_refused(
+        v in family_value(),
+        base in any::<u64>(),
+    ) {
+        for form in [ResetForm::Auto, ResetForm::DeltaSeconds, ResetForm::GoDuration] {
+            prop_assert!(read_reset(form, &v, base).is_none_or(|ms| ms <= MAX_WAIT_MS));
+        }
+        let _ = parse_go_duration_ms(&v);
+        let _ = parse_rfc3339_ms(&v);
+        let _ = parse_whole_count(&v);
+    }
+
+    #[test]
+    fn go_durations_read_as_their_parts_add_up(parts in go_parts()) {
+        let (h, m, s) = parts;
+        prop_assume!(h.is_some() || m.is_some() || s.is_some());
+        let mut text = String::new();
+        let mut nanos: u128 = 0;
+        if let Some(h) = h {
+            text += &format!("{h}h");
+            nanos += u128::from(h) * 3_600_000_000_000;
+        }
+        if let Some(m) = m {
+            text += &format!("{m}m");
+            nanos += u128::from(m) * 60_000_000_000;
+        }
+        if let Some((s, frac)) = &s {
+            text += &format!("{s}");
+            nanos += u128::from(*s) * 1_000_000_000;
+            if !frac.is_empty() {
+                text += &format!(".{frac}");
+                // The fraction's nanoseconds, rounded up.
+                let digits = frac.len() as u32;
+                let num: u128 = frac.parse().unwrap_or(0);
+                nanos += (num * 1_000_000_000).div_ceil(10u128.pow(digits));
+            }
+            text += "s";
+        }
+        let ms = u64::try_from(nanos.div_ceil(1_000_000)).unwrap_or(u64::MAX);
+        prop_assert_eq!(parse_go_duration_ms(&text), Some(ms), "{}", text);
+        // Read as the suffix family's reset, the same, capped.
+        let s = read_signal(
+            200,
+            &hs(&[("x-ratelimit-reset-requests", &text)]),
+            0,
+        );
+        prop_assert_eq!(
+            s.quota.and_then(|q| q.reset_after_ms),
+            Some(ms.min(MAX_WAIT_MS))
+        );
+    }
+
+    #[test]
+    fn rfc3339_resets_are_measured_from_the_server_date(
+        server_s in 0u64..253_402_000_000,
+        wait_s in 0u64..200_000,
+        offset_min in -1439i64..=1439,
+        now in any::<u64>(),
+    ) {
+        let at = server_s + wait_s;
+        // The reset written in a zone `offset_min` east of UTC, on the local clock there.
+        let local = i64::try_from(at).unwrap_or(i64::MAX) + offset_min * 60;
+        prop_assume!((0..253_402_300_799).contains(&local));
+        let http = http_date(local.unsigned_abs() * SECOND);
+        let b = http.as_bytes();
+        let month = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct",
+            "Nov", "Dec"]
+            .iter()
+            .position(|m| m.as_bytes() == &b[8..11])
+            .unwrap_or(0) + 1;
+        let sign = if offset_min < 0 { '-' } else { '+' };
+        let off = offset_min.unsigned_abs();
+        let text = format!(
+            "{}-{month:02}-{}T{}{sign}{:02}:{:02}",
+            &http[12..16],
+            &http[5..7],
+            &http[17..25],
+            off / 60,
+            off % 60
+        );
+        prop_assert_eq!(parse_rfc3339_ms(&text), Some(at * SECOND), "{}", text);
+        let date = http_date(server_s * SECOND);
+        let s = read_signal(
+            200,
+            &hs(&[("anthropic-ratelimit-requests-reset", &text), ("Date", &date)]),
+            now,
+        );
+        prop_assert_eq!(
+            s.quota.and_then(|q| q.reset_after_ms),
+            Some((wait_s * SECOND).min(MAX_WAIT_MS))
+        );
+    }
+
+    #[test]
+    fn whole_counts_read_with_any_zeros_after_the_point(n in any::<u64>(), zeros in 0usize..8) {
+        let text = if zeros == 0 { n.to_string() } else { format!("{n}.{}", "0".repeat(zeros)) };
+        prop_assert_eq!(parse_whole_count(&text), Some(n));
+        let q = read_signal(
+            200,
+            &hs(&[("X-RateLimit-Remaining", &text), ("x-ratelimit-limit-tokens", &text)]),
+            0,
+        );
+        prop_assert_eq!(q.quota.and_then(|q| q.remaining), Some(n));
+        prop_assert_eq!(q.resources.first().and_then(|(_, q)| q.limit), Some(n));
+    }
+
+    #[test]
+    fn hubspot_windows_are_never_zero_or_overlong(
+        max in any::<u64>(),
+        interval in any::<u64>(),
+        daily in any::<u64>(),
+    ) {
+        let (max_s, interval_s, daily_s) = (max.to_string(), interval.to_string(), daily.to_string());
+        let s = read_signal(
+            200,
+            &hs(&[
+                ("X-HubSpot-RateLimit-Max", &max_s),
+                ("X-HubSpot-RateLimit-Interval-Milliseconds", &interval_s),
+                ("X-HubSpot-RateLimit-Daily", &daily_s),
+            ]),
+            0,
+        );
+        let q = s.quota.expect("a quota");
+        assert_sane(&q)?;
+        let interval_ok = interval > 0 && interval <= MAX_WINDOW_MS;
+        // The interval is a window exactly when it is one: never zero, never past a month.
+        let limit = max.min(u64::from(u32::MAX));
+        prop_assert_eq!(
+            q.windows
+                .iter()
+                .any(|w| w.length_ms == interval && u64::from(w.limit) == limit),
+            interval_ok && max > 0
+        );
     }
 }
