@@ -18,7 +18,7 @@
 //! | `RESOURCE_SUFFIX` (OpenAI and the APIs copying it) | `x-ratelimit-limit-<resource>`, `-remaining-<resource>`, `-reset-<resource>` (Go durations) | `requests` as the request quota, every other resource (`tokens`, ...) in `ServerSignal::resources` |
 //! | `RESOURCE_MIDDLE` | `X-RateLimit-<Resource>-Limit`, `-Remaining`, `-Reset` (epoch ms and the rest of `ResetForm::Auto`) | likewise |
 //! | `ANTHROPIC` | `anthropic-ratelimit-<resource>-limit`, `-remaining`, `-reset` (RFC 3339) | likewise, resources `requests`, `tokens`, `input-tokens`, `output-tokens` |
-//! | `HUBSPOT` (three rows) | `X-HubSpot-RateLimit-Max`, `-Remaining`, `-Interval-Milliseconds`; `-Daily`, `-Daily-Remaining`; `-Secondly`, `-Secondly-Remaining` | a window per row (interval, a day of 86,400,000 ms, a second), and the state closest to blocking as the quota |
+//! | `HUBSPOT` (three rows) | `X-HubSpot-RateLimit-Max`, `-Remaining`, `-Interval-Milliseconds`; `-Daily`, `-Daily-Remaining`; `-Secondly`, `-Secondly-Remaining` | a window per row (interval, a day of 86,400,000 ms, a second), the state closest to blocking as the quota, and (no reset is sent) its window as the latest reset |
 //!
 //! Resets (`ResetForm`): a number below 10^9 is delta seconds, from 10^9 epoch seconds, from
 //! 10^12 epoch milliseconds (the rule the X-RateLimit reader always had: as a delta, 10^9 s is
@@ -76,7 +76,8 @@ pub(super) struct Family {
     pub(super) remaining: &'static str,
     /// A count used so far, for a remaining the server left out (GitHub's `-Used`).
     pub(super) used: &'static str,
-    /// The reset's fields, first readable wins, each with its form.
+    /// The reset's fields, first readable wins, each with its form. None at all: the row's
+    /// stated window (`window`) stands in for the reset, as the latest it can be.
     pub(super) resets: &'static [(&'static str, ResetForm)],
     pub(super) window: WindowFrom,
     /// Words in a resource's place that are no resource (Discord's `x-ratelimit-reset-after`
@@ -283,6 +284,14 @@ pub(super) fn read_row(row: &Family, h: &Headers, base: Millis, word: &str) -> O
         window_ms = window_ms.or(Some(length_ms));
         windows.extend(limit.and_then(|l| limiter_window(l, length_ms)));
     }
+    // A family that sends no reset (HubSpot) still has one: its quota is whole again one
+    // window from now at the latest, fixed or sliding. That bound, never early, is what lets
+    // the budget keep to a remaining shared with other callers; without a reset a remaining is
+    // only a number (see `BudgetState::apply_quota`).
+    let reset_after_ms = match (reset_after_ms, stated_window) {
+        (None, Some(length_ms)) if row.resets.is_empty() => Some(length_ms.min(MAX_WAIT_MS)),
+        (reset, _) => reset,
+    };
     non_empty(Quota {
         limit,
         remaining,
@@ -898,7 +907,8 @@ mod tests {
             Some(Quota {
                 limit: Some(10),
                 remaining: Some(9),
-                reset_after_ms: None,
+                // HubSpot sends no reset: the window is the latest it can be.
+                reset_after_ms: Some(SECOND),
                 window_ms: Some(SECOND),
                 windows: vec![win(100, 10), win(250_000, 86_400), win(10, 1)],
             })
@@ -918,14 +928,29 @@ mod tests {
             Quota {
                 limit: Some(110),
                 remaining: Some(0),
-                reset_after_ms: None,
+                reset_after_ms: Some(10 * SECOND),
                 window_ms: Some(10 * SECOND),
                 windows: vec![win(110, 10)],
             }
         );
-        // The daily quota alone; a zero or unreadable interval is no window.
+        // Out of the interval's quota, a 429 without Retry-After waits the interval out.
+        let s = read(
+            429,
+            &[
+                ("x-hubspot-ratelimit-max", "110"),
+                ("x-hubspot-ratelimit-remaining", "0"),
+                ("x-hubspot-ratelimit-interval-milliseconds", "10000"),
+            ],
+            0,
+        );
+        assert_eq!(s.retry_after_ms, Some(10 * SECOND));
+        // The daily quota alone (its reset capped at a day, as every wait); a zero or
+        // unreadable interval is no window, and then no reset stands in for one.
         let q = quota(200, &[("X-HubSpot-RateLimit-Daily-Remaining", "5")], 0);
-        assert_eq!((q.remaining, q.window_ms), (Some(5), Some(86_400 * SECOND)));
+        assert_eq!(
+            (q.remaining, q.window_ms, q.reset_after_ms),
+            (Some(5), Some(86_400 * SECOND), Some(MAX_WAIT_MS))
+        );
         for interval in ["0", "-10", "ten", "99999999999999"] {
             let q = quota(
                 200,
@@ -935,7 +960,11 @@ mod tests {
                 ],
                 0,
             );
-            assert_eq!((q.window_ms, q.windows.len()), (None, 0), "{interval}");
+            assert_eq!(
+                (q.window_ms, q.windows.len(), q.reset_after_ms),
+                (None, 0, None),
+                "{interval}"
+            );
         }
         // Only a documented window and nothing sent: nothing read.
         assert_eq!(
