@@ -323,7 +323,7 @@ fn go_parts() -> impl Strategy<Value = (Option<u64>, Option<u64>, Option<(u64, S
     (
         proptest::option::of(0u64..100_000),
         proptest::option::of(0u64..100_000),
-        proptest::option::of((0u64..100_000, "[0-9]{0,12}")),
+        proptest::option::of((0u64..100_000, "[0-9]{0,6}")),
     )
 }
 

@@ -49,8 +49,10 @@ pub(super) fn parse_timestamp_reset(v: &str, base: Millis) -> Option<DurationMs>
 /// A Go duration, as `time.Duration.String()` prints it and `time.ParseDuration` reads it:
 /// one or more `<number><unit>` with units `h`, `m`, `s`, `ms`, `us`/`µs`, `ns`, each number
 /// digits with an optional fraction (`1m30.5s`, `12ms`, `6m0s`), or a bare `0`. As
-/// milliseconds rounded up, so a reset read from it is never early; saturating, never
-/// negative (a sign is refused: a reset in the past is not a duration a server sends).
+/// milliseconds rounded up, so a reset read from it is never early (a fraction is exact to
+/// six digits, past them rounded up: Go prints at most nine, and only for units below the
+/// second, where the sixth digit is already below a millisecond); saturating, never negative
+/// (a sign is refused: a reset in the past is not a duration a server sends).
 pub(super) fn parse_go_duration_ms(v: &str) -> Option<DurationMs> {
     let mut rest = v.trim();
     if rest == "0" {
@@ -60,7 +62,9 @@ pub(super) fn parse_go_duration_ms(v: &str) -> Option<DurationMs> {
         return None;
     }
     let digit_run = |s: &str| s.bytes().take_while(u8::is_ascii_digit).count();
-    let mut nanos: u128 = 0;
+    // Nanoseconds in u64 (584 years before it saturates, far past any cap): u128 arithmetic
+    // would cost the worker's wasm its own division routines.
+    let mut nanos: u64 = 0;
     while !rest.is_empty() {
         let whole_len = digit_run(rest);
         let whole = rest.get(..whole_len)?;
@@ -79,7 +83,7 @@ pub(super) fn parse_go_duration_ms(v: &str) -> Option<DurationMs> {
             .bytes()
             .take_while(|b| !b.is_ascii_digit() && *b != b'.')
             .count();
-        let unit_ns: u128 = match rest.get(..unit_len)? {
+        let unit_ns: u64 = match rest.get(..unit_len)? {
             "ns" => 1,
             "us" | "\u{b5}s" | "\u{3bc}s" => 1_000,
             "ms" => 1_000_000,
@@ -89,26 +93,26 @@ pub(super) fn parse_go_duration_ms(v: &str) -> Option<DurationMs> {
             _ => return None,
         };
         rest = rest.get(unit_len..)?;
-        let whole_n = whole.bytes().fold(0u128, |acc, b| {
+        let whole_n = whole.bytes().fold(0u64, |acc, b| {
             acc.saturating_mul(10)
-                .saturating_add(u128::from(b.saturating_sub(b'0')))
+                .saturating_add(u64::from(b.saturating_sub(b'0')))
         });
         nanos = nanos.saturating_add(whole_n.saturating_mul(unit_ns));
-        // The fraction exactly to 18 digits (num * unit_ns < 10^18 * 3.6 * 10^12, far inside
-        // u128), and a nanosecond more if anything beyond them is not zero.
-        let (mut num, mut den, mut beyond) = (0u128, 1u128, false);
-        for (i, b) in frac.bytes().enumerate() {
-            if i < 18 {
-                num = num * 10 + u128::from(b - b'0');
-                den *= 10;
+        // The fraction to six digits, exactly (at most 10^6 * 3.6 * 10^12 ns, inside u64),
+        // rounded up at the sixth if anything beyond it is not zero: never early.
+        let (mut millionths, mut digits, mut beyond) = (0u64, 0u32, false);
+        for b in frac.bytes() {
+            if digits < 6 {
+                millionths = millionths * 10 + u64::from(b - b'0');
+                digits += 1;
             } else if b != b'0' {
                 beyond = true;
             }
         }
-        let frac_ns = (num * unit_ns).div_ceil(den) + u128::from(beyond);
-        nanos = nanos.saturating_add(frac_ns);
+        millionths = millionths * 10u64.pow(6 - digits) + u64::from(beyond);
+        nanos = nanos.saturating_add((millionths * unit_ns).div_ceil(1_000_000));
     }
-    Some(u64::try_from(nanos.div_ceil(1_000_000)).unwrap_or(u64::MAX))
+    Some(nanos.div_ceil(1_000_000))
 }
 
 /// A reset of this many "seconds" or more is an epoch timestamp: as a delta it would be 31
@@ -242,6 +246,10 @@ mod tests {
             ("1ns", 1),
             ("0s", 0),
             ("0.0001s", 1),
+            // Past six digits a fraction rounds up at the sixth: an hour's is 3.6 ms.
+            ("0.0000001h", 4),
+            ("1.0000000s", SECOND),
+            ("0.1234567ms", 1),
             (" 3s ", 3 * SECOND),
         ] {
             assert_eq!(parse_go_duration_ms(text), Some(ms), "{text:?}");
@@ -252,9 +260,12 @@ mod tests {
         ] {
             assert_eq!(parse_go_duration_ms(junk), None, "{junk:?}");
         }
-        // Overlong saturates rather than fails; read_reset caps it.
+        // Overlong saturates (at u64::MAX nanoseconds) rather than fails; read_reset caps it.
         let huge = "9".repeat(60) + "h";
-        assert_eq!(parse_go_duration_ms(&huge), Some(u64::MAX));
+        assert_eq!(
+            parse_go_duration_ms(&huge),
+            Some(u64::MAX.div_ceil(1_000_000))
+        );
         assert_eq!(
             read_reset(ResetForm::GoDuration, &huge, 0),
             Some(MAX_WAIT_MS)
