@@ -278,6 +278,12 @@ enum SimHeaders {
     None,
     Xrate,
     Ietf,
+    /// `x-ratelimit-remaining-requests`, Go-duration resets (OpenAI's family).
+    ResourceSuffix,
+    /// `anthropic-ratelimit-requests-*`, RFC 3339 resets (a vendor prefix).
+    VendorPrefix,
+    /// `X-HubSpot-RateLimit-Max` / `-Interval-Milliseconds` beside `-Daily` (HubSpot's).
+    IntervalDaily,
 }
 
 fn write_json(path: &std::path::Path, json: &str) -> Result<(), MainError> {
@@ -329,6 +335,9 @@ fn simulate(args: SimulateArgs) -> Result<(), MainError> {
             SimHeaders::None => HeaderStyle::None,
             SimHeaders::Xrate => HeaderStyle::XRateLimit,
             SimHeaders::Ietf => HeaderStyle::Ietf,
+            SimHeaders::ResourceSuffix => HeaderStyle::ResourceSuffix,
+            SimHeaders::VendorPrefix => HeaderStyle::VendorPrefix,
+            SimHeaders::IntervalDaily => HeaderStyle::IntervalDaily,
         },
         fault_rate: args.fault_rate,
         lost_response_rate: args.lost_rate,

@@ -1158,6 +1158,42 @@ fn learns_the_limit_from_ietf_headers_and_stays_under_it() {
 }
 
 #[test]
+fn learns_the_limit_from_each_vendor_family_and_stays_under_it() {
+    // Told 150/s, the server allows 100/s and says so in a vendor's own headers: OpenAI's
+    // resource-suffix family, Anthropic's vendor prefix, HubSpot's interval beside a daily
+    // quota. Each is read (the limit learned before the first 429), as X-RateLimit is.
+    for headers in [
+        HeaderStyle::ResourceSuffix,
+        HeaderStyle::VendorPrefix,
+        HeaderStyle::IntervalDaily,
+    ] {
+        let report = sim::run(&Scenario {
+            seed: 1,
+            engine: EngineConfig {
+                budgets: vec![budget(150, 1_000, 4)],
+                ..EngineConfig::default()
+            },
+            server: ServerModel {
+                limit: 100,
+                headers,
+                ..ServerModel::default()
+            },
+            arrivals: vec![sim::bulk_creates("api", 2_000, 0)],
+            rebuilds: vec![],
+            save_ms: 0,
+            horizon_ms: 600_000,
+        });
+        assert_eq!(report.done, 2_000, "{headers:?}: {}", report.summary());
+        assert_eq!(report.rate_limited, 0, "{headers:?}: {}", report.summary());
+        assert!(
+            report.share_of_limit >= 0.95,
+            "{headers:?}: {}",
+            report.summary()
+        );
+    }
+}
+
+#[test]
 fn other_callers_on_the_same_quota_cost_few_429s() {
     let report = sim::run(&Scenario {
         seed: 5,
