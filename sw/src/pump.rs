@@ -7,12 +7,12 @@
 //!
 //! ```text
 //! loop {
-//!     driver.turn(engine, now)
-//!     spawn a fetch per driver.poll_sends()   // each reports back and wakes the pump
-//!     if driver.poll_save(): save in the background     // its end reports back and wakes the pump
+//!     worker.turn(now): the protocol's turn, its sends and whether a save begins
+//!     spawn a fetch per send                // each reports back (worker.on_answer), wakes the pump
+//!     if a save begins: save in the background   // its end reports back and wakes the pump
 //!     flush broadcasts that are due
 //!     resolve settle promises if idle (or past their cap)
-//!     arm THE timer for min(driver.poll_timeout, next broadcast, earliest settle cap)
+//!     arm THE timer for min(worker.outlook(now).next, next broadcast, earliest settle cap)
 //!     wait for a wake-up: timer, fetch completion, save, or any event
 //! }
 //! ```
@@ -51,7 +51,7 @@ use wasm_bindgen::JsValue;
 
 use crate::runtime::{now_ms, spawn, superseded, warn};
 use crate::transport;
-use crate::worker::Worker;
+use crate::worker::{Outlook, Worker};
 
 /// Work due further away than this does not keep an event open: the browser keeps an idle
 /// worker for about 30 s, so the timer still fires for it, and if the worker was stopped the
@@ -100,25 +100,15 @@ async fn run(w: Rc<Worker>) {
             hand_over(&w).await;
             break;
         }
-        let now = now_ms();
-        let (sends, save) = {
-            let mut engine = w.engine_mut();
-            let mut driver = w.pump.driver.borrow_mut();
-            driver.turn(&mut engine, now);
-            (driver.poll_sends(), driver.poll_save())
-        };
-        send_all(&w, sends);
-        if save {
+        let turn = w.turn(now_ms());
+        send_all(&w, turn.sends);
+        if turn.save {
             self::save(&w);
         }
         w.read_rest_of_queue();
 
         let now = now_ms();
-        let (next, quiet) = {
-            let engine = w.engine_mut();
-            let driver = w.pump.driver.borrow();
-            (driver.poll_timeout(&engine, now), driver.is_quiet(&engine))
-        };
+        let Outlook { next, quiet } = w.outlook(now);
         // Not idle while part of the queue is still being read (it may hold work).
         let idle = w.has_whole_queue() && quiet && next.is_none_or(|t| t > now + IDLE_GRACE_MS);
         let became_idle = idle && !w.pump.was_idle.get();
@@ -144,15 +134,15 @@ async fn run(w: Rc<Worker>) {
 /// which resolves every settle promise so that the browser can activate the successor.
 async fn hand_over(w: &Rc<Worker>) {
     warn("a newer version of the worker is installed: handing the queue over");
-    w.pump.driver.borrow_mut().stop_starting();
+    w.stop_starting();
     loop {
         if w.is_stopped() || w.commit(&[]).await.is_err() {
             return;
         }
-        if w.pump.driver.borrow().in_flight() == 0 {
+        if w.in_flight() == 0 {
             // Every start this instance made is saved: the successor owes none that may be out
             // unsaved. The next round's commit saves that.
-            if w.engine_mut().hand_over() {
+            if w.hand_over_starts() {
                 continue;
             }
             break;
@@ -202,7 +192,7 @@ fn save(w: &Rc<Worker>) {
         // this one ran, and fetching now would send next to it. Either way the starts are
         // retried by whoever holds the queue next (same keys).
         let sent = saved && !superseded() && !w.is_stopped();
-        w.pump.driver.borrow_mut().on_saved(sent);
+        w.on_pump_saved(sent);
         w.pump.wake();
     });
 }
@@ -225,14 +215,7 @@ async fn answer_one(w: Rc<Worker>, t: Transmit, sent: transport::Sent) {
     }
     let now = now_ms();
     let offline = matches!(result, Err(TransportError::Offline));
-    {
-        let mut engine = w.engine_mut();
-        let mut driver = w.pump.driver.borrow_mut();
-        match result {
-            Ok(response) => driver.on_response(&mut engine, &t.job_id, response, now),
-            Err(error) => driver.on_transport_error(&mut engine, &t.job_id, error, now),
-        }
-    }
+    w.on_answer(&t.job_id, result, now);
     if offline {
         w.request_sync();
     }

@@ -13,6 +13,7 @@
 //! - Startup ([`crate::instance::worker`]) is shared: concurrent first events wait on one
 //!   initialisation.
 
+mod drive;
 mod folds;
 mod journal;
 mod loading;
@@ -36,6 +37,7 @@ use crate::pump_state::PumpState;
 use crate::runtime::{now_ms, scope, warn};
 use crate::store::{Journaled, MetaOp, QueueStore, SchemaRecord};
 
+pub use drive::Outlook;
 pub use folds::Folds;
 pub use requests::reply_to;
 
@@ -266,10 +268,6 @@ impl Worker {
         // Requests waiting for the queue learn that this instance gave up.
         self.release_whole_queue_waiters();
         self.pump.wake();
-    }
-
-    pub fn engine_mut(&self) -> std::cell::RefMut<'_, Engine> {
-        self.engine.borrow_mut()
     }
 }
 

@@ -1,0 +1,76 @@
+//! What the pump ([`crate::pump`]) asks of the instance, one call per step of its loop: the
+//! pump never holds the engine or the pump's protocol itself, so a send can be followed from
+//! the pump to `fetch` and back through these calls alone.
+
+use sluice_shared::{JobId, Millis, Response, Transmit, TransportError};
+
+use super::Worker;
+
+/// One turn's work: the requests to hand to the browser now, and whether a save begins.
+pub struct Turn {
+    pub sends: Vec<Transmit>,
+    pub save: bool,
+}
+
+/// When the pump must look again, and whether nothing is under way or waiting.
+pub struct Outlook {
+    /// The engine's next instant (a start, a backoff's end, a deadline), if any.
+    pub next: Option<Millis>,
+    pub quiet: bool,
+}
+
+impl Worker {
+    /// Runs the pump's protocol for one turn at `now` (what fell due happens, starts are
+    /// handed out, a save begins) and returns what to carry out.
+    pub fn turn(&self, now: Millis) -> Turn {
+        let mut engine = self.engine.borrow_mut();
+        let mut driver = self.pump.driver.borrow_mut();
+        driver.turn(&mut engine, now);
+        Turn {
+            sends: driver.poll_sends(),
+            save: driver.poll_save(),
+        }
+    }
+
+    /// The pump's next instant and whether the queue is quiet, after a turn.
+    pub fn outlook(&self, now: Millis) -> Outlook {
+        let engine = self.engine.borrow();
+        let driver = self.pump.driver.borrow();
+        Outlook {
+            next: driver.poll_timeout(&engine, now),
+            quiet: driver.is_quiet(&engine),
+        }
+    }
+
+    /// A request's answer (or why it has none) for the engine; the pump's next save takes the
+    /// outcome.
+    pub fn on_answer(&self, job_id: &JobId, result: Result<Response, TransportError>, now: Millis) {
+        let mut engine = self.engine.borrow_mut();
+        let mut driver = self.pump.driver.borrow_mut();
+        match result {
+            Ok(response) => driver.on_response(&mut engine, job_id, response, now),
+            Err(error) => driver.on_transport_error(&mut engine, job_id, error, now),
+        }
+    }
+
+    /// The pump's save ended (`sent`: its starts may go out).
+    pub fn on_pump_saved(&self, sent: bool) {
+        self.pump.driver.borrow_mut().on_saved(sent);
+    }
+
+    /// A successor is installed: start nothing more.
+    pub fn stop_starting(&self) {
+        self.pump.driver.borrow_mut().stop_starting();
+    }
+
+    /// Requests handed out and not yet answered.
+    pub fn in_flight(&self) -> usize {
+        self.pump.driver.borrow().in_flight()
+    }
+
+    /// Marks every start as saved for the successor (see `Engine::hand_over`); whether that
+    /// changed anything still to save.
+    pub fn hand_over_starts(&self) -> bool {
+        self.engine.borrow_mut().hand_over()
+    }
+}
