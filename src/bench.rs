@@ -35,6 +35,7 @@ use crate::browser::load::{CpuSample, CpuUse};
 use crate::browser::{self, Error, Rig, RigOptions, Tab};
 
 pub mod peers;
+pub mod proxy;
 
 /// What to run.
 #[derive(Clone, Debug, Default)]

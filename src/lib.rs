@@ -9,7 +9,8 @@
 //! - [`simulate`]: the engine against the simulated strict server (`sluice simulate`).
 //! - [`browser`]: headless Chromium driven over CDP against this server (tests and bench).
 //! - [`bench`]: the real worker in headless Chromium against the strict API (`sluice bench`).
-//! - [`proxy`]: `sluice proxy`, one upstream budget shared by many browsers and instances.
+//! - [`proxy`]: `sluice proxy`, one upstream budget shared by many browsers and instances (the
+//!   `sluice-proxy` crate, re-exported).
 
 pub mod api;
 pub mod assets;
@@ -17,6 +18,7 @@ pub mod bench;
 pub mod browser;
 pub mod listen;
 pub mod package;
-pub mod proxy;
 pub mod server;
 pub mod simulate;
+
+pub use sluice_proxy as proxy;

@@ -157,7 +157,7 @@ async fn bench(args: BenchArgs) -> Result<(), MainError> {
 }
 
 async fn bench_proxy(args: BenchArgs) -> Result<(), MainError> {
-    use sluice::proxy::bench::{run, table};
+    use sluice::bench::proxy::{run, table};
     let report = run(args.quick, &|line| {
         eprintln!("sluice bench --proxy: {line}")
     })
@@ -472,6 +472,8 @@ enum MainError {
     Bench(sluice::bench::BenchError),
     #[error("{0}")]
     Proxy(#[from] sluice::proxy::ProxyConfigError),
+    #[error(transparent)]
+    ProxyRun(sluice::proxy::RunError),
     #[error("cannot write {path}: {source}")]
     Write {
         path: PathBuf,
@@ -545,33 +547,7 @@ async fn serve(args: ServeArgs) -> Result<(), MainError> {
 }
 
 async fn proxy(args: sluice::proxy::ProxyArgs) -> Result<(), MainError> {
-    let config = sluice::proxy::ProxyConfig::resolve(&args, &|name| std::env::var(name).ok())?;
-    let listener = tokio::net::TcpListener::bind(args.listen)
-        .await
-        .map_err(|source| MainError::Bind {
-            addr: args.listen,
-            source,
-        })?;
-    let local = listener.local_addr().map_err(MainError::Serve)?;
-    let budget = match &config.redis {
-        Some(url) => format!("shared through Redis at {url}"),
-        None => "in this process's memory (one instance)".into(),
-    };
-    let credential = match &config.credential {
-        Some(c) => format!("adds its {} header", c.header),
-        None => format!(
-            "adds no credential (set {})",
-            sluice::proxy::config::CREDENTIAL_ENV
-        ),
-    };
-    println!(
-        "sluice proxy: http://{local}/ -> {}; budget {budget}; {credential}",
-        config.upstream
-    );
-    tokio::select! {
-        r = sluice::proxy::serve(listener, config) => r.map_err(MainError::Serve),
-        _ = tokio::signal::ctrl_c() => Ok(()),
-    }
+    sluice::proxy::run(args).await.map_err(MainError::ProxyRun)
 }
 
 #[cfg(test)]

@@ -21,6 +21,7 @@ pub mod random;
 pub mod request_options;
 pub mod scope;
 pub mod time;
+pub mod windows_text;
 
 pub use config::{Algorithm, BudgetConfig, EngineConfig, Window};
 pub use job::{Job, JobId, JobKind, JobSpec, JobState, Lane};

@@ -1,4 +1,4 @@
-//! The in-memory rule (`src/proxy/rule.rs`) and the Redis scripts (`src/proxy/lua/`) are one
+//! The in-memory rule (`proxy/src/rule.rs`) and the Redis scripts (`proxy/src/lua/`) are one
 //! rule written twice: here both answer the same long sequences of asks, releases (with their
 //! starts moved to when they left) and upstream 429s, and must agree on every answer. The scripts run in a real Redis, with one change: the
 //! clock they read from `TIME` is handed in, so both sides see the same instants.
@@ -77,9 +77,9 @@ async fn memory_rule_matches_the_lua_script() {
         .get_multiplexed_async_connection()
         .await
         .expect("connect");
-    let acquire = clocked(include_str!("../../src/proxy/lua/acquire.lua"));
-    let observe = clocked(include_str!("../../src/proxy/lua/observe.lua"));
-    let finish = clocked(include_str!("../../src/proxy/lua/finish.lua"));
+    let acquire = clocked(include_str!("../../proxy/src/lua/acquire.lua"));
+    let observe = clocked(include_str!("../../proxy/src/lua/observe.lua"));
+    let finish = clocked(include_str!("../../proxy/src/lua/finish.lua"));
 
     let mut compared = 0;
     for (seed, counting, windows) in [

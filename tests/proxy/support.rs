@@ -244,4 +244,4 @@ pub async fn load(
         .unwrap_or_default()
 }
 
-pub use sluice::proxy::bench::share_of_limit;
+pub use sluice::bench::proxy::share_of_limit;

@@ -19,9 +19,9 @@ use std::time::{Duration, Instant};
 use clap::Parser;
 use serde::Serialize;
 
-use super::redis_server::{self, RedisServer};
-use super::{ProxyArgs, ProxyConfig};
 use crate::api::{self, ApiConfig, ApiHandle};
+use crate::proxy::redis_server::{self, RedisServer};
+use crate::proxy::{ProxyArgs, ProxyConfig};
 
 const LIMIT: u32 = 100;
 const WINDOW_MS: u64 = 1_000;
@@ -91,7 +91,7 @@ async fn start_instance(
     argv.extend_from_slice(extra);
     let flags = Flags::try_parse_from(argv).map_err(|e| setup(e.to_string()))?;
     let config = ProxyConfig::resolve(&flags.args, &|_| None).map_err(|e| setup(e.to_string()))?;
-    super::spawn(SocketAddr::from(([127, 0, 0, 1], 0)), config)
+    crate::proxy::spawn(SocketAddr::from(([127, 0, 0, 1], 0)), config)
         .await
         .map_err(|e| setup(format!("cannot start a proxy instance: {e}")))
 }

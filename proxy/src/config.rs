@@ -11,7 +11,7 @@ use sluice_shared::config::{Algorithm, BudgetConfig, Window};
 use sluice_shared::scope::{Scope, Target};
 
 use super::rule::{Counting, RuleParams};
-use crate::simulate::WindowList;
+use sluice_shared::windows_text::WindowList;
 
 /// The environment variable the credential is read from unless the file names another.
 pub const CREDENTIAL_ENV: &str = "SLUICE_UPSTREAM_CREDENTIAL";

@@ -35,7 +35,7 @@
 //!    per caller (the current one and the one before, weighted by its overlap with the sliding
 //!    window). The limit itself is enforced exactly by 4.
 //!
-//! `src/proxy/lua/acquire.lua` carries out the same rule inside Redis (atomically, on Redis's
+//! `proxy/src/lua/acquire.lua` carries out the same rule inside Redis (atomically, on Redis's
 //! clock) for many instances; [`RuleState::acquire`] carries it out in memory for one. The
 //! test `memory_rule_matches_the_lua_script` runs both on the same sequence of asks.
 
