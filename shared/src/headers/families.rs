@@ -26,7 +26,7 @@
 //! the millisecond. A text that is no number may be an RFC 3339 timestamp or an HTTP-date.
 //! Counts may be written as floats with nothing after the point (`99.0`).
 
-use super::ietf::{limiter_window, most_restrictive_state, parse_limit_list};
+use super::quotas::{limiter_window, most_restrictive_state, parse_limit_list};
 use super::structured::Headers;
 use super::values::{self, *};
 use super::{non_empty, Quota, MAX_WAIT_MS};

@@ -7,6 +7,7 @@
 use std::cmp::Ordering;
 
 use super::families::{read_row, Family, ResourceAt, WindowFrom};
+use super::quotas::{limiter_window, most_restrictive_state};
 use super::structured::*;
 use super::values::*;
 use super::{non_empty, Quota};
@@ -179,28 +180,6 @@ pub(super) fn ietf_policies_alone(policies: &[Policy]) -> Option<Quota> {
         })
 }
 
-/// A `*-Limit` value: a plain count, or the early-draft list `100, 100;w=60, 1000;w=3600`
-/// whose first member is the limit in force and the rest describe policies (returned as
-/// windows: the server enforces them all).
-pub(super) fn parse_limit_list(v: &str) -> (Option<u64>, Option<DurationMs>, Vec<Window>) {
-    let members = parse_list(v);
-    let Some(limit) = members.first().and_then(Member::bare_int) else {
-        return (None, None, Vec::new());
-    };
-    let window = members
-        .iter()
-        .filter(|m| m.bare_int() == Some(limit))
-        .find_map(|m| m.param("w").and_then(parse_window));
-    let mut windows = Vec::new();
-    for m in &members {
-        if let (Some(quota), Some(length_ms)) = (m.bare_int(), m.param("w").and_then(parse_window))
-        {
-            windows.extend(limiter_window(quota, length_ms));
-        }
-    }
-    (Some(limit), window, windows)
-}
-
 /// One entry of `RateLimit-Policy`.
 #[derive(Debug)]
 pub(super) struct Policy {
@@ -265,31 +244,12 @@ pub(super) fn declared_windows(policies: &[Policy]) -> Vec<Window> {
     windows
 }
 
-/// A quota as a limiter window: a zero quota is no rate (the budget pauses for that instead),
-/// and one beyond `u32` is as good as unlimited.
-pub(super) fn limiter_window(quota: u64, length_ms: DurationMs) -> Option<Window> {
-    (quota > 0).then(|| Window {
-        limit: u32::try_from(quota).unwrap_or(u32::MAX),
-        length_ms,
-    })
-}
-
 /// The window of the policy with this quota, for the older forms that report a bare limit.
 pub(super) fn window_of_quota(policies: &[Policy], limit: u64) -> Option<DurationMs> {
     policies
         .iter()
         .filter(|p| p.counts_requests && p.quota == Some(limit))
         .find_map(|p| p.window_ms)
-}
-
-/// Of several live quotas, the one that blocks first: fewest remaining, then longest reset.
-pub(super) fn most_restrictive_state(candidates: impl Iterator<Item = Quota>) -> Option<Quota> {
-    candidates.min_by(|a, b| {
-        let remaining = |q: &Quota| q.remaining.unwrap_or(u64::MAX);
-        remaining(a)
-            .cmp(&remaining(b))
-            .then_with(|| b.reset_after_ms.cmp(&a.reset_after_ms))
-    })
 }
 
 /// Orders policies by sustained rate (quota / window), lowest first; policies without a window

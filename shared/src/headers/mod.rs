@@ -43,6 +43,7 @@ mod http_date;
 mod ietf;
 #[cfg(test)]
 mod properties;
+mod quotas;
 mod structured;
 #[cfg(test)]
 mod test_support;
