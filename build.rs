@@ -337,7 +337,7 @@ fn write_name_map(glue: &Path, renamed: &[(String, String)]) -> Result<(), BoxEr
 }
 
 /// Appends to the page client's module the JS classes its glue names without importing them
-/// (`client/js/sluice-error.js`: `SluiceError`, which `client/src/web.rs` constructs).
+/// (`client/js/sluice-error.js`: `SluiceError`, which `client/src/web/convert.rs` constructs).
 fn append_client_classes(root: &Path, pkg_dir: &Path) -> Result<(), BoxError> {
     let source = root.join("client").join("js").join("sluice-error.js");
     println!("cargo:rerun-if-changed={}", source.display());

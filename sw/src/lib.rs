@@ -228,7 +228,7 @@ mod exports {
     /// the other. Measured while sending at 100 per second: 3 ms at the median and 7 ms at p95
     /// as an event, 1 ms and 3-5 ms over a port. Port messages are not events: they neither
     /// start a stopped worker nor extend its life, so the page keeps using `postMessage` for
-    /// everything that must wake or hold the worker (see `Via` in the client's `core.rs`).
+    /// everything that must wake or hold the worker (see `Via` in the client's `core/`).
     fn adopt_port(event: &ExtendableMessageEvent) -> Option<Object> {
         let port = event.ports().get(0).dyn_into::<MessagePort>().ok()?;
         // Requests over the port come without a source: note whose it is.
