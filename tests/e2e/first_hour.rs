@@ -238,3 +238,58 @@ e2e!(
         assert_eq!(seen["code"], "unknown-budget", "{seen}");
     }
 );
+
+e2e!(
+    /// A deploy whose worker cannot start (here a misspelled setting) while an older version
+    /// works: a page that opens still registers (the old worker serves it), and its subscriber
+    /// hears why the new version did not install, although that was said before it listened.
+    a_new_version_that_cannot_start_is_news_for_subscribers_while_the_old_one_serves,
+    90,
+    Options::default().with_www_copy(),
+    |h| {
+        let site = h.www_dir();
+        let package = Package::embedded().expect("package");
+        package.write(&site.join("sluice")).expect("write the package");
+        let good = "self.SLUICE_CONFIG = { packageUrl: '/sluice/' };\n\
+                    importScripts('/sluice/sluice-worker.js');\n";
+        std::fs::write(site.join("sw-first-hour.js"), good).expect("the worker script");
+        let first = h.open_e2e_with("sw=/sw-first-hour.js").await;
+        first.eval(&crate::support::js::configure(50, 4, "")).await;
+
+        let broken = "self.SLUICE_CONFIG = { packageUrl: '/sluice/', retentoinMs: 1000 };\n\
+                      importScripts('/sluice/sluice-worker.js');\n";
+        std::fs::write(site.join("sw-first-hour.js"), broken).expect("the new worker script");
+        let second = h
+            .open_e2e_with(&format!(
+                "sw=/sw-first-hour.js&controlTimeoutMs={CONTROL_TIMEOUT_MS}"
+            ))
+            .await;
+        let heard: Value = second
+            .eval(
+                "const until = Date.now() + 8000;\
+                 for (;;) {\
+                   const e = e2e.broadcasts.find((m) => m.type === 'error');\
+                   if (e) return e.error;\
+                   if (Date.now() > until) return null;\
+                   await e2e.sleep(20);\
+                 }",
+            )
+            .await;
+        report(&format!("the second page heard: {heard}"));
+        assert_eq!(heard["code"], "cannot-start", "{heard}");
+        let message = heard["message"].as_str().unwrap_or_default();
+        assert!(
+            message.contains("unknown key `retentoinMs`; did you mean `retentionMs`?"),
+            "{message}"
+        );
+        // The old version still sends for both pages.
+        let done: Value = second
+            .eval(
+                "const job = await sluice.enqueue({ url: '/api/contacts', kind: 'create',\
+                   body: { name: 'still served' } });\
+                 return (await job.done).status;",
+            )
+            .await;
+        assert_eq!(done, 201);
+    }
+);

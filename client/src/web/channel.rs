@@ -160,6 +160,7 @@ impl Inner {
                 // Where the person building the page looks, whether or not anyone subscribed.
                 web_sys::console::error_1(&format!("sluice: {fault}").into());
                 *self.fault.borrow_mut() = Some(fault);
+                *self.last_fault.borrow_mut() = Some(text.clone());
                 if let Some(end_wait) = self.start_waiter.take() {
                     let _ = end_wait.call0(&JsValue::NULL);
                 }
@@ -199,14 +200,20 @@ impl Inner {
 
     /// A new subscriber hears the last status at once (in a task of its own, as it would hear
     /// a broadcast: never inside the `subscribe` call).
+    /// So does the worker's last error told to every page (a new version that cannot start
+    /// while this page's worker goes on, say), which came before anyone could listen.
     pub(super) fn replay_status(self: &Rc<Self>, id: u32) {
-        let Some(text) = self.last_status.borrow().clone() else {
+        let fault = self.last_fault.borrow().clone();
+        let status = self.last_status.borrow().clone();
+        if fault.is_none() && status.is_none() {
             return;
-        };
+        }
         let weak = Rc::downgrade(self);
         wasm_bindgen_futures::spawn_local(async move {
             if let Some(inner) = weak.upgrade() {
-                inner.notify(&text, Some(id));
+                for text in fault.iter().chain(status.iter()) {
+                    inner.notify(text, Some(id));
+                }
             }
         });
     }

@@ -105,6 +105,8 @@ struct Inner {
     /// The last status this page heard (a broadcast's text), handed to each new subscriber at
     /// once: a page that subscribes after the worker last spoke still shows where things stand.
     last_status: RefCell<Option<String>>,
+    /// The worker's last error told to every page (its text), for the same reason.
+    last_fault: RefCell<Option<String>>,
 }
 
 /// The page's handle on the Sluice worker.
@@ -181,6 +183,7 @@ impl Sluice {
             fault: RefCell::new(None),
             start_waiter: RefCell::new(None),
             last_status: RefCell::new(None),
+            last_fault: RefCell::new(None),
         });
         let weak = Rc::downgrade(&inner);
         let message = Closure::<dyn FnMut(MessageEvent)>::new({
@@ -239,7 +242,11 @@ impl Sluice {
             inner.close();
             Err(e)
         };
-        if let Some(fault) = inner.fault.take() {
+        // A worker that cannot start fails `register` only when no working one is there: an
+        // older version that goes on serving this page makes the newer one's failure news for
+        // subscribers (and the console), not a page that cannot use Sluice.
+        let working = |inner: &Inner| inner.registration.active().is_some();
+        if let Some(fault) = inner.fault.take().filter(|_| !working(&inner)) {
             return failed(fault);
         }
         if let Err(e) = started {
@@ -247,7 +254,7 @@ impl Sluice {
         }
         let left_ms = (timeout_ms - (now() - started_at)).max(0.0);
         wait_for_control(&container, left_ms).await;
-        if let Some(fault) = inner.fault.take() {
+        if let Some(fault) = inner.fault.take().filter(|_| !working(&inner)) {
             return failed(fault);
         }
         if container.controller().is_none() {
