@@ -63,6 +63,19 @@ pub struct ServerModel {
     pub lost_response_rate: f64,
     /// Requests per second that other callers spend from the same quota.
     pub other_callers_per_s: f64,
+    /// Share of requests applied and answered `slow_ms` later than the rest (a server that is
+    /// slow now and then; beyond the attempt timeout, a hung request).
+    #[serde(default)]
+    pub slow_rate: f64,
+    #[serde(default)]
+    pub slow_ms: DurationMs,
+    /// A leaky bucket without burst, as nginx's `limit_req` without `burst=`: besides the
+    /// windows, an arrival less than `window_ms / limit` after the last accepted one is refused.
+    #[serde(default)]
+    pub no_burst: bool,
+    /// The first request's way there takes this much longer (its CORS preflight goes first).
+    #[serde(default)]
+    pub first_extra_ms: DurationMs,
     /// How far the client's clock runs ahead of the server's.
     pub client_clock_ahead_ms: i64,
     /// Further windows the server enforces together with `limit` per `window_ms` (10 per second
@@ -97,6 +110,10 @@ impl Default for ServerModel {
             fault_rate: 0.0,
             lost_response_rate: 0.0,
             other_callers_per_s: 0.0,
+            slow_rate: 0.0,
+            slow_ms: 0,
+            no_burst: false,
+            first_extra_ms: 0,
             client_clock_ahead_ms: 0,
             extra_windows: vec![],
         }
@@ -289,6 +306,8 @@ pub fn run(scenario: &Scenario) -> Report {
     // Every arrival of ours the server counted, and every one including those it refused.
     let mut our_arrivals: Vec<Millis> = Vec::new();
     let mut our_attempts: Vec<Millis> = Vec::new();
+    // The last arrival the server accepted, for `ServerModel::no_burst`.
+    let mut last_accepted: Option<Millis> = None;
     // Finished jobs the engine forgot after the retention time: their last saved state.
     let mut forgotten: HashMap<JobId, Job> = HashMap::new();
     let mut applied: HashMap<String, u64> = HashMap::new();
@@ -363,7 +382,13 @@ pub fn run(scenario: &Scenario) -> Report {
             });
             let id = tag;
             tag += 1;
+            let first = if report.requests == 1 {
+                server.first_extra_ms
+            } else {
+                0
+            };
             let up = server.one_way_ms
+                + first
                 + rng.below_or_equal(server.arrival_jitter_ms.unwrap_or(server.jitter_ms));
             push(&mut events, &mut payloads, now + up, Event::Arrive(id));
             push(
@@ -471,6 +496,7 @@ pub fn run(scenario: &Scenario) -> Report {
                 for log in &mut server_logs {
                     log.push_back(now);
                 }
+                last_accepted = Some(now);
                 // Half the mean gap plus up to a whole one: the gaps average `gap`, so others
                 // spend `other_callers_per_s`.
                 let gap = (1000.0 / server.other_callers_per_s).max(1.0) as u64;
@@ -498,10 +524,17 @@ pub fn run(scenario: &Scenario) -> Report {
                     log.get(over_by)
                         .map(|&t| (t + w.length_ms).saturating_sub(server_now))
                 };
+                // Without burst: one interval after the last accepted arrival, in whole ms.
+                let interval = windows[0].length_ms.div_ceil(u64::from(windows[0].limit));
+                let too_soon = last_accepted
+                    .filter(|_| server.no_burst)
+                    .map(|t: Millis| (t + interval).saturating_sub(server_now))
+                    .filter(|&w| w > 0);
                 let wait = server_logs
                     .iter()
                     .zip(&windows)
                     .filter_map(|(log, w)| room_in(log, w))
+                    .chain(too_soon)
                     .max();
                 let over = wait.is_some();
                 let server_clock = now as i64 - server.client_clock_ahead_ms;
@@ -530,6 +563,7 @@ pub fn run(scenario: &Scenario) -> Report {
                     for log in &mut server_logs {
                         log.push_back(server_now);
                     }
+                    last_accepted = Some(server_now);
                     our_arrivals.push(server_now);
                     if rng.unit() < server.fault_rate {
                         Response {
@@ -639,7 +673,14 @@ pub fn run(scenario: &Scenario) -> Report {
                 }
                 if !req.lost {
                     req.response = Some(response);
+                    // Drawn only when asked for, so that the other runs keep their sequences.
+                    let slow = if server.slow_rate > 0.0 && rng.unit() < server.slow_rate {
+                        server.slow_ms
+                    } else {
+                        0
+                    };
                     let down = server.service_ms
+                        + slow
                         + server.one_way_ms
                         + rng.below_or_equal(server.jitter_ms);
                     push(&mut events, &mut payloads, now + down, Event::Respond(id));
