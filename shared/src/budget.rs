@@ -24,12 +24,18 @@ pub const OWN_TIMING_WINDOWS: u64 = 20;
 /// How fast the estimate of others' share is forgotten, in shortest windows' worth of our own
 /// starts: read from headers, every later response corrects it, so it may decay fast.
 const OTHERS_HALF_LIFE_WINDOWS: f64 = 20.0;
-/// Learned from 429s alone, in shortest windows' length of sending time: a minute for a
-/// per-second window. Each probe above the real level costs a 429 and a pause, so not as fast
-/// as a belief read from headers; but counted in starts, as it once was, a belief that cut our
-/// share to one start a window took a thousand of them, 17 minutes, to halve (issue 41:
-/// one early bare 429 on a limit of 20 left 1 a second for that long).
-const OTHERS_FROM_429_HALF_LIFE_WINDOWS: u64 = 60;
+/// Learned from 429s alone, each probe above the real level costs a 429 and a pause.
+const OTHERS_FROM_429_HALF_LIFE_WINDOWS: f64 = 1_000.0;
+/// ... and one start of it is given back per this many shortest windows of sending time for
+/// each start a window that is ours (one window at least). Counted in starts alone, the lower
+/// a belief had cut our share, the slower it came back: one that left 1 start a window of 20
+/// took a thousand of them, 17 minutes, to halve (issue 41: one early bare 429). Each probe
+/// above the real level costs a 429 and a pause (a second or two of our rate) and gains one
+/// start a window: it pays within about 1.5 windows per start of ours. So often while the share
+/// is small (from 1 of 20: half back in ~30 s, all in ~95 s), seldom when a start adds a
+/// hundredth (told 200 a second where the server allows 100, no headers: every 50 s; a step
+/// every 10-30 s there cost 4-5 429s and 0.85-0.87 of the limit instead of 0.91 in a 20 s run).
+const OTHERS_FROM_429_STEP_WINDOWS_PER_START: f64 = 0.5;
 
 /// What the server last said about the quota, in our terms.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToJson, FromJson)]
@@ -515,13 +521,15 @@ impl BudgetState {
         });
         // With room already left to others, a 429 at our share says their share grew.
         let full = ours + 1 >= own_share && self.limiter.headroom() == 0;
-        // A refusal while our own starts used at most half our share says little about a
-        // quota others spend: far likelier, the server counts a burst or a spacing we did not
-        // keep (a leaky bucket without burst, nginx's `limit_req`, refusing a second request
-        // that arrived 30 ms after the first on 20 a second). Reading it as others spending
-        // the rest (`limit - ours`) left 1 of 20 a second. It is put down to our timing, as
-        // a full window's is: the caller spaces the starts strictly from now on.
-        let early = ours.saturating_mul(2) <= own_share;
+        // A refusal while our own starts used at most a quarter of our share says little
+        // about a quota others spend: far likelier, the server counts a burst or a spacing we
+        // did not keep (a leaky bucket without burst, nginx's `limit_req`, refusing a second
+        // request that arrived 30 ms after the first on 20 a second). Reading it as others
+        // spending the rest (`limit - ours`) left 1 of 20 a second. It is put down to our
+        // timing, as a full window's is, and starts are spaced strictly from now on. A quarter,
+        // not a half: told 200 a second where the server allows 100, the first refusal comes
+        // at half our share, and that one is the limit, not the spacing.
+        let early = ours.saturating_mul(4) <= own_share;
         if early {
             self.limiter.set_no_burst(true);
         }
@@ -530,16 +538,15 @@ impl BudgetState {
             return true;
         }
         // `ours` holds the refused request itself: the server had room for one fewer, and we
-        // keep one more below that. Never below what that window showed the server accepts
-        // (`ours - 1`, at least one): a cut beneath it is not evidence, only loss.
+        // keep one more below that. No lower than that either: what the window showed the
+        // server accepts, less one, is evidence; a cut beneath it is only loss.
         let implied = u64::from(w.limit).saturating_sub(ours) as f64 + 2.0;
-        let at_most = u64::from(w.limit).saturating_sub(ours.saturating_sub(1).max(1)) as f64;
         // A repeated refusal: our share shrinks by a tenth (at least one start), not by a
         // quarter of the others' estimate, which on a wrong configured limit (the "others"
         // being the half of it that never existed) would cut our rate by a quarter each time.
         let ours_now = f64::from(w.limit) - self.others;
         let cut = (ours_now * 0.1).max(1.0);
-        self.others = implied.max(self.others + cut).min(at_most.max(self.others));
+        self.others = implied.max(self.others + cut).min(implied.max(self.others));
         self.others_from_429 = true;
         self.others_faded_at = Some(now);
         self.apply_headroom();
@@ -548,9 +555,9 @@ impl BudgetState {
 
     /// Each start is a probe: an estimate read from headers halves over about twenty windows'
     /// worth of our starts, so we find our way back up when the others stop, without inviting
-    /// a 429 every window. One learned from 429s alone halves over
-    /// [`OTHERS_FROM_429_HALF_LIFE_WINDOWS`] windows of time while we send: counted in our own
-    /// starts, the lower it cut our share, the slower it came back.
+    /// a 429 every window. One learned from 429s alone halves over a thousand, and besides
+    /// gives back one start per [`OTHERS_FROM_429_STEP_WINDOWS_PER_START`] windows of sending
+    /// time for each start of our share.
     fn forget_others_slowly(&mut self, now: Millis) {
         if self.others <= 0.0 {
             return;
@@ -559,24 +566,22 @@ impl BudgetState {
             return;
         };
         let ours = w.limit.saturating_sub(self.limiter.headroom()).max(1);
-        let factor = if self.others_from_429 {
+        let windows = if self.others_from_429 {
+            OTHERS_FROM_429_HALF_LIFE_WINDOWS
+        } else {
+            OTHERS_HALF_LIFE_WINDOWS
+        };
+        self.others *= half_life_factor(windows * f64::from(ours));
+        if self.others_from_429 {
             // Time while sending: a gap between starts counts one window at most, so an idle
             // budget does not forget what it has not probed.
-            let Some(at) = self.others_faded_at else {
-                self.others_faded_at = Some(now);
-                return;
-            };
-            let since = now.saturating_sub(at).min(w.length_ms);
-            if since == 0 {
-                return;
+            if let Some(at) = self.others_faded_at {
+                let since = now.saturating_sub(at).min(w.length_ms);
+                let windows = (OTHERS_FROM_429_STEP_WINDOWS_PER_START * f64::from(ours)).max(1.0);
+                self.others -= since as f64 / (windows * w.length_ms as f64);
             }
             self.others_faded_at = Some(now);
-            let half_life = OTHERS_FROM_429_HALF_LIFE_WINDOWS.saturating_mul(w.length_ms);
-            half_life_factor(half_life as f64 / since as f64)
-        } else {
-            half_life_factor(OTHERS_HALF_LIFE_WINDOWS * f64::from(ours))
-        };
-        self.others *= factor;
+        }
         if self.others < 0.5 {
             self.others = 0.0;
         }
