@@ -229,3 +229,39 @@ fn a_belief_about_others_from_429s_fades_in_seconds() {
         s.others
     );
 }
+
+/// The pause after a 429 says whose wait it is: a bare 429 named none, and "the server asked
+/// to wait 1 s" had a person look for a Retry-After that was not there.
+#[test]
+fn the_pause_reason_says_when_the_wait_is_our_default() {
+    for (headers, said) in [
+        (
+            vec![],
+            "HTTP 429 without Retry-After: pausing 1 s (our default)",
+        ),
+        (
+            vec![("Retry-After".to_string(), "3".to_string())],
+            "the server asked to wait 3 s (HTTP 429)",
+        ),
+    ] {
+        let mut e = Engine::new(
+            EngineConfig {
+                budgets: vec![budget(20, 4)],
+                ..EngineConfig::default()
+            },
+            Rng::seeded(1),
+        )
+        .unwrap();
+        let spec = sim::bulk_creates("api", 1, 0).specs.remove(0);
+        e.enqueue(spec, 0).unwrap();
+        let t = e.poll_transmit(0).unwrap();
+        let response = Response {
+            status: 429,
+            headers,
+            body: String::new(),
+        };
+        e.on_response(&t.job_id, response, 40);
+        let status = e.snapshot(50);
+        assert_eq!(status.budgets[0].pause_reason.as_deref(), Some(said));
+    }
+}
