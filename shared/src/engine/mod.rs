@@ -981,8 +981,9 @@ impl Engine {
             let trip = now.saturating_sub(sent);
             let measured = trip.saturating_sub(answer.held_ms.unwrap_or(0));
             b.round_trips.record(measured);
-            // Karn's rule: only answered attempts are measured (see `rto`).
-            b.rto.record(measured);
+            // Karn's rule: only answered attempts are measured (see `rto`). The whole trip, a
+            // proxy's hold included: the timeout is about when an answer may still come.
+            b.rto.record(trip);
             b.answered(id);
             let before = b.state.limiter.margin();
             if b.follow_round_trips() {
