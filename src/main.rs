@@ -239,6 +239,24 @@ struct SimulateArgs {
     /// Share (0..1) of requests applied whose response is lost (the client times out).
     #[arg(long, default_value_t = 0.0)]
     lost_rate: f64,
+    /// Share (0..1) of requests applied and answered --slow-ms late: a server slow now and
+    /// then, or (beyond the 15 s attempt timeout) hung requests.
+    #[arg(long, default_value_t = 0.0)]
+    slow_rate: f64,
+    /// How much later a --slow-rate answer comes.
+    #[arg(long, default_value_t = 2_000)]
+    slow_ms: u64,
+    /// The server also refuses an arrival less than one interval (window / limit) after the
+    /// last it accepted, as nginx's `limit_req` without `burst=` does.
+    #[arg(long)]
+    no_burst: bool,
+    /// The first request's way there takes this much longer (its CORS preflight goes first).
+    #[arg(long, default_value_t = 0)]
+    first_extra_ms: u64,
+    /// The server counts fixed windows (reset on multiples of the length) instead of sliding
+    /// ones: what --algorithm fixed-window is for.
+    #[arg(long)]
+    fixed_server: bool,
     /// Requests per second other callers spend from the same quota.
     #[arg(long, default_value_t = 0.0)]
     other_callers: f64,
@@ -341,6 +359,11 @@ fn simulate(args: SimulateArgs) -> Result<(), MainError> {
         },
         fault_rate: args.fault_rate,
         lost_response_rate: args.lost_rate,
+        slow_rate: args.slow_rate,
+        slow_ms: args.slow_ms,
+        no_burst: args.no_burst,
+        first_extra_ms: args.first_extra_ms,
+        fixed_server: args.fixed_server,
         other_callers_per_s: args.other_callers,
         configured_limit: args.configured_limit,
         target_utilization: args.target_utilization,

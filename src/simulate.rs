@@ -31,6 +31,15 @@ pub struct SimulateOptions {
     pub headers: HeaderStyle,
     pub fault_rate: f64,
     pub lost_response_rate: f64,
+    /// Share of requests answered `slow_ms` late (`--slow-rate`, `--slow-ms`).
+    pub slow_rate: f64,
+    pub slow_ms: u64,
+    /// The server allows no burst (`--no-burst`, nginx's `limit_req` without `burst=`).
+    pub no_burst: bool,
+    /// The first request's way there is this much longer (`--first-extra-ms`: its preflight).
+    pub first_extra_ms: u64,
+    /// The server counts fixed windows (`--fixed-server`) rather than sliding ones.
+    pub fixed_server: bool,
     pub other_callers_per_s: f64,
     /// The limit the engine is told (defaults to the server's real one).
     pub configured_limit: Option<u32>,
@@ -61,6 +70,11 @@ impl Default for SimulateOptions {
             headers: HeaderStyle::XRateLimit,
             fault_rate: 0.0,
             lost_response_rate: 0.0,
+            slow_rate: 0.0,
+            slow_ms: 2_000,
+            no_burst: false,
+            first_extra_ms: 0,
+            fixed_server: false,
             other_callers_per_s: 0.0,
             configured_limit: None,
             configured_windows: None,
@@ -207,6 +221,7 @@ pub fn scenario(o: &SimulateOptions) -> Result<Scenario, String> {
     for (name, v) in [
         ("--fault-rate", o.fault_rate),
         ("--lost-rate", o.lost_response_rate),
+        ("--slow-rate", o.slow_rate),
         ("--interactive-share", o.interactive_share),
     ] {
         if !(0.0..=1.0).contains(&v) {
@@ -273,6 +288,11 @@ pub fn scenario(o: &SimulateOptions) -> Result<Scenario, String> {
             headers: o.headers,
             fault_rate: o.fault_rate,
             lost_response_rate: o.lost_response_rate,
+            slow_rate: o.slow_rate,
+            slow_ms: o.slow_ms,
+            no_burst: o.no_burst,
+            first_extra_ms: o.first_extra_ms,
+            fixed_windows: o.fixed_server,
             other_callers_per_s: o.other_callers_per_s,
             ..ServerModel::default()
         },

@@ -32,6 +32,7 @@ pub mod protocol;
 pub mod pump;
 pub mod retry;
 pub mod round_trips;
+pub mod rto;
 pub mod status;
 
 pub use engine::{Changes, Engine, Enqueued, Response, SaveId, Transmit, TransportError};

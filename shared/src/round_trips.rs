@@ -195,6 +195,13 @@ impl RoundTrips {
             .map(|spread| spread.div_ceil(2) + self.estimate_slack() + self.widened)
     }
 
+    /// How much sooner than its start's spacing a request may arrive: the forward half of
+    /// the spread, the clock's slack, and any widening a 429 of our own timing asked for.
+    pub fn arrival_spread(&self) -> Option<DurationMs> {
+        self.spread()
+            .map(|spread| spread.div_ceil(2) + CLOCK_SLACK + self.widened)
+    }
+
     /// A 429 that our own timing explains: some arrival trailed its start by more than the
     /// margin allowed for. Widen it by half (at least 2 ms) for the next few hundred trips.
     pub fn widen(&mut self) {

@@ -75,6 +75,23 @@ pub struct ServerModel {
     pub lost_response_rate: f64,
     /// Requests per second that other callers spend from the same quota.
     pub other_callers_per_s: f64,
+    /// Share of requests applied and answered `slow_ms` later than the rest (a server that is
+    /// slow now and then; beyond the attempt timeout, a hung request).
+    #[serde(default)]
+    pub slow_rate: f64,
+    #[serde(default)]
+    pub slow_ms: DurationMs,
+    /// A leaky bucket without burst, as nginx's `limit_req` without `burst=`: besides the
+    /// windows, an arrival less than `window_ms / limit` after the last accepted one is refused.
+    #[serde(default)]
+    pub no_burst: bool,
+    /// The first request's way there takes this much longer (its CORS preflight goes first).
+    #[serde(default)]
+    pub first_extra_ms: DurationMs,
+    /// The server counts fixed windows (on multiples of each length since the epoch) rather
+    /// than sliding ones: a count that resets at each boundary.
+    #[serde(default)]
+    pub fixed_windows: bool,
     /// How far the client's clock runs ahead of the server's.
     pub client_clock_ahead_ms: i64,
     /// Further windows the server enforces together with `limit` per `window_ms` (10 per second
@@ -109,6 +126,11 @@ impl Default for ServerModel {
             fault_rate: 0.0,
             lost_response_rate: 0.0,
             other_callers_per_s: 0.0,
+            slow_rate: 0.0,
+            slow_ms: 0,
+            no_burst: false,
+            first_extra_ms: 0,
+            fixed_windows: false,
             client_clock_ahead_ms: 0,
             extra_windows: vec![],
         }
@@ -301,6 +323,8 @@ pub fn run(scenario: &Scenario) -> Report {
     // Every arrival of ours the server counted, and every one including those it refused.
     let mut our_arrivals: Vec<Millis> = Vec::new();
     let mut our_attempts: Vec<Millis> = Vec::new();
+    // The last arrival the server accepted, for `ServerModel::no_burst`.
+    let mut last_accepted: Option<Millis> = None;
     // Finished jobs the engine forgot after the retention time: their last saved state.
     let mut forgotten: HashMap<JobId, Job> = HashMap::new();
     let mut applied: HashMap<String, u64> = HashMap::new();
@@ -375,7 +399,13 @@ pub fn run(scenario: &Scenario) -> Report {
             });
             let id = tag;
             tag += 1;
+            let first = if report.requests == 1 {
+                server.first_extra_ms
+            } else {
+                0
+            };
             let up = server.one_way_ms
+                + first
                 + rng.below_or_equal(server.arrival_jitter_ms.unwrap_or(server.jitter_ms));
             push(&mut events, &mut payloads, now + up, Event::Arrive(id));
             push(
@@ -483,6 +513,7 @@ pub fn run(scenario: &Scenario) -> Report {
                 for log in &mut server_logs {
                     log.push_back(now);
                 }
+                last_accepted = Some(now);
                 // Half the mean gap plus up to a whole one: the gaps average `gap`, so others
                 // spend `other_callers_per_s`.
                 let gap = (1000.0 / server.other_callers_per_s).max(1.0) as u64;
@@ -497,8 +528,18 @@ pub fn run(scenario: &Scenario) -> Report {
             Event::Arrive(id) => {
                 let server_now = now;
                 our_attempts.push(server_now);
+                // A sliding window forgets an arrival a window after it; a fixed one at its
+                // window's end.
+                let window_start = |w: &Window| server_now - server_now % w.length_ms;
                 for (log, w) in server_logs.iter_mut().zip(&windows) {
-                    while log.front().is_some_and(|&t| t + w.length_ms <= server_now) {
+                    let gone = |t: Millis| {
+                        if server.fixed_windows {
+                            t < window_start(w)
+                        } else {
+                            t + w.length_ms <= server_now
+                        }
+                    };
+                    while log.front().is_some_and(|&t| gone(t)) {
                         log.pop_front();
                     }
                 }
@@ -507,13 +548,23 @@ pub fn run(scenario: &Scenario) -> Report {
                 // its limit drops out (others may have filled it past the limit).
                 let room_in = |log: &VecDeque<Millis>, w: &Window| {
                     let over_by = log.len().checked_sub(w.limit as usize)?;
+                    if server.fixed_windows {
+                        return Some(window_start(w) + w.length_ms - server_now);
+                    }
                     log.get(over_by)
                         .map(|&t| (t + w.length_ms).saturating_sub(server_now))
                 };
+                // Without burst: one interval after the last accepted arrival, in whole ms.
+                let interval = windows[0].length_ms.div_ceil(u64::from(windows[0].limit));
+                let too_soon = last_accepted
+                    .filter(|_| server.no_burst)
+                    .map(|t: Millis| (t + interval).saturating_sub(server_now))
+                    .filter(|&w| w > 0);
                 let wait = server_logs
                     .iter()
                     .zip(&windows)
                     .filter_map(|(log, w)| room_in(log, w))
+                    .chain(too_soon)
                     .max();
                 let over = wait.is_some();
                 let server_clock = now as i64 - server.client_clock_ahead_ms;
@@ -542,6 +593,7 @@ pub fn run(scenario: &Scenario) -> Report {
                     for log in &mut server_logs {
                         log.push_back(server_now);
                     }
+                    last_accepted = Some(server_now);
                     our_arrivals.push(server_now);
                     if rng.unit() < server.fault_rate {
                         Response {
@@ -591,10 +643,13 @@ pub fn run(scenario: &Scenario) -> Report {
                     .zip(&windows)
                     .map(|(log, w)| {
                         let remaining = w.limit.saturating_sub(log.len() as u32);
-                        let reset_s = log
-                            .front()
-                            .map_or(0, |&t| (t + w.length_ms).saturating_sub(server_now))
-                            .div_ceil(1000);
+                        let reset_ms = if server.fixed_windows {
+                            window_start(w) + w.length_ms - server_now
+                        } else {
+                            log.front()
+                                .map_or(0, |&t| (t + w.length_ms).saturating_sub(server_now))
+                        };
+                        let reset_s = reset_ms.div_ceil(1000);
                         (*w, remaining, reset_s)
                     })
                     .collect();
@@ -667,7 +722,14 @@ pub fn run(scenario: &Scenario) -> Report {
                 }
                 if !req.lost {
                     req.response = Some(response);
+                    // Drawn only when asked for, so that the other runs keep their sequences.
+                    let slow = if server.slow_rate > 0.0 && rng.unit() < server.slow_rate {
+                        server.slow_ms
+                    } else {
+                        0
+                    };
                     let down = server.service_ms
+                        + slow
                         + server.one_way_ms
                         + rng.below_or_equal(server.jitter_ms);
                     push(&mut events, &mut payloads, now + down, Event::Respond(id));

@@ -46,6 +46,11 @@ pub struct BudgetStatus {
     pub pause_reason: Option<String>,
     /// Sending is held until the user retries (retries ran out).
     pub trouble: Option<String>,
+    /// Requests out far longer than answers take (a lost answer, a hung connection): what
+    /// the queue does about them, so that a count of requests in flight that stops moving
+    /// is explained.
+    #[serde(default)]
+    pub overdue: Option<String>,
     pub server_remaining: Option<u64>,
     pub server_reset_at: Option<Millis>,
     /// Time until every pending job of this budget could be done at the achievable rate.
@@ -267,6 +272,7 @@ mod tests {
                 paused_until: Some(6),
                 pause_reason: Some("r".into()),
                 trouble: None,
+                overdue: Some("o".into()),
                 server_remaining: Some(0),
                 server_reset_at: None,
                 eta_ms: Some(9),

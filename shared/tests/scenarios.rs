@@ -1358,7 +1358,18 @@ fn a_count_taken_after_a_request_was_held_back_is_not_read_as_other_callers() {
                     return e.budget_state("api").map(|b| b.others);
                 }
             }
-            for t in drain(&mut e, now) {
+            // As the pump does: a start saved first leaves once its save landed (here at
+            // once). Never reported sent, each counted as arriving at every moment until its
+            // answer, and the server's count held starts our log placed later.
+            let out = drain(&mut e, now);
+            let saved = e.take_changes();
+            e.on_saved(saved.save);
+            for t in &out {
+                if t.save_first {
+                    e.on_sent(&t.job_id, now);
+                }
+            }
+            for t in out {
                 let on_the_way = if held.is_none() && now >= run_ms {
                     held = Some(t.job_id.clone());
                     90

@@ -111,6 +111,8 @@ export interface RateWindow { limit: number; lengthMs: number; }
 export interface BudgetStatus {
   name: string; windows: RateWindow[]; concurrency: number; inFlight: number; pending: number;
   pausedUntil: number | null; pauseReason: string | null; trouble: string | null;
+  /** Requests out far longer than answers take (a lost answer, a hung connection). */
+  overdue: string | null;
   serverRemaining: number | null; serverResetAt: number | null; etaMs: number | null;
   requests: number; rateLimited: number; retries: number; rateLimitedPer1000: number;
   achievedShare: number;

@@ -648,10 +648,7 @@ impl Engine {
             if !b.has_ready() {
                 continue;
             }
-            match b
-                .state
-                .next_start_at(now, b.in_flight.len(), b.config.concurrency)
-            {
+            match b.next_start_at(now) {
                 Some(t) if t <= now => {}
                 _ => continue,
             }
@@ -668,7 +665,16 @@ impl Engine {
         }
         self.unplace(&id);
         let retry_config = self.config.retry.clone();
-        let timeout_ms = retry_config.timeout_ms;
+        let timeout_ms = self
+            .budgets
+            .get(&budget_name)
+            .map_or(retry_config.timeout_ms, |b| {
+                b.attempt_timeout(&id, retry_config.timeout_ms)
+            });
+        let retried_early = self
+            .budgets
+            .get(&budget_name)
+            .is_some_and(|b| b.given_up.iter().any(|(j, _)| *j == id));
         let job = self.table.transition(&id, JobState::Sending)?.ok()?;
         let lane = job.lane;
         if job.started_at.is_none() {
@@ -676,7 +682,8 @@ impl Engine {
             self.counters.waited(lane, wait);
         }
         job.started_at = Some(now);
-        let is_retry = job.attempts > 0;
+        // A job whose last attempt was given up early is retried too (see `rto`).
+        let is_retry = job.attempts > 0 || retried_early;
         let transmit = Transmit {
             job_id: id.clone(),
             method: job.method.clone(),
@@ -710,6 +717,7 @@ impl Engine {
             sent: now,
             shifted: 0,
             unsent: save_first,
+            timeout_ms,
         });
         if save_first {
             // Written as sending (a plain start is not: see `Changes::started`), so that a
@@ -742,10 +750,7 @@ impl Engine {
             if !b.has_ready() {
                 continue;
             }
-            if let Some(t) = b
-                .state
-                .next_start_at(now, b.in_flight.len(), b.config.concurrency)
-            {
+            if let Some(t) = b.next_start_at(now) {
                 next = Some(next.map_or(t, |n| n.min(t)));
             }
         }
@@ -780,7 +785,7 @@ impl Engine {
     /// The response to a job's request arrived.
     pub fn on_response(&mut self, id: &str, response: Response, now: Millis) {
         let signal = read_signal(response.status, &response.headers, now);
-        let Some((budget_name, trip)) = self.take_in_flight(id, now, Some(&signal)) else {
+        let Some((budget_name, trip, _)) = self.take_in_flight(id, now, Some(&signal)) else {
             return;
         };
         let started = trip.started;
@@ -840,11 +845,21 @@ impl Engine {
                     if !in_pause {
                         b.state.consecutive_rate_limits += 1;
                     }
-                    let reason = format!(
-                        "the server asked to wait {} (HTTP {})",
-                        human_duration(wait),
-                        response.status
-                    );
+                    // Say whose wait it is: a bare 429 named none, and a person reading "the
+                    // server asked to wait 1 s" would look for a Retry-After that is not there.
+                    let reason = if signal.retry_after_ms.is_some() {
+                        format!(
+                            "the server asked to wait {} (HTTP {})",
+                            human_duration(wait),
+                            response.status
+                        )
+                    } else {
+                        format!(
+                            "HTTP {} without Retry-After: pausing {} (our default)",
+                            response.status,
+                            human_duration(wait)
+                        )
+                    };
                     b.state.pause(now, wait, reason, &mut self.rng);
                 }
                 // Back to its place at the front of its lane; a 429 is not an attempt.
@@ -874,10 +889,11 @@ impl Engine {
 
     /// The job's request got no response.
     pub fn on_transport_error(&mut self, id: &str, error: TransportError, now: Millis) {
-        let Some((budget_name, _)) = self.take_in_flight(id, now, None) else {
+        let Some((budget_name, _, given_ms)) = self.take_in_flight(id, now, None) else {
             return;
         };
         let id: JobId = id.to_string();
+        let configured = self.config.retry.timeout_ms;
         match error {
             TransportError::Offline => {
                 let _ = self.table.transition(&id, JobState::Queued);
@@ -887,13 +903,27 @@ impl Engine {
                 self.saves.job_changed(id.clone());
                 self.place(&id, now);
             }
-            TransportError::Timeout => {
+            TransportError::Timeout if given_ms < configured => {
+                // Given up at the estimate from measured trips (see `rto`), not at the
+                // configured timeout: most likely a lost answer. Tried again with the same
+                // idempotency key and twice the time; not an attempt of the job's, so a server
+                // slower than anything measured costs a few early tries, never the job.
+                if let Some(b) = self.budgets.get_mut(&budget_name) {
+                    b.gave_up_early(&id);
+                }
                 let error = JobError {
                     status: None,
                     message: format!(
-                        "no response within {}",
-                        human_duration(self.config.retry.timeout_ms)
+                        "no response within {} (2 to 4 times the usual round trip; tried again)",
+                        human_duration(given_ms)
                     ),
+                };
+                self.retry_early(&id, &budget_name, error, now);
+            }
+            TransportError::Timeout => {
+                let error = JobError {
+                    status: None,
+                    message: format!("no response within {}", human_duration(given_ms)),
                 };
                 self.fail_or_retry(&id, &budget_name, error, now);
             }
@@ -925,7 +955,7 @@ impl Engine {
         id: &str,
         now: Millis,
         answer: Option<&ServerSignal>,
-    ) -> Option<(String, Trip)> {
+    ) -> Option<(String, Trip, DurationMs)> {
         let job = self.table.get(id)?;
         if job.state != JobState::Sending {
             return None;
@@ -949,8 +979,12 @@ impl Engine {
             // part of the way there or back: the trip measured is the rest (see
             // `headers::HOLD_FIELD`).
             let trip = now.saturating_sub(sent);
-            b.round_trips
-                .record(trip.saturating_sub(answer.held_ms.unwrap_or(0)));
+            let measured = trip.saturating_sub(answer.held_ms.unwrap_or(0));
+            b.round_trips.record(measured);
+            // Karn's rule: only answered attempts are measured (see `rto`). The whole trip, a
+            // proxy's hold included: the timeout is about when an answer may still come.
+            b.rto.record(trip);
+            b.answered(id);
             let before = b.state.limiter.margin();
             if b.follow_round_trips() {
                 // This attempt is out of the list the narrowing moved: it moves by as much.
@@ -970,6 +1004,10 @@ impl Engine {
         }
         let started = logged;
         let arrived_by = latest;
+        if answer.is_none() && latest > logged {
+            b.ended_unanswered(sent.saturating_add(shifted), latest, now);
+        }
+        let unplaced = b.unplaced(arrived_by);
         let sample = now.saturating_sub(sent) as f64;
         b.latency_ms = Some(match b.latency_ms {
             Some(avg) => avg * 0.8 + sample * 0.2,
@@ -980,7 +1018,9 @@ impl Engine {
             Trip {
                 started,
                 arrived_by,
+                unplaced,
             },
+            attempt.timeout_ms,
         ))
     }
 
@@ -999,6 +1039,34 @@ impl Engine {
             self.finish(id, JobState::Failed, Some(error), now);
             return;
         }
+        self.retry_after_backoff(id, budget_name, error, attempts, now);
+    }
+
+    /// An attempt given up before the configured timeout (see `rto`): retried as any failed
+    /// attempt is (a retry token, a backoff by how many were given up in a row), without
+    /// counting it among the job's attempts.
+    fn retry_early(&mut self, id: &JobId, budget_name: &str, error: JobError, now: Millis) {
+        let given_up = self.budgets.get(budget_name).map_or(1, |b| {
+            b.given_up
+                .iter()
+                .find(|(j, _)| j == id)
+                .map_or(1, |&(_, n)| n)
+        });
+        // The first give-up retries at once, as TCP retransmits when its timer fires: the
+        // wait was the timeout itself. Later ones back off as failures do.
+        self.retry_after_backoff(id, budget_name, error, given_up - 1, now);
+    }
+
+    /// Retries a job after the backoff for its `backoff_step`th failure (none for 0), if the
+    /// budget has a retry token; without one the service is in trouble and the job fails.
+    fn retry_after_backoff(
+        &mut self,
+        id: &JobId,
+        budget_name: &str,
+        error: JobError,
+        backoff_step: u32,
+        now: Millis,
+    ) {
         let has_token = self
             .budgets
             .get_mut(budget_name)
@@ -1021,7 +1089,11 @@ impl Engine {
             self.finish(id, JobState::Failed, Some(error), now);
             return;
         }
-        let delay = backoff(attempts, &self.config.retry, &mut self.rng);
+        let delay = if backoff_step == 0 {
+            0
+        } else {
+            backoff(backoff_step, &self.config.retry, &mut self.rng)
+        };
         let _ = self.table.transition(id, JobState::RetryWait);
         if let Some(job) = self.table.get_mut(id) {
             job.not_before = now + delay;

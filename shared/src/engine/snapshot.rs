@@ -118,6 +118,7 @@ impl StatusCounters {
                     None
                 },
                 trouble: b.state.trouble.clone(),
+                overdue: b.overdue_note(now),
                 server_remaining: server.map(|s| s.remaining),
                 server_reset_at: server.map(|s| s.reset_at),
                 eta_ms,

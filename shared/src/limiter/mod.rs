@@ -135,6 +135,24 @@ pub struct Limiter {
     /// under way (see [`Limiter::set_margin`] and `round_trips`).
     #[serde(default)]
     margin: DurationMs,
+    /// The last start as it went out (recorded, or restamped to its real send), which the
+    /// pacing's quarter-interval spacing counts from. Not the log's newest entry: a request
+    /// overdue is moved in the log to where it may have arrived, at every turn while it stays
+    /// unanswered, and spacing from that entry held every other slot a quarter interval
+    /// behind `now` for as long as it hung (a lost answer stopped all starts for the whole
+    /// attempt timeout).
+    #[serde(default)]
+    last_sent: Millis,
+    /// Starts at least one interval of the shortest window apart, plus the margin, with no
+    /// catching up: set when the server refused a request while our window was at most half
+    /// used (see [`Limiter::set_no_burst`]).
+    #[serde(default)]
+    no_burst: bool,
+    /// How much sooner than its start's spacing a request may arrive, for `no_burst`: the
+    /// forward half of the round trips' spread (see `round_trips`); 0 until measured, when
+    /// the margin stands in for it.
+    #[serde(default)]
+    arrival_spread: DurationMs,
 }
 
 impl crate::json::ToJson for State {
@@ -191,6 +209,9 @@ impl crate::json::Placeholder for Limiter {
             pace: None,
             headroom: 0,
             margin: 0,
+            last_sent: 0,
+            no_burst: false,
+            arrival_spread: 0,
         }
     }
 }
@@ -239,6 +260,9 @@ impl Limiter {
             pace: None,
             headroom: 0,
             margin: 0,
+            last_sent: 0,
+            no_burst: false,
+            arrival_spread: 0,
         })
     }
 
@@ -293,6 +317,27 @@ impl Limiter {
 
     pub fn headroom(&self) -> u32 {
         self.headroom
+    }
+
+    /// A server that allows no burst at all (a leaky bucket without one, as nginx's
+    /// `limit_req` without `burst=`) refuses a request that arrives less than one interval
+    /// after the one before, whatever the window's count. With this set, each start comes at
+    /// least an interval of the shortest window (our share of it) after the last one went out,
+    /// plus how much sooner it may arrive ([`Limiter::set_arrival_spread`]), and late starts
+    /// are not made up. Costs that spread's share of the rate, where pacing alone lost a
+    /// start now and then to a 429.
+    pub fn set_no_burst(&mut self, on: bool) {
+        self.no_burst = on;
+    }
+
+    pub fn no_burst(&self) -> bool {
+        self.no_burst
+    }
+
+    /// How much sooner than its spacing a request may arrive (see `no_burst`), as the budget
+    /// measured it from its round trips.
+    pub fn set_arrival_spread(&mut self, ms: DurationMs) {
+        self.arrival_spread = ms;
     }
 
     /// Stretches every window by `ms` on top of the target utilization: the margin for the
@@ -371,7 +416,7 @@ impl Limiter {
             let spaced = self
                 .starts
                 .back()
-                .map_or(0, |&last| last.saturating_add(quarter_interval));
+                .map_or(0, |_| self.last_sent.saturating_add(quarter_interval));
             p.earliest().max(spaced)
         });
         let shared = match self.shortest() {
@@ -384,23 +429,71 @@ impl Limiter {
             }
             _ => now,
         };
-        let paced = paced.max(shared);
-        self.meters
-            .iter()
-            .map(|m| m.earliest(&self.starts))
-            .fold(now.max(paced), Millis::max)
+        let strict = match self.windows.iter().min_by_key(|w| w.length_ms) {
+            Some(w) if self.no_burst && !self.starts.is_empty() => {
+                // The server's interval (the window over our share of it, stretched by the
+                // target utilization alone): the margin is a window's, and it is added below
+                // once per start as the arrival spread instead.
+                let length = stretch(w.length_ms, self.target_utilization);
+                let ours = w.limit.saturating_sub(self.headroom).max(1);
+                let interval = length.div_ceil(u64::from(ours));
+                let spread = if self.arrival_spread > 0 {
+                    self.arrival_spread
+                } else {
+                    self.margin
+                };
+                self.last_sent
+                    .saturating_add(interval)
+                    .saturating_add(spread)
+            }
+            _ => now,
+        };
+        let paced = paced.max(shared).max(strict);
+        // Every meter allows a start from its instant on, except a fixed window's blackout
+        // before each reset: a later instant another meter asks for may fall in one, and then
+        // it moves on to that reset. Each pass moves only later; a pass that moves nothing ends.
+        let mut at = now.max(paced);
+        for _ in 0..=self.meters.len() {
+            let next = self
+                .meters
+                .iter()
+                .map(|m| m.earliest(&self.starts, at))
+                .fold(at, Millis::max);
+            if next == at {
+                break;
+            }
+            at = next;
+        }
+        at
     }
 
     /// Counts a start at `at` (never earlier than the last recorded start).
     ///
-    /// Real time only moves forward, so a start reported earlier than one already counted
+    /// Real time only moves forward, so a start reported earlier than one already recorded
     /// means the wall clock stepped back (or reports arrived out of order): the start really
-    /// happened after the last one. It is counted at the last start's instant, which keeps the
-    /// log sorted. After a step back by `D` every recorded instant lies `D` ahead of the new
-    /// clock, so the limiter is more careful, never less, until those starts age out.
+    /// happened after the last one. It is counted at the last start's instant. After a step
+    /// back by `D` every recorded instant lies `D` ahead of the new clock, so the limiter is
+    /// more careful, never less, until those starts age out.
+    ///
+    /// "The last start" is the last one recorded ([`Limiter::last_sent`]), not the log's newest
+    /// entry: an answered or overdue start moves in the log to where it may have arrived, and
+    /// a new start may really come before that. Clamped to such an entry, it was counted later
+    /// than it went out, so a server's count taken between the two held one of ours that our
+    /// log did not, and it was read as another caller's. It is sorted into the log instead.
     pub fn record_start(&mut self, at: Millis) {
-        let at = self.starts.back().map_or(at, |&last| at.max(last));
+        let last = if self.last_sent > 0 {
+            Some(self.last_sent)
+        } else {
+            // Saved before `last_sent` was kept.
+            self.starts.back().copied()
+        };
+        let at = last.map_or(at, |last| at.max(last));
         self.starts.push_back(at);
+        let mut i = self.starts.len() - 1;
+        while i > 0 && self.starts[i - 1] > at {
+            self.starts.swap(i, i - 1);
+            i -= 1;
+        }
         // A start at or before `at - longest` shares no window with `at` or anything later,
         // but a server's count read later may still hold it.
         let horizon = self.history_ms();
@@ -416,6 +509,7 @@ impl Limiter {
             meter.record(at);
         }
         self.pace = self.pace.map(|p| p.after_on_grid(at));
+        self.last_sent = self.last_sent.max(at);
     }
 
     /// A start recorded at `recorded` really went out at `sent`, later (it waited for a save,
@@ -427,6 +521,7 @@ impl Limiter {
             return;
         }
         self.move_start(recorded, sent);
+        self.last_sent = self.last_sent.max(sent);
         // The grid too: the next start comes an interval after this one really went out, not
         // at once to make up for a wait that was ours, not the runtime's.
         if let Some(pace) = &mut self.pace {
@@ -495,11 +590,11 @@ impl Limiter {
     /// every window. The pacing grid is left alone: these are not starts to space the next
     /// ones from, only a debt to the windows.
     pub fn count_unrecorded_starts(&mut self, n: u32, at: Millis) {
-        let pace = self.pace;
+        let (pace, last_sent) = (self.pace, self.last_sent);
         for _ in 0..n {
             self.record_start(at);
         }
-        self.pace = pace;
+        (self.pace, self.last_sent) = (pace, last_sent);
     }
 
     /// After a pause: from `at` on, starts come only at the steady rate (limit / window), with
@@ -657,10 +752,8 @@ impl Meter {
         let stretched = stretch(window.length_ms, utilization)
             .saturating_add(margin)
             .min(MAX_LENGTH_MS);
-        // A fixed window leaves the margin's share of its count: starts made that long before
-        // its reset may be counted after it.
-        let margin_share = margin.min(window.length_ms) as f64 / window.length_ms as f64;
-        let fixed_utilization = utilization.min(1.0 - margin_share).max(f64::MIN_POSITIVE);
+        // A fixed window keeps its margin in time: nothing starts in the last `margin` ms
+        // before a reset, since a start then may be counted after it (see `fixed_window`).
         let (limit, length, state) = match algorithm {
             Algorithm::SlidingLog => (window.limit, stretched, State::Log(LogState::default())),
             Algorithm::TokenBucket => (
@@ -670,9 +763,9 @@ impl Meter {
             ),
             Algorithm::Gcra => (window.limit, stretched, State::Gcra(GcraState::default())),
             Algorithm::FixedWindow => (
-                shrink(window.limit, fixed_utilization),
+                shrink(window.limit, utilization),
                 window.length_ms.min(MAX_LENGTH_MS),
-                State::Fixed(FixedState::default()),
+                State::Fixed(FixedState::with_blackout(margin, window.length_ms)),
             ),
         };
         Self {
@@ -682,14 +775,16 @@ impl Meter {
         }
     }
 
-    /// From this instant on (until the next start), this window allows one more start.
-    fn earliest(&self, starts: &VecDeque<Millis>) -> Millis {
+    /// From this instant on (until the next start), this window allows one more start; for a
+    /// fixed window, from the first instant at or after `now` (its last milliseconds before a
+    /// reset allow none).
+    fn earliest(&self, starts: &VecDeque<Millis>, now: Millis) -> Millis {
         let (limit, length) = (self.limit, self.length);
         match &self.state {
             State::Log(log) => log.earliest(limit, length, starts),
             State::Bucket(bucket) => bucket.earliest(limit, length),
             State::Gcra(gcra) => gcra.earliest(limit, length),
-            State::Fixed(fixed) => fixed.earliest(limit),
+            State::Fixed(fixed) => fixed.earliest(limit, length, now),
         }
     }
 
@@ -725,7 +820,13 @@ impl Meter {
                 let last = starts.back().copied().unwrap_or(0);
                 State::Gcra(gcra.retuned(self.limit, self.length, limit, length, last))
             }
-            State::Fixed(fixed) => State::Fixed(fixed.retuned(length, starts)),
+            State::Fixed(fixed) => {
+                let blackout = match &fresh.state {
+                    State::Fixed(f) => f.blackout(),
+                    _ => 0,
+                };
+                State::Fixed(fixed.retuned(length, starts, blackout))
+            }
         };
         Meter {
             limit,
@@ -1055,10 +1156,10 @@ mod tests {
 
     /// What `the_saved_state_keeps_its_format` saves, one per algorithm in the order of `ALL`.
     const SAVED: [&str; 4] = [
-        r#"{"algorithm":"sliding-log","windows":[{"limit":2,"lengthMs":1000},{"limit":3,"lengthMs":10000},{"limit":4,"lengthMs":60000}],"targetUtilization":0.9,"meters":[{"limit":2,"length":1117,"state":{"log":{"floor":[1700000003059,1700000003617],"shift":0}}},{"limit":3,"length":11117,"state":{"log":{"floor":[1700000006206,1700000009912,1700000013617],"shift":0}}},{"limit":4,"length":66672,"state":{"log":{"floor":[],"shift":0}}}],"starts":[1700000000000,1700000001117],"pace":{"next":1700000002500,"frac":0,"step":1117,"per":1,"until":9007199254740991},"headroom":1,"margin":5}"#,
-        r#"{"algorithm":"token-bucket","windows":[{"limit":2,"lengthMs":1000},{"limit":3,"lengthMs":10000},{"limit":4,"lengthMs":60000}],"targetUtilization":0.9,"meters":[{"limit":2,"length":1117,"state":{"bucket":{"tokens":0,"partial":0,"at":1700000002500}}},{"limit":3,"length":11117,"state":{"bucket":{"tokens":0,"partial":0,"at":1700000002500}}},{"limit":4,"length":66672,"state":{"bucket":{"tokens":2,"partial":4468,"at":1700000001117}}}],"starts":[1700000000000,1700000001117],"pace":{"next":1700000002500,"frac":0,"step":1117,"per":1,"until":9007199254740991},"headroom":1,"margin":5}"#,
-        r#"{"algorithm":"gcra","windows":[{"limit":2,"lengthMs":1000},{"limit":3,"lengthMs":10000},{"limit":4,"lengthMs":60000}],"targetUtilization":0.9,"meters":[{"limit":2,"length":1117,"state":{"gcra":{"tat":1700000003617,"tatFrac":0}}},{"limit":3,"length":11117,"state":{"gcra":{"tat":1700000013617,"tatFrac":0}}},{"limit":4,"length":66672,"state":{"gcra":{"tat":1700000033336,"tatFrac":0}}}],"starts":[1700000000000,1700000001117],"pace":{"next":1700000002500,"frac":0,"step":1117,"per":1,"until":9007199254740991},"headroom":1,"margin":5}"#,
-        r#"{"algorithm":"fixed-window","windows":[{"limit":2,"lengthMs":1000},{"limit":3,"lengthMs":10000},{"limit":4,"lengthMs":60000}],"targetUtilization":0.9,"meters":[{"limit":1,"length":1000,"state":{"fixed":{"phase":777,"end":1700000001777,"count":1,"pacer":{"next":1700000003500,"frac":0,"step":1000,"per":1,"until":1700000003500}}}},{"limit":2,"length":10000,"state":{"fixed":{"phase":777,"end":1700000010777,"count":1,"pacer":{"next":1700000007500,"frac":0,"step":10000,"per":2,"until":1700000012500}}}},{"limit":3,"length":60000,"state":{"fixed":{"phase":20777,"end":1700000060777,"count":1,"pacer":null}}}],"starts":[1700000000000,1700000001000],"pace":{"next":1700000002500,"frac":0,"step":1000,"per":1,"until":9007199254740991},"headroom":1,"margin":5}"#,
+        r#"{"algorithm":"sliding-log","windows":[{"limit":2,"lengthMs":1000},{"limit":3,"lengthMs":10000},{"limit":4,"lengthMs":60000}],"targetUtilization":0.9,"meters":[{"limit":2,"length":1117,"state":{"log":{"floor":[1700000003059,1700000003617],"shift":0}}},{"limit":3,"length":11117,"state":{"log":{"floor":[1700000006206,1700000009912,1700000013617],"shift":0}}},{"limit":4,"length":66672,"state":{"log":{"floor":[],"shift":0}}}],"starts":[1700000000000,1700000001117],"pace":{"next":1700000002500,"frac":0,"step":1117,"per":1,"until":9007199254740991},"headroom":1,"margin":5,"lastSent":1700000001117,"noBurst":false,"arrivalSpread":0}"#,
+        r#"{"algorithm":"token-bucket","windows":[{"limit":2,"lengthMs":1000},{"limit":3,"lengthMs":10000},{"limit":4,"lengthMs":60000}],"targetUtilization":0.9,"meters":[{"limit":2,"length":1117,"state":{"bucket":{"tokens":0,"partial":0,"at":1700000002500}}},{"limit":3,"length":11117,"state":{"bucket":{"tokens":0,"partial":0,"at":1700000002500}}},{"limit":4,"length":66672,"state":{"bucket":{"tokens":2,"partial":4468,"at":1700000001117}}}],"starts":[1700000000000,1700000001117],"pace":{"next":1700000002500,"frac":0,"step":1117,"per":1,"until":9007199254740991},"headroom":1,"margin":5,"lastSent":1700000001117,"noBurst":false,"arrivalSpread":0}"#,
+        r#"{"algorithm":"gcra","windows":[{"limit":2,"lengthMs":1000},{"limit":3,"lengthMs":10000},{"limit":4,"lengthMs":60000}],"targetUtilization":0.9,"meters":[{"limit":2,"length":1117,"state":{"gcra":{"tat":1700000003617,"tatFrac":0}}},{"limit":3,"length":11117,"state":{"gcra":{"tat":1700000013617,"tatFrac":0}}},{"limit":4,"length":66672,"state":{"gcra":{"tat":1700000033336,"tatFrac":0}}}],"starts":[1700000000000,1700000001117],"pace":{"next":1700000002500,"frac":0,"step":1117,"per":1,"until":9007199254740991},"headroom":1,"margin":5,"lastSent":1700000001117,"noBurst":false,"arrivalSpread":0}"#,
+        r#"{"algorithm":"fixed-window","windows":[{"limit":2,"lengthMs":1000},{"limit":3,"lengthMs":10000},{"limit":4,"lengthMs":60000}],"targetUtilization":0.9,"meters":[{"limit":1,"length":1000,"state":{"fixed":{"phase":777,"end":1700000001777,"count":1,"pacer":{"next":1700000003500,"frac":0,"step":1000,"per":1,"until":1700000003500},"blackout":5}}},{"limit":2,"length":10000,"state":{"fixed":{"phase":777,"end":1700000010777,"count":1,"pacer":{"next":1700000007500,"frac":0,"step":10000,"per":2,"until":1700000012500},"blackout":5}}},{"limit":3,"length":60000,"state":{"fixed":{"phase":20777,"end":1700000060777,"count":1,"pacer":null,"blackout":5}}}],"starts":[1700000000000,1700000001000],"pace":{"next":1700000002500,"frac":0,"step":1000,"per":1,"until":9007199254740991},"headroom":1,"margin":5,"lastSent":1700000001000,"noBurst":false,"arrivalSpread":0}"#,
     ];
 
     #[test]

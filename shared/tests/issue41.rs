@@ -1,0 +1,299 @@
+//! Issue 41: answers that never come, answers that come late, and a server that refuses a
+//! burst with a bare 429. Each case against the simulated strict server (or the engine alone),
+//! with the figure the issue asked for.
+
+use sluice_shared::budget::BudgetState;
+use sluice_shared::config::{Algorithm, BudgetConfig, EngineConfig, RetryConfig, Window};
+use sluice_shared::engine::{Engine, Response};
+use sluice_shared::random::Rng;
+use sluice_shared::sim::{self, HeaderStyle, Report, RetryAfterForm, Scenario, ServerModel};
+
+fn budget(limit: u32, concurrency: u32) -> BudgetConfig {
+    BudgetConfig {
+        name: "api".into(),
+        windows: vec![Window {
+            limit,
+            length_ms: 1_000,
+        }],
+        concurrency,
+        ..BudgetConfig::default()
+    }
+}
+
+/// `jobs` creates against a strict server of `limit` a second, 4 in flight.
+fn run(seed: u64, limit: u32, jobs: usize, config: BudgetConfig, server: ServerModel) -> Report {
+    sim::run(&Scenario {
+        seed,
+        engine: EngineConfig {
+            budgets: vec![config],
+            ..EngineConfig::default()
+        },
+        server: ServerModel { limit, ..server },
+        arrivals: vec![sim::bulk_creates("api", jobs, 0)],
+        rebuilds: vec![],
+        save_ms: 3,
+        horizon_ms: 3_600_000,
+    })
+}
+
+fn assert_clean(r: &Report, jobs: u64) {
+    assert_eq!(r.done, jobs, "{}", r.summary());
+    assert_eq!(r.duplicate_creates, 0, "{}", r.summary());
+    assert_eq!(r.rate_limited, 0, "{}", r.summary());
+}
+
+/// 1% of answers lost: each was given up after about a second (not the 15 s timeout), tried
+/// again with its key, and held neither its slot nor the other slots' pacing meanwhile. Before:
+/// 0.19 of the limit at 20 a second, 0.15 at 100.
+#[test]
+fn one_percent_of_answers_lost_keeps_nine_tenths_of_the_limit() {
+    for seed in 1..=3 {
+        for (limit, jobs) in [(20, 600), (100, 2_000)] {
+            let server = ServerModel {
+                lost_response_rate: 0.01,
+                ..ServerModel::default()
+            };
+            let r = run(seed, limit, jobs, budget(limit, 4), server);
+            assert_clean(&r, jobs as u64);
+            assert!(r.max_arrivals_in_window <= limit, "{}", r.summary());
+            assert!(
+                r.share_of_limit >= 0.9,
+                "limit {limit}, seed {seed}: {}",
+                r.summary()
+            );
+        }
+    }
+}
+
+/// A server that answers 1% of requests 2 s late (and applies them). Given up at the
+/// estimated timeout (1 s: no answer that slow was ever seen, and one given up is not
+/// measured), each slow answer costs one request more, sent with the same idempotency key:
+/// the server applies it once. That is the price of giving lost answers up in a second, and
+/// it stays that: no job fails, no record is made twice, no slot or pacing is held, and the
+/// share stays at 0.9 of the limit or more.
+#[test]
+fn a_slow_but_answering_server_costs_one_request_per_slow_answer_and_no_record_twice() {
+    for seed in 1..=3 {
+        let server = ServerModel {
+            slow_rate: 0.01,
+            slow_ms: 2_000,
+            ..ServerModel::default()
+        };
+        let r = run(seed, 20, 600, budget(20, 4), server);
+        assert_clean(&r, 600);
+        assert!(r.requests <= 612, "seed {seed}: {}", r.summary());
+        assert!(r.share_of_limit >= 0.9, "seed {seed}: {}", r.summary());
+    }
+}
+
+/// 1% of requests hang for 20 s (beyond the 15 s timeout): the other slots keep the rate,
+/// paced or not. Before: 0.25 of the limit paced (arrivals stopped for the whole timeout),
+/// 16-18 a second of 20 without pacing.
+#[test]
+fn hung_requests_do_not_stall_the_other_slots() {
+    for seed in 1..=3 {
+        let server = ServerModel {
+            slow_rate: 0.01,
+            slow_ms: 20_000,
+            ..ServerModel::default()
+        };
+        for pacing in [true, false] {
+            let config = BudgetConfig {
+                pacing,
+                ..budget(20, 4)
+            };
+            let r = run(seed, 20, 600, config, server.clone());
+            assert_clean(&r, 600);
+            assert!(r.max_arrivals_in_window <= 20, "{}", r.summary());
+            assert!(
+                r.share_of_limit >= 0.9,
+                "seed {seed}, pacing {pacing}: {}",
+                r.summary()
+            );
+        }
+    }
+}
+
+/// One request that is never answered, the others answered in 30 ms: starts go on at the
+/// limit while it hangs, and the status says a request is overdue.
+#[test]
+fn one_hung_request_leaves_the_others_at_the_limit_and_the_status_says_so() {
+    let mut e = Engine::new(
+        EngineConfig {
+            budgets: vec![budget(20, 4)],
+            ..EngineConfig::default()
+        },
+        Rng::seeded(1),
+    )
+    .unwrap();
+    for spec in sim::bulk_creates("api", 400, 0).specs {
+        e.enqueue(spec, 0).unwrap();
+    }
+    let mut pending: Vec<(u64, String)> = Vec::new();
+    let mut starts: Vec<u64> = Vec::new();
+    let mut hung: Option<String> = None;
+    let mut saw_overdue = false;
+    for now in 0..10_000u64 {
+        e.handle_timeout(now);
+        while let Some(t) = e.poll_transmit(now) {
+            starts.push(now);
+            if t.save_first {
+                e.on_sent(&t.job_id, now);
+            }
+            // The 100th start hangs: no answer, ever.
+            if starts.len() == 100 {
+                hung = Some(t.job_id.clone());
+            } else {
+                pending.push((now + 30, t.job_id.clone()));
+            }
+        }
+        let (due, rest): (Vec<_>, Vec<_>) = pending.into_iter().partition(|(at, _)| *at <= now);
+        pending = rest;
+        for (_, id) in due {
+            let response = Response {
+                status: 201,
+                headers: vec![],
+                body: "{}".into(),
+            };
+            e.on_response(&id, response, now);
+        }
+        let changes = e.take_changes();
+        e.on_saved(changes.save);
+        if hung.is_some() && now % 100 == 0 {
+            let status = e.snapshot(now);
+            saw_overdue |= status.budgets[0].overdue.is_some();
+        }
+    }
+    let hung_at = starts[99];
+    // The 4 s after the hang (while it is still unanswered) hold about 80 starts.
+    let after = starts
+        .iter()
+        .filter(|&&t| t > hung_at + 500 && t <= hung_at + 4_500)
+        .count();
+    assert!(after >= 72, "{after} starts in the 4 s after a hang");
+    assert!(saw_overdue, "the status never said a request was overdue");
+    let _ = hung;
+}
+
+/// nginx's `limit_req rate=20r/s` without burst, answering a bare 429: the first request's
+/// preflight makes the second arrive 30 ms after it, inside the 50 ms nginx allows. That 429
+/// is not read as other callers spending the quota (before: 1 a second for 17 minutes); the
+/// budget pauses a second (our default, and says so), spaces its starts strictly, and runs at
+/// 0.9 of the limit or more from a few seconds on.
+#[test]
+fn an_early_bare_429_from_a_server_without_burst_is_recovered_from_in_seconds() {
+    for algorithm in [Algorithm::Gcra, Algorithm::SlidingLog] {
+        for seed in 1..=3 {
+            let server = ServerModel {
+                no_burst: true,
+                first_extra_ms: 30,
+                headers: HeaderStyle::None,
+                retry_after: RetryAfterForm::None,
+                ..ServerModel::default()
+            };
+            let config = BudgetConfig {
+                algorithm,
+                ..budget(20, 4)
+            };
+            let r = run(seed, 20, 600, config, server);
+            assert_eq!(r.done, 600, "{}", r.summary());
+            assert!(r.rate_limited <= 2, "{algorithm:?} {seed}: {}", r.summary());
+            // From 5 s on: starts per second against the limit.
+            let later: Vec<u64> = r.starts.iter().copied().filter(|&t| t >= 5_000).collect();
+            let span = later.last().copied().unwrap_or(5_000).saturating_sub(5_000);
+            let rate = later.len() as f64 / (span.max(1) as f64 / 1_000.0) / 20.0;
+            assert!(
+                rate >= 0.9,
+                "{algorithm:?} {seed}: {rate:.3}: {}",
+                r.summary()
+            );
+        }
+    }
+}
+
+/// A belief about others learned from 429s alone gives our share back in a minute of
+/// sending, not in a thousand windows' worth of our (by then few) starts: two refusals of the
+/// second request of a window, close together, leave us 1 start of 20 a second (the first is
+/// put down to our timing, the second to others); a minute later we have more than half back.
+#[test]
+fn a_belief_about_others_from_429s_fades_in_seconds() {
+    let config = budget(20, 4);
+    let retry = RetryConfig::default();
+    let mut s = BudgetState::new(&config, &retry).unwrap();
+    for round in 0..2u64 {
+        let at = 3_000 * round;
+        s.record_start(at, false, &retry);
+        s.record_start(at + 30, false, &retry);
+        s.observe_rate_limited(at + 30, None, at + 60);
+    }
+    let learned = s.others;
+    assert!(learned >= 15.0, "{learned}");
+    // Sending at what is left, one start a second, for 60 s.
+    let mut now = 10_000;
+    while now < 70_000 {
+        s.record_start(now, false, &retry);
+        now += 1_000;
+    }
+    assert!(
+        s.others <= learned * 0.55,
+        "{learned} -> {} after a minute",
+        s.others
+    );
+}
+
+/// The pause after a 429 says whose wait it is: a bare 429 named none, and "the server asked
+/// to wait 1 s" had a person look for a Retry-After that was not there.
+#[test]
+fn the_pause_reason_says_when_the_wait_is_our_default() {
+    for (headers, said) in [
+        (
+            vec![],
+            "HTTP 429 without Retry-After: pausing 1 s (our default)",
+        ),
+        (
+            vec![("Retry-After".to_string(), "3".to_string())],
+            "the server asked to wait 3 s (HTTP 429)",
+        ),
+    ] {
+        let mut e = Engine::new(
+            EngineConfig {
+                budgets: vec![budget(20, 4)],
+                ..EngineConfig::default()
+            },
+            Rng::seeded(1),
+        )
+        .unwrap();
+        let spec = sim::bulk_creates("api", 1, 0).specs.remove(0);
+        e.enqueue(spec, 0).unwrap();
+        let t = e.poll_transmit(0).unwrap();
+        let response = Response {
+            status: 429,
+            headers,
+            body: String::new(),
+        };
+        e.on_response(&t.job_id, response, 40);
+        let status = e.snapshot(50);
+        assert_eq!(status.budgets[0].pause_reason.as_deref(), Some(said));
+    }
+}
+
+/// A fixed window keeps its margin in time (no start in the last `margin` ms before a reset),
+/// not in its count: against a server that counts fixed windows of 20 a second it sends 20 a
+/// window, not 19 (0.951 of the limit before).
+#[test]
+fn a_fixed_window_keeps_its_margin_in_time_not_a_request_a_window() {
+    for seed in 1..=3 {
+        let server = ServerModel {
+            fixed_windows: true,
+            headers: HeaderStyle::XRateLimit,
+            ..ServerModel::default()
+        };
+        let config = BudgetConfig {
+            algorithm: Algorithm::FixedWindow,
+            ..budget(20, 4)
+        };
+        let r = run(seed, 20, 600, config, server);
+        assert_clean(&r, 600);
+        assert!(r.share_of_limit >= 0.97, "seed {seed}: {}", r.summary());
+    }
+}
