@@ -253,10 +253,6 @@ struct SimulateArgs {
     /// The first request's way there takes this much longer (its CORS preflight goes first).
     #[arg(long, default_value_t = 0)]
     first_extra_ms: u64,
-    /// The server counts fixed windows (reset on multiples of the length) instead of sliding
-    /// ones: what --algorithm fixed-window is for.
-    #[arg(long)]
-    fixed_server: bool,
     /// Requests per second other callers spend from the same quota.
     #[arg(long, default_value_t = 0.0)]
     other_callers: f64,
@@ -363,7 +359,6 @@ fn simulate(args: SimulateArgs) -> Result<(), MainError> {
         slow_ms: args.slow_ms,
         no_burst: args.no_burst,
         first_extra_ms: args.first_extra_ms,
-        fixed_server: args.fixed_server,
         other_callers_per_s: args.other_callers,
         configured_limit: args.configured_limit,
         target_utilization: args.target_utilization,

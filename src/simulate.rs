@@ -38,8 +38,6 @@ pub struct SimulateOptions {
     pub no_burst: bool,
     /// The first request's way there is this much longer (`--first-extra-ms`: its preflight).
     pub first_extra_ms: u64,
-    /// The server counts fixed windows (`--fixed-server`) rather than sliding ones.
-    pub fixed_server: bool,
     pub other_callers_per_s: f64,
     /// The limit the engine is told (defaults to the server's real one).
     pub configured_limit: Option<u32>,
@@ -74,7 +72,6 @@ impl Default for SimulateOptions {
             slow_ms: 2_000,
             no_burst: false,
             first_extra_ms: 0,
-            fixed_server: false,
             other_callers_per_s: 0.0,
             configured_limit: None,
             configured_windows: None,
@@ -292,7 +289,6 @@ pub fn scenario(o: &SimulateOptions) -> Result<Scenario, String> {
             slow_ms: o.slow_ms,
             no_burst: o.no_burst,
             first_extra_ms: o.first_extra_ms,
-            fixed_windows: o.fixed_server,
             other_callers_per_s: o.other_callers_per_s,
             ..ServerModel::default()
         },

@@ -88,10 +88,6 @@ pub struct ServerModel {
     /// The first request's way there takes this much longer (its CORS preflight goes first).
     #[serde(default)]
     pub first_extra_ms: DurationMs,
-    /// The server counts fixed windows (on multiples of each length since the epoch) rather
-    /// than sliding ones: a count that resets at each boundary.
-    #[serde(default)]
-    pub fixed_windows: bool,
     /// How far the client's clock runs ahead of the server's.
     pub client_clock_ahead_ms: i64,
     /// Further windows the server enforces together with `limit` per `window_ms` (10 per second
@@ -130,7 +126,6 @@ impl Default for ServerModel {
             slow_ms: 0,
             no_burst: false,
             first_extra_ms: 0,
-            fixed_windows: false,
             client_clock_ahead_ms: 0,
             extra_windows: vec![],
         }
@@ -528,18 +523,8 @@ pub fn run(scenario: &Scenario) -> Report {
             Event::Arrive(id) => {
                 let server_now = now;
                 our_attempts.push(server_now);
-                // A sliding window forgets an arrival a window after it; a fixed one at its
-                // window's end.
-                let window_start = |w: &Window| server_now - server_now % w.length_ms;
                 for (log, w) in server_logs.iter_mut().zip(&windows) {
-                    let gone = |t: Millis| {
-                        if server.fixed_windows {
-                            t < window_start(w)
-                        } else {
-                            t + w.length_ms <= server_now
-                        }
-                    };
-                    while log.front().is_some_and(|&t| gone(t)) {
+                    while log.front().is_some_and(|&t| t + w.length_ms <= server_now) {
                         log.pop_front();
                     }
                 }
@@ -548,9 +533,6 @@ pub fn run(scenario: &Scenario) -> Report {
                 // its limit drops out (others may have filled it past the limit).
                 let room_in = |log: &VecDeque<Millis>, w: &Window| {
                     let over_by = log.len().checked_sub(w.limit as usize)?;
-                    if server.fixed_windows {
-                        return Some(window_start(w) + w.length_ms - server_now);
-                    }
                     log.get(over_by)
                         .map(|&t| (t + w.length_ms).saturating_sub(server_now))
                 };
@@ -643,13 +625,10 @@ pub fn run(scenario: &Scenario) -> Report {
                     .zip(&windows)
                     .map(|(log, w)| {
                         let remaining = w.limit.saturating_sub(log.len() as u32);
-                        let reset_ms = if server.fixed_windows {
-                            window_start(w) + w.length_ms - server_now
-                        } else {
-                            log.front()
-                                .map_or(0, |&t| (t + w.length_ms).saturating_sub(server_now))
-                        };
-                        let reset_s = reset_ms.div_ceil(1000);
+                        let reset_s = log
+                            .front()
+                            .map_or(0, |&t| (t + w.length_ms).saturating_sub(server_now))
+                            .div_ceil(1000);
                         (*w, remaining, reset_s)
                     })
                     .collect();

@@ -276,24 +276,3 @@ fn the_pause_reason_says_when_the_wait_is_our_default() {
         assert_eq!(status.budgets[0].pause_reason.as_deref(), Some(said));
     }
 }
-
-/// A fixed window keeps its margin in time (no start in the last `margin` ms before a reset),
-/// not in its count: against a server that counts fixed windows of 20 a second it sends 20 a
-/// window, not 19 (0.951 of the limit before).
-#[test]
-fn a_fixed_window_keeps_its_margin_in_time_not_a_request_a_window() {
-    for seed in 1..=3 {
-        let server = ServerModel {
-            fixed_windows: true,
-            headers: HeaderStyle::XRateLimit,
-            ..ServerModel::default()
-        };
-        let config = BudgetConfig {
-            algorithm: Algorithm::FixedWindow,
-            ..budget(20, 4)
-        };
-        let r = run(seed, 20, 600, config, server);
-        assert_clean(&r, 600);
-        assert!(r.share_of_limit >= 0.97, "seed {seed}: {}", r.summary());
-    }
-}

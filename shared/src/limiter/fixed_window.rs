@@ -5,12 +5,8 @@
 //! just after it put `2 * limit` starts in one sliding window; that is fine for a server that
 //! counts the same fixed windows, and the reason it is not the default.
 //!
-//! Its margin cannot stretch the length: the boundaries must stay on the server's grid (the
-//! limiter's module docs, under "Margins", say why). It is kept in time instead: nothing starts
-//! in the last `margin` ms before a reset (the `blackout`), since a start then may arrive after
-//! it and be counted in the next window. It once came out of the count (at most
-//! `floor(limit * (1 - margin / length))` per window), which on 20 a second with a 20 ms margin
-//! was 19 of 20: 0.95 of the limit, where the blackout costs 2% of the time.
+//! Its margin comes out of the count, not the length: the boundaries must stay on the server's
+//! grid (the limiter's module docs, under "Margins", say why).
 
 use std::collections::VecDeque;
 
@@ -33,40 +29,12 @@ pub(super) struct FixedState {
     end: Millis,
     count: u32,
     pacer: Option<Pacer>,
-    /// The last milliseconds before each reset in which nothing starts (the margin).
-    #[serde(default)]
-    blackout: DurationMs,
 }
 
 impl FixedState {
-    /// A fresh window state whose last `margin` ms before each reset allow no start (at most
-    /// half the window).
-    pub(super) fn with_blackout(margin: DurationMs, length: DurationMs) -> Self {
-        FixedState {
-            blackout: margin.min(length / 2),
-            ..FixedState::default()
-        }
-    }
-
-    pub(super) fn blackout(&self) -> DurationMs {
-        self.blackout
-    }
-
-    /// The first instant at or after `now` from which a start is allowed: when the count has
-    /// room (or the window reset) and the pacer allows, moved to the next reset if it falls in
-    /// the blackout before one.
-    pub(super) fn earliest(&self, limit: u32, length: DurationMs, now: Millis) -> Millis {
+    pub(super) fn earliest(&self, limit: u32) -> Millis {
         let full = if self.count >= limit { self.end } else { 0 };
-        let at = full.max(self.pacer.map_or(0, |p| p.earliest())).max(now);
-        if self.blackout == 0 || length == 0 {
-            return at;
-        }
-        let reset = window_end(at, length, self.phase);
-        if at.saturating_add(self.blackout) >= reset {
-            reset
-        } else {
-            at
-        }
+        full.max(self.pacer.map_or(0, |p| p.earliest()))
     }
 
     pub(super) fn record(&mut self, length: DurationMs, at: Millis) {
@@ -102,16 +70,10 @@ impl FixedState {
 
     /// The same boundaries and pacing on a window of another `length`, its count taken afresh
     /// from the recorded starts.
-    pub(super) fn retuned(
-        &self,
-        length: DurationMs,
-        starts: &VecDeque<Millis>,
-        blackout: DurationMs,
-    ) -> Self {
+    pub(super) fn retuned(&self, length: DurationMs, starts: &VecDeque<Millis>) -> Self {
         let mut fixed = FixedState {
             phase: self.phase % length,
             pacer: self.pacer,
-            blackout,
             ..FixedState::default()
         };
         fixed.refit(length, starts);

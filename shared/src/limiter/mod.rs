@@ -449,22 +449,10 @@ impl Limiter {
             _ => now,
         };
         let paced = paced.max(shared).max(strict);
-        // Every meter allows a start from its instant on, except a fixed window's blackout
-        // before each reset: a later instant another meter asks for may fall in one, and then
-        // it moves on to that reset. Each pass moves only later; a pass that moves nothing ends.
-        let mut at = now.max(paced);
-        for _ in 0..=self.meters.len() {
-            let next = self
-                .meters
-                .iter()
-                .map(|m| m.earliest(&self.starts, at))
-                .fold(at, Millis::max);
-            if next == at {
-                break;
-            }
-            at = next;
-        }
-        at
+        self.meters
+            .iter()
+            .map(|m| m.earliest(&self.starts))
+            .fold(now.max(paced), Millis::max)
     }
 
     /// Counts a start at `at` (never earlier than the last recorded start).
@@ -752,8 +740,10 @@ impl Meter {
         let stretched = stretch(window.length_ms, utilization)
             .saturating_add(margin)
             .min(MAX_LENGTH_MS);
-        // A fixed window keeps its margin in time: nothing starts in the last `margin` ms
-        // before a reset, since a start then may be counted after it (see `fixed_window`).
+        // A fixed window leaves the margin's share of its count: starts made that long before
+        // its reset may be counted after it.
+        let margin_share = margin.min(window.length_ms) as f64 / window.length_ms as f64;
+        let fixed_utilization = utilization.min(1.0 - margin_share).max(f64::MIN_POSITIVE);
         let (limit, length, state) = match algorithm {
             Algorithm::SlidingLog => (window.limit, stretched, State::Log(LogState::default())),
             Algorithm::TokenBucket => (
@@ -763,9 +753,9 @@ impl Meter {
             ),
             Algorithm::Gcra => (window.limit, stretched, State::Gcra(GcraState::default())),
             Algorithm::FixedWindow => (
-                shrink(window.limit, utilization),
+                shrink(window.limit, fixed_utilization),
                 window.length_ms.min(MAX_LENGTH_MS),
-                State::Fixed(FixedState::with_blackout(margin, window.length_ms)),
+                State::Fixed(FixedState::default()),
             ),
         };
         Self {
@@ -775,16 +765,14 @@ impl Meter {
         }
     }
 
-    /// From this instant on (until the next start), this window allows one more start; for a
-    /// fixed window, from the first instant at or after `now` (its last milliseconds before a
-    /// reset allow none).
-    fn earliest(&self, starts: &VecDeque<Millis>, now: Millis) -> Millis {
+    /// From this instant on (until the next start), this window allows one more start.
+    fn earliest(&self, starts: &VecDeque<Millis>) -> Millis {
         let (limit, length) = (self.limit, self.length);
         match &self.state {
             State::Log(log) => log.earliest(limit, length, starts),
             State::Bucket(bucket) => bucket.earliest(limit, length),
             State::Gcra(gcra) => gcra.earliest(limit, length),
-            State::Fixed(fixed) => fixed.earliest(limit, length, now),
+            State::Fixed(fixed) => fixed.earliest(limit),
         }
     }
 
@@ -820,13 +808,7 @@ impl Meter {
                 let last = starts.back().copied().unwrap_or(0);
                 State::Gcra(gcra.retuned(self.limit, self.length, limit, length, last))
             }
-            State::Fixed(fixed) => {
-                let blackout = match &fresh.state {
-                    State::Fixed(f) => f.blackout(),
-                    _ => 0,
-                };
-                State::Fixed(fixed.retuned(length, starts, blackout))
-            }
+            State::Fixed(fixed) => State::Fixed(fixed.retuned(length, starts)),
         };
         Meter {
             limit,
@@ -1159,7 +1141,7 @@ mod tests {
         r#"{"algorithm":"sliding-log","windows":[{"limit":2,"lengthMs":1000},{"limit":3,"lengthMs":10000},{"limit":4,"lengthMs":60000}],"targetUtilization":0.9,"meters":[{"limit":2,"length":1117,"state":{"log":{"floor":[1700000003059,1700000003617],"shift":0}}},{"limit":3,"length":11117,"state":{"log":{"floor":[1700000006206,1700000009912,1700000013617],"shift":0}}},{"limit":4,"length":66672,"state":{"log":{"floor":[],"shift":0}}}],"starts":[1700000000000,1700000001117],"pace":{"next":1700000002500,"frac":0,"step":1117,"per":1,"until":9007199254740991},"headroom":1,"margin":5,"lastSent":1700000001117,"noBurst":false,"arrivalSpread":0}"#,
         r#"{"algorithm":"token-bucket","windows":[{"limit":2,"lengthMs":1000},{"limit":3,"lengthMs":10000},{"limit":4,"lengthMs":60000}],"targetUtilization":0.9,"meters":[{"limit":2,"length":1117,"state":{"bucket":{"tokens":0,"partial":0,"at":1700000002500}}},{"limit":3,"length":11117,"state":{"bucket":{"tokens":0,"partial":0,"at":1700000002500}}},{"limit":4,"length":66672,"state":{"bucket":{"tokens":2,"partial":4468,"at":1700000001117}}}],"starts":[1700000000000,1700000001117],"pace":{"next":1700000002500,"frac":0,"step":1117,"per":1,"until":9007199254740991},"headroom":1,"margin":5,"lastSent":1700000001117,"noBurst":false,"arrivalSpread":0}"#,
         r#"{"algorithm":"gcra","windows":[{"limit":2,"lengthMs":1000},{"limit":3,"lengthMs":10000},{"limit":4,"lengthMs":60000}],"targetUtilization":0.9,"meters":[{"limit":2,"length":1117,"state":{"gcra":{"tat":1700000003617,"tatFrac":0}}},{"limit":3,"length":11117,"state":{"gcra":{"tat":1700000013617,"tatFrac":0}}},{"limit":4,"length":66672,"state":{"gcra":{"tat":1700000033336,"tatFrac":0}}}],"starts":[1700000000000,1700000001117],"pace":{"next":1700000002500,"frac":0,"step":1117,"per":1,"until":9007199254740991},"headroom":1,"margin":5,"lastSent":1700000001117,"noBurst":false,"arrivalSpread":0}"#,
-        r#"{"algorithm":"fixed-window","windows":[{"limit":2,"lengthMs":1000},{"limit":3,"lengthMs":10000},{"limit":4,"lengthMs":60000}],"targetUtilization":0.9,"meters":[{"limit":1,"length":1000,"state":{"fixed":{"phase":777,"end":1700000001777,"count":1,"pacer":{"next":1700000003500,"frac":0,"step":1000,"per":1,"until":1700000003500},"blackout":5}}},{"limit":2,"length":10000,"state":{"fixed":{"phase":777,"end":1700000010777,"count":1,"pacer":{"next":1700000007500,"frac":0,"step":10000,"per":2,"until":1700000012500},"blackout":5}}},{"limit":3,"length":60000,"state":{"fixed":{"phase":20777,"end":1700000060777,"count":1,"pacer":null,"blackout":5}}}],"starts":[1700000000000,1700000001000],"pace":{"next":1700000002500,"frac":0,"step":1000,"per":1,"until":9007199254740991},"headroom":1,"margin":5,"lastSent":1700000001000,"noBurst":false,"arrivalSpread":0}"#,
+        r#"{"algorithm":"fixed-window","windows":[{"limit":2,"lengthMs":1000},{"limit":3,"lengthMs":10000},{"limit":4,"lengthMs":60000}],"targetUtilization":0.9,"meters":[{"limit":1,"length":1000,"state":{"fixed":{"phase":777,"end":1700000001777,"count":1,"pacer":{"next":1700000003500,"frac":0,"step":1000,"per":1,"until":1700000003500}}}},{"limit":2,"length":10000,"state":{"fixed":{"phase":777,"end":1700000010777,"count":1,"pacer":{"next":1700000007500,"frac":0,"step":10000,"per":2,"until":1700000012500}}}},{"limit":3,"length":60000,"state":{"fixed":{"phase":20777,"end":1700000060777,"count":1,"pacer":null}}}],"starts":[1700000000000,1700000001000],"pace":{"next":1700000002500,"frac":0,"step":1000,"per":1,"until":9007199254740991},"headroom":1,"margin":5,"lastSent":1700000001000,"noBurst":false,"arrivalSpread":0}"#,
     ];
 
     #[test]
