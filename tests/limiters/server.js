@@ -11,8 +11,8 @@
 //   rlf           rate-limiter-flexible's RateLimiterMemory with the headers its README suggests
 //
 // It listens on 127.0.0.1 at a free port and prints `listening http://127.0.0.1:PORT` first;
-// then one line per answered request, `answered STATUS METHOD PATH`, which the test counts
-// (a limiter's 429s never reach the backend).
+// then one line per answered request, `answered STATUS METHOD PATH SECONDS` (Unix time, as
+// nginx's $msec), which the test counts (a limiter's 429s never reach the backend).
 
 'use strict';
 
@@ -36,7 +36,8 @@ const app = express();
 // One line per answered request, preflights included (marked by their method).
 app.use((req, res, next) => {
   res.on('finish', () => {
-    process.stdout.write(`answered ${res.statusCode} ${req.method} ${req.originalUrl}\n`);
+    const at = (Date.now() / 1000).toFixed(3);
+    process.stdout.write(`answered ${res.statusCode} ${req.method} ${req.originalUrl} ${at}\n`);
   });
   next();
 });
