@@ -103,6 +103,17 @@ limiter_test!(
 );
 
 limiter_test!(
+    /// nginx without burst, Sluice on GCRA as the burst case maps it: a burst of one, so one
+    /// per 50 ms. What a user who reads "no burst" as GCRA's burst tolerance writes.
+    nginx_without_burst_as_one_per_50_ms_at_its_rate,
+    Case {
+        limiter: Limiter::Nginx { burst: 0 },
+        budget: "algorithm: 'gcra', windows: [{ limit: 1, lengthMs: 50 }]",
+        told: Told::TheLimit,
+    }
+);
+
+limiter_test!(
     /// nginx `limit_req rate=20r/s burst=5 nodelay`, Sluice on GCRA with that burst: 6 per
     /// 300 ms.
     nginx_with_burst_at_its_rate,
