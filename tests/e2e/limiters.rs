@@ -262,7 +262,11 @@ async fn counting_backend() -> (SocketAddr, ApiHandle) {
 
 async fn measure(name: &str, case: &Case) {
     let (backend_addr, backend) = counting_backend().await;
-    let limiter = LimiterProcess::start(case.limiter, backend_addr);
+    // Starting it waits for its readiness (up to 10 s), off the runtime's two threads.
+    let kind = case.limiter;
+    let limiter = tokio::task::spawn_blocking(move || LimiterProcess::start(kind, backend_addr))
+        .await
+        .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()));
     let Some(h) = Harness::start_with(
         name,
         Options::default().exclusive().also_allow(&limiter.origin),
