@@ -378,6 +378,16 @@ fn logged_creates(limiter: &LimiterProcess) -> usize {
         .count()
 }
 
+/// Arrivals (ms) per second, first to last: intervals over the time they took.
+fn rate_of(arrivals_ms: &[f64]) -> f64 {
+    match (arrivals_ms.first(), arrivals_ms.last()) {
+        (Some(first), Some(last)) if last > first => {
+            (arrivals_ms.len() - 1) as f64 * 1000.0 / (last - first)
+        }
+        _ => 0.0,
+    }
+}
+
 /// What a case measured, at the backend and at the limiter.
 struct Figures {
     /// Creates applied at the backend.
@@ -392,6 +402,9 @@ struct Figures {
     span_s: f64,
     /// `rate` over the nominal [`RATE`]: 1.0 is one create per 1/RATE s all the way.
     share: f64,
+    /// The same over the second half of the creates only: a pause at the start (a 429's) and
+    /// a rate that stays low tell apart here.
+    second_half_share: f64,
     replays: usize,
     /// Each create applied so far was applied once, by its key.
     applied_once: bool,
@@ -421,11 +434,8 @@ impl Figures {
             (Some(first), Some(last)) => (last - first) / 1000.0,
             _ => 0.0,
         };
-        let rate = if span_s > 0.0 {
-            posts.len().saturating_sub(1) as f64 / span_s
-        } else {
-            0.0
-        };
+        let rate = rate_of(&posts);
+        let second_half_share = rate_of(&posts[posts.len() / 2..]) / f64::from(RATE);
         let stats = backend.stats();
         let by_key = backend.applied_creates_by_key();
         Figures {
@@ -436,6 +446,7 @@ impl Figures {
             rate,
             span_s,
             share: rate / f64::from(RATE),
+            second_half_share,
             replays: stats.replays,
             // Of those applied so far (a run that stalled is reported too).
             applied_once: stats.duplicate_creates == 0
@@ -457,7 +468,8 @@ impl Figures {
         }
         format!(
             "{} of {JOBS} creates applied, 429s {} (at {} s), share of the nominal {RATE}/s \
-             {:.3} ({:.2}/s over {:.2} s), applied once {}, replays {}, preflights {}",
+             {:.3} ({:.2}/s over {:.2} s; second half {:.3}), applied once {}, replays {}, \
+             preflights {}",
             self.applied,
             self.rejected,
             if at.is_empty() {
@@ -468,6 +480,7 @@ impl Figures {
             self.share,
             self.rate,
             self.span_s,
+            self.second_half_share,
             if self.applied_once { "yes" } else { "NO" },
             self.replays,
             self.preflights
