@@ -793,14 +793,6 @@ fn ready_probe(port: u16) -> bool {
 /// answering 429, in front of `backend`, everything it writes under `prefix`.
 fn nginx_conf(prefix: &Path, port: u16, backend: SocketAddr, burst: u32) -> String {
     let p = prefix.display();
-    // As root, nginx's workers would run as `nobody`, who cannot enter the private temporary
-    // prefix; as anyone else the directive is ignored with a warning, so it is written only then.
-    // SAFETY: geteuid(2) has no preconditions and cannot fail.
-    let user = if unsafe { libc::geteuid() } == 0 {
-        "user root;"
-    } else {
-        ""
-    };
     let burst = if burst > 0 {
         format!(" burst={burst} nodelay")
     } else {
@@ -808,8 +800,10 @@ fn nginx_conf(prefix: &Path, port: u16, backend: SocketAddr, burst: u32) -> Stri
     };
     format!(
         r#"# Written by tests/e2e/limiters.rs for one test.
-{user}
-worker_processes 1;
+# One process, the test's child: killing it on drop leaves nothing behind (a master's workers
+# outlive a master that is killed outright). It serves as its own worker, as the user who ran
+# it, so it needs no `user` to reach this private prefix.
+master_process off;
 pid {p}/nginx.pid;
 error_log {p}/error.log warn;
 events {{ worker_connections 256; }}
