@@ -12,7 +12,8 @@
 //! a visitor meets it (screenshots, the live region, keyboard use, axe-core), in `demo`. The
 //! example app an app developer would make (`examples/vite-app`, the installed package), in
 //! `package`. The core scenarios again in Firefox ESR (no Background Sync: the next visit
-//! resumes), over WebDriver BiDi, in `firefox`.
+//! resumes), over WebDriver BiDi, in `firefox`. Issue 41's real rate limiters (nginx `limit_req`,
+//! express-rate-limit, rate-limiter-flexible) in front of a counting backend, in `limiters`.
 //!
 //! Run: `cargo test --test e2e` (timings and measured figures are printed); `cargo test --test
 //! e2e firefox` runs the Firefox ones. Without Chromium (for those: Firefox, node and `npm ci
@@ -28,6 +29,7 @@ mod firefox;
 mod first_hour;
 mod input;
 mod lifecycle;
+mod limiters;
 mod limits;
 mod ordering;
 mod package;

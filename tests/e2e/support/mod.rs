@@ -198,6 +198,9 @@ pub struct Chromium {
     pub www_copy: bool,
     /// Serve this directory as the site instead of `www/` (an app's built files).
     pub site: Option<PathBuf>,
+    /// Other origins the worker script lets jobs go to (`http://HOST:PORT`): a real rate
+    /// limiter in front of an API, say (see `RigOptions::also_allow`).
+    pub also_allow: Vec<String>,
 }
 
 impl<B: Default> Default for BrowserOptions<B> {
@@ -248,6 +251,12 @@ impl Options {
         self.browser.site = Some(dir);
         self
     }
+
+    /// Lets the worker script send jobs to `origin` too (`http://HOST:PORT`).
+    pub fn also_allow(mut self, origin: &str) -> Self {
+        self.browser.also_allow.push(origin.to_string());
+        self
+    }
 }
 
 /// A test's turn to run: shared by ordinary tests, sole for [`Options::exclusive`] ones.
@@ -295,7 +304,7 @@ pub fn cpu_note(h: &impl BrowserHarness, since: Option<browser::load::CpuSample>
 
 /// Skips (returns false) with a message saying what is missing and how to `install` it, or
 /// panics under CI.
-fn require(ok: bool, what: &str, install: &str) -> bool {
+pub fn require(ok: bool, what: &str, install: &str) -> bool {
     if ok {
         return true;
     }
@@ -486,7 +495,7 @@ impl Harness {
             chromium,
             browser_log: Some(artifacts.join("chromium.log")),
             cross_origin: options.cross_origin,
-            also_allow: Vec::new(),
+            also_allow: options.browser.also_allow,
         })
         .await
         .unwrap_or_else(|e| panic!("starting the server and browser: {e}"));
