@@ -33,7 +33,7 @@ use crate::budget::{BudgetState, Trip};
 use crate::config::{ConfigError, EngineConfig};
 use crate::headers::{read_signal, ServerSignal};
 use crate::id_map::IdMap;
-use crate::job::{Job, JobError, JobId, JobOutcome, JobSpec, JobState};
+use crate::job::{Job, JobError, JobId, JobKind, JobOutcome, JobSpec, JobState};
 use crate::preflight::needs_preflight;
 use crate::protocol::ProtocolError;
 use crate::random::{uuid_v4_from, IdentifierSource, Rng};
@@ -665,9 +665,11 @@ impl Engine {
         }
         self.unplace(&id);
         let retry_config = self.config.retry.clone();
+        let resend_is_safe = self.table.get(&id).is_some_and(may_resend_early);
         let timeout_ms = self
             .budgets
             .get(&budget_name)
+            .filter(|_| resend_is_safe)
             .map_or(retry_config.timeout_ms, |b| {
                 b.attempt_timeout(&id, retry_config.timeout_ms)
             });
@@ -1456,4 +1458,24 @@ pub fn validate_url(url: &str) -> Result<(), ProtocolError> {
         return Err(invalid("has no host"));
     }
     Ok(())
+}
+
+/// Whether an attempt may be given up at the timeout learned from round trips (see `rto`) and
+/// sent again while the first may still be on its way: only when a second arrival cannot apply
+/// the job twice. A create carries one idempotency key for all its attempts, and GET, HEAD,
+/// PUT, DELETE and OPTIONS are idempotent by HTTP's definition. Anything else (a PATCH, a custom
+/// POST) waits for the configured `retry.timeoutMs`: an answer that is only slow must not make
+/// the server apply it twice.
+fn may_resend_early(job: &Job) -> bool {
+    if job.kind == JobKind::Create {
+        return true;
+    }
+    let method = if job.method.is_empty() {
+        "GET"
+    } else {
+        job.method.as_str()
+    };
+    ["GET", "HEAD", "PUT", "DELETE", "OPTIONS"]
+        .iter()
+        .any(|m| method.eq_ignore_ascii_case(m))
 }
