@@ -237,11 +237,13 @@
           current = life;
           return life.glue;
         })
-        .catch((error) => {
+        .catch(async (error) => {
           if (ready === starting) ready = null;
-          // Every event that cannot start the worker says why where a person looks.
+          // Every event that cannot start the worker says why where a person looks, before
+          // its promise settles: a failed install makes this worker redundant, and what it had
+          // not posted by then would be lost.
           console.error('sluice: the worker cannot start:', error);
-          tellPages('cannot-start', error);
+          await tellPages('cannot-start', error);
           throw error;
         });
       ready = starting;
