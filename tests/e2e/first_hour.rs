@@ -14,15 +14,20 @@ use crate::support::{report, BrowserHarness, Harness, Options, PageScript, Tab};
 /// How long the pages below let `register()` wait: the errors must come well before it.
 const CONTROL_TIMEOUT_MS: u64 = 8_000;
 
-/// Serves this build's package under `/sluice/` and `script` as `/sw-first-hour.js`, opens
-/// the test page with that worker and returns the page's `register()` outcome (`ok`, or the
-/// error's `code` and `message`) with how long it took.
+/// Serves `package` under `/sluice/` and `script` as `/sw-first-hour.js`, then
+/// [`open_and_register`].
 async fn register_with(h: &Harness, script: &str, package: &Package) -> (Value, Duration) {
     let site = h.www_dir();
     package
         .write(&site.join("sluice"))
         .expect("write the package");
     std::fs::write(site.join("sw-first-hour.js"), script).expect("the worker script");
+    open_and_register(h).await
+}
+
+/// Opens the test page with `/sw-first-hour.js` as its worker and returns the page's
+/// `register()` outcome (`ok`, or the error's `code` and `message`) with how long it took.
+async fn open_and_register(h: &Harness) -> (Value, Duration) {
     let started = Instant::now();
     let tab: Tab = h
         .open(&format!(
@@ -120,21 +125,10 @@ e2e!(
         let script = "self.SLUICE_CONFIG = { packageUrl: '/sluice/' };\n\
                       importScripts('/sluice/sluice-worker.js');\n";
         std::fs::write(site.join("sw-first-hour.js"), script).expect("the worker script");
-        let started = Instant::now();
-        let tab: Tab = h
-            .open(&format!(
-                "/e2e.html?sw=/sw-first-hour.js&controlTimeoutMs={CONTROL_TIMEOUT_MS}"
-            ))
-            .await;
-        let outcome = tab
-            .eval(
-                "try { await window.sluiceReady; return { ok: true }; }\
-                 catch (e) { return { ok: false, code: e.code, message: String(e.message) }; }",
-            )
-            .await;
+        let (outcome, took) = open_and_register(h).await;
         assert_rejected_with(
             &outcome,
-            started.elapsed(),
+            took,
             &["is not the wasm this sluice-worker.js was built with"],
         );
     }
