@@ -7,6 +7,7 @@
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
+use crate::body_rules::BodyRule;
 use crate::job::Lane;
 use crate::json::{FromJson, ToJson};
 use crate::scope::{Scope, Target};
@@ -62,6 +63,10 @@ pub struct BudgetConfig {
     /// `Access-Control-Max-Age` (capped by the browser: Chromium 2 h), or 5 s when it sends
     /// none. Read only with `count_preflights`.
     pub preflight_max_age_ms: DurationMs,
+    /// What this API says about limits only in an answer's JSON body: "this status and this
+    /// value mean rate limited (or: too many at once), wait this long, the limit is this"
+    /// (see `body_rules`). The first rule that matches decides.
+    pub body_rules: Vec<BodyRule>,
 }
 
 impl Default for BudgetConfig {
@@ -76,6 +81,7 @@ impl Default for BudgetConfig {
             pacing: true,
             count_preflights: false,
             preflight_max_age_ms: crate::preflight::DEFAULT_PREFLIGHT_MAX_AGE_MS,
+            body_rules: vec![],
         }
     }
 }
@@ -225,6 +231,11 @@ impl BudgetConfig {
                 self.name,
                 crate::json::display_f64(self.target_utilization)
             ));
+        }
+        for (i, rule) in self.body_rules.iter().enumerate() {
+            if let Some(problem) = rule.problem() {
+                return err(format!("budget '{}': bodyRules[{i}]: {problem}", self.name));
+            }
         }
         Ok(())
     }

@@ -142,6 +142,26 @@ export interface BudgetConfig {
   countPreflights?: boolean;
   /** The API's Access-Control-Max-Age in ms (default 5000, the browser's without it). */
   preflightMaxAgeMs?: number;
+  /** What the API says about limits only in an answer's JSON body; the first match decides. */
+  bodyRules?: BodyRule[];
+}
+/** "This status and this JSON value mean rate limited (or: too many at once)". */
+export interface BodyRule {
+  /** Statuses whose bodies the rule reads (default: every status). */
+  status?: number[];
+  /** Dot path of the value that says it: "error.code", "errors[0].type". */
+  path: string;
+  /** The value there that means it, compared as text with case ignored (default: any value). */
+  equals?: string;
+  /** "rate-limited" (default): paused and retried as a 429; "concurrency": fewer in flight for
+   * a while, no pause. */
+  means?: "rate-limited" | "concurrency";
+  /** Dot path of how long to wait, in `waitUnit` (default "seconds"). */
+  waitPath?: string;
+  waitUnit?: "seconds" | "milliseconds";
+  /** Dot path of the limit: words ("2 calls per second") or a number per `limitWindowMs`. */
+  limitPath?: string;
+  limitWindowMs?: number;
 }
 export interface EngineConfig {
   budgets?: BudgetConfig[];

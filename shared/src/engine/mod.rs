@@ -29,6 +29,7 @@ mod tally;
 
 use serde::{Deserialize, Serialize};
 
+use crate::body_rules::apply_body_rules;
 use crate::budget::{BudgetState, Trip};
 use crate::config::{ConfigError, EngineConfig};
 use crate::headers::{read_signal, ServerSignal};
@@ -786,12 +787,25 @@ impl Engine {
 
     /// The response to a job's request arrived.
     pub fn on_response(&mut self, id: &str, response: Response, now: Millis) {
-        let signal = read_signal(response.status, &response.headers, now);
+        let mut signal = read_signal(response.status, &response.headers, now);
         let Some((budget_name, trip, _)) = self.take_in_flight(id, now, Some(&signal)) else {
             return;
         };
         let started = trip.started;
         let id: JobId = id.to_string();
+        let said_by_body = self.budgets.get(&budget_name).is_some_and(|b| {
+            apply_body_rules(
+                &b.config.body_rules,
+                response.status,
+                &response.body,
+                &mut signal,
+            )
+        });
+        if signal.concurrency_limited {
+            self.saves.budget_changed(budget_name.clone());
+            self.on_concurrency_refused(&id, &budget_name, now);
+            return;
+        }
         if let Some(b) = self.budgets.get_mut(&budget_name) {
             if let Some(quota) = &signal.quota {
                 // Every start after this request's, in flight or already answered, came after
@@ -810,6 +824,7 @@ impl Engine {
             Verdict::Success => {
                 if let Some(b) = self.budgets.get_mut(&budget_name) {
                     b.state.consecutive_rate_limits = 0;
+                    b.concurrency_cap.on_success(b.config.concurrency, now);
                 }
                 if let Some(job) = self.table.get_mut(&id) {
                     job.attempts += 1;
@@ -849,16 +864,19 @@ impl Engine {
                     }
                     // Say whose wait it is: a bare 429 named none, and a person reading "the
                     // server asked to wait 1 s" would look for a Retry-After that is not there.
+                    let answer = if said_by_body {
+                        format!("HTTP {} whose body says rate limited", response.status)
+                    } else {
+                        format!("HTTP {}", response.status)
+                    };
                     let reason = if signal.retry_after_ms.is_some() {
                         format!(
-                            "the server asked to wait {} (HTTP {})",
-                            human_duration(wait),
-                            response.status
+                            "the server asked to wait {} ({answer})",
+                            human_duration(wait)
                         )
                     } else {
                         format!(
-                            "HTTP {} without Retry-After: pausing {} (our default)",
-                            response.status,
+                            "{answer} without Retry-After: pausing {} (our default)",
                             human_duration(wait)
                         )
                     };
@@ -887,6 +905,27 @@ impl Engine {
                 self.finish(&id, JobState::Failed, Some(error), now);
             }
         }
+    }
+
+    /// The server refused the job's request for concurrency (too many open at once), not for
+    /// its rate: the budget keeps fewer in flight for a while and the job goes back to the
+    /// front of its lane, without a pause and without spending an attempt.
+    fn on_concurrency_refused(&mut self, id: &JobId, budget_name: &str, now: Millis) {
+        let wait = match self.budgets.get_mut(budget_name) {
+            Some(b) => {
+                b.state.counters.rate_limited += 1;
+                let open = b.in_flight.len() + 1;
+                b.concurrency_cap
+                    .on_refused(open, b.config.concurrency, now)
+            }
+            None => 0,
+        };
+        let _ = self.table.transition(id, JobState::Queued);
+        if let Some(job) = self.table.get_mut(id) {
+            job.not_before = job.not_before.max(now.saturating_add(wait));
+        }
+        self.saves.job_changed(id.clone());
+        self.place(id, now);
     }
 
     /// The job's request got no response.

@@ -79,7 +79,8 @@ impl StatusCounters {
             } else {
                 let mut rate = b.state.limiter.sustained_rate_per_ms();
                 if let Some(latency) = b.latency_ms.filter(|l| *l > 0.0) {
-                    rate = rate.min(b.config.concurrency as f64 / latency);
+                    let allowed = b.concurrency_cap.allowed(b.config.concurrency);
+                    rate = rate.min(allowed as f64 / latency);
                 }
                 let wait = blocked.map_or(0, |t| t - now);
                 (rate > 0.0).then(|| wait + (pending as f64 / rate).ceil() as u64)
@@ -136,6 +137,12 @@ impl StatusCounters {
         let mut warnings: Vec<String> = Vec::new();
         let mut notes: Vec<String> = Vec::new();
         for (name, b) in budgets.iter() {
+            // While a server's concurrency refusals hold the cap down, that, not the
+            // configuration, is what limits the pace: say so instead of suggesting more.
+            if let Some(note) = b.concurrency_cap.note(name, b.config.concurrency) {
+                notes.push(note);
+                continue;
+            }
             let busy = b.in_flight.len() as u64 >= u64::from(b.config.concurrency);
             if let (true, Some(latency)) = (busy, b.latency_ms) {
                 let limit = b.state.limiter.sustained_rate_per_ms();

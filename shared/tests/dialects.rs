@@ -1,0 +1,271 @@
+//! Issue 37: what an API says about its limits beyond the usual headers — a body that says
+//! "rate limited" on a 200, a limit said in words, and a refusal of concurrency rather than
+//! rate (Stripe's) — each driven through the engine's public surface with a fake clock.
+
+use sluice_shared::body_rules::{BodyMeaning, BodyRule};
+use sluice_shared::config::{BudgetConfig, EngineConfig, Window};
+use sluice_shared::engine::{Engine, Response, Transmit};
+use sluice_shared::job::{JobKind, JobSpec, JobState, Lane};
+use sluice_shared::random::Rng;
+
+fn budget(limit: u32, concurrency: u32, rules: Vec<BodyRule>) -> BudgetConfig {
+    BudgetConfig {
+        name: "api".into(),
+        windows: vec![Window {
+            limit,
+            length_ms: 1_000,
+        }],
+        concurrency,
+        match_prefixes: vec!["https://api.example/".into()],
+        pacing: false,
+        body_rules: rules,
+        ..BudgetConfig::default()
+    }
+}
+
+fn engine_with(b: BudgetConfig) -> Engine {
+    Engine::new(
+        EngineConfig {
+            budgets: vec![b],
+            ..EngineConfig::default()
+        },
+        Rng::seeded(7),
+    )
+    .expect("a valid configuration")
+}
+
+fn edit(n: usize) -> JobSpec {
+    JobSpec {
+        kind: JobKind::Custom,
+        lane: Lane::Bulk,
+        method: "POST".into(),
+        url: format!("https://api.example/w/api.php?edit={n}"),
+        body: Some(format!("{{\"n\":{n}}}")),
+        ..JobSpec::default()
+    }
+}
+
+fn answer(status: u16, headers: &[(&str, &str)], body: &str) -> Response {
+    Response {
+        status,
+        headers: headers
+            .iter()
+            .map(|(a, b)| (a.to_string(), b.to_string()))
+            .collect(),
+        body: body.into(),
+    }
+}
+
+fn drain(engine: &mut Engine, now: u64) -> Vec<Transmit> {
+    engine.handle_timeout(now);
+    std::iter::from_fn(|| engine.poll_transmit(now)).collect()
+}
+
+fn wiki_rule() -> BodyRule {
+    BodyRule {
+        status: vec![200],
+        path: "error.code".into(),
+        equals: Some("ratelimited".into()),
+        wait_path: Some("error.retryafter".into()),
+        ..BodyRule::default()
+    }
+}
+
+#[test]
+fn a_200_whose_body_says_rate_limited_pauses_the_budget_and_the_job_is_sent_again() {
+    let mut e = engine_with(budget(10, 2, vec![wiki_rule()]));
+    let a = e.enqueue(edit(1), 0).expect("enqueued").id;
+    let b = e.enqueue(edit(2), 0).expect("enqueued").id;
+    let sent = drain(&mut e, 0);
+    assert_eq!(sent.len(), 2);
+    let limited = r#"{"error": {"code": "ratelimited", "info": "slow down", "retryafter": 2}}"#;
+    e.on_response(&sent[0].job_id, answer(200, &[], limited), 20);
+    e.on_response(
+        &sent[1].job_id,
+        answer(200, &[], r#"{"edit": {"result": "Success"}}"#),
+        20,
+    );
+
+    // Not done: the limited edit waits, with no attempt spent, and the status says why.
+    let job = e.job(&a).expect("job a");
+    assert_eq!(job.state, JobState::Queued);
+    assert_eq!(job.attempts, 0, "a rate limit is not an attempt");
+    assert_eq!(e.job(&b).expect("job b").state, JobState::Done);
+    let status = e.snapshot(20);
+    let reason = status.budgets[0].pause_reason.clone().unwrap_or_default();
+    assert!(
+        reason.contains("wait 2 s") && reason.contains("HTTP 200 whose body says rate limited"),
+        "{reason}"
+    );
+    assert_eq!(status.budgets[0].rate_limited, 1);
+    for now in [20, 1_000, 2_000] {
+        assert!(e.poll_transmit(now).is_none(), "paused at {now}");
+    }
+    // The pause ends 2 s after the answer (with the jitter a pause carries); then the edit is
+    // sent again, first.
+    let (at, again) = (2_020..6_000)
+        .step_by(10)
+        .map(|t| (t, drain(&mut e, t)))
+        .find(|(_, sent)| !sent.is_empty())
+        .expect("sent again after the pause");
+    assert_eq!(again[0].job_id, a, "at {at}");
+    e.on_response(
+        &a,
+        answer(200, &[], r#"{"edit": {"result": "Success"}}"#),
+        at + 20,
+    );
+    assert_eq!(e.job(&a).expect("job a").state, JobState::Done);
+}
+
+#[test]
+fn without_a_rule_the_same_answer_is_a_success() {
+    let mut e = engine_with(budget(10, 2, vec![]));
+    let a = e.enqueue(edit(1), 0).expect("enqueued").id;
+    let sent = drain(&mut e, 0);
+    let limited = r#"{"error": {"code": "ratelimited"}}"#;
+    e.on_response(&sent[0].job_id, answer(200, &[], limited), 20);
+    assert_eq!(e.job(&a).expect("job").state, JobState::Done);
+}
+
+#[test]
+fn a_limit_said_in_a_429_body_is_learned_and_kept() {
+    let rule = BodyRule {
+        status: vec![429],
+        path: "errors".into(),
+        limit_path: Some("errors".into()),
+        ..BodyRule::default()
+    };
+    // Told 10 a second; the server says 2 in words.
+    let mut e = engine_with(budget(10, 4, vec![rule]));
+    for n in 0..20 {
+        e.enqueue(edit(n), 0).expect("enqueued");
+    }
+    let sent = drain(&mut e, 0);
+    let words = r#"{"errors": "Exceeded 2 calls per second for api client."}"#;
+    e.on_response(
+        &sent[0].job_id,
+        answer(429, &[("Retry-After", "1")], words),
+        10,
+    );
+    for t in &sent[1..] {
+        e.on_response(&t.job_id, answer(200, &[], "{}"), 10);
+    }
+    // From the pause's end on, no second holds more than 2 starts.
+    let mut starts = Vec::new();
+    let mut now = 1_000;
+    while now < 8_000 {
+        for t in drain(&mut e, now) {
+            starts.push(now);
+            e.on_response(&t.job_id, answer(200, &[], "{}"), now + 5);
+        }
+        now += 5;
+    }
+    assert!(starts.len() >= 10, "it goes on: {} starts", starts.len());
+    for (i, &s) in starts.iter().enumerate() {
+        let in_window = starts[i..].iter().take_while(|&&t| t < s + 1_000).count();
+        assert!(
+            in_window <= 2,
+            "{in_window} starts in the second from {s}: {starts:?}"
+        );
+    }
+}
+
+#[test]
+fn a_concurrency_refusal_pauses_nothing_and_lowers_the_cap_until_answers_succeed() {
+    let mut e = engine_with(budget(100, 4, vec![]));
+    let ids: Vec<_> = (0..400)
+        .map(|n| e.enqueue(edit(n), 0).expect("enqueued").id)
+        .collect();
+    let sent = drain(&mut e, 0);
+    assert_eq!(sent.len(), 4);
+    // Stripe's concurrency limiter refuses the fourth.
+    let refused = answer(
+        429,
+        &[("Stripe-Rate-Limited-Reason", "global-concurrency")],
+        "{}",
+    );
+    e.on_response(&sent[3].job_id, refused, 30);
+    // No pause: a slot is free and the rate is fine, but only 3 may be open now.
+    assert!(e.poll_transmit(31).is_none(), "3 still open: the cap is 3");
+    let status = e.snapshot(31);
+    assert_eq!(status.budgets[0].pause_reason, None);
+    assert!(
+        status.notes.iter().any(|n| n.contains("at most 3 of 4")),
+        "{:?}",
+        status.notes
+    );
+    let job = e.job(&sent[3].job_id).expect("the refused job");
+    assert_eq!(job.state, JobState::Queued);
+    assert_eq!(job.attempts, 0);
+    // An answer frees a slot: the next goes at once.
+    e.on_response(&sent[0].job_id, answer(200, &[], "{}"), 40);
+    let next = drain(&mut e, 40);
+    assert_eq!(next.len(), 1);
+    assert_eq!(next[0].job_id, sent[3].job_id, "the refused job goes first");
+
+    // Answers keep succeeding: after the hold, the cap grows back to 4.
+    let mut open: Vec<String> = vec![
+        sent[1].job_id.clone(),
+        sent[2].job_id.clone(),
+        next[0].job_id.clone(),
+    ];
+    let mut most_open = 0;
+    let mut now = 50;
+    while now < 40_000
+        && ids
+            .iter()
+            .any(|id| e.job(id).is_some_and(|j| j.state != JobState::Done))
+    {
+        if let Some(id) = open.first().cloned() {
+            open.remove(0);
+            e.on_response(&id, answer(200, &[], "{}"), now);
+        }
+        for t in drain(&mut e, now) {
+            open.push(t.job_id);
+        }
+        if now > 12_000 {
+            most_open = most_open.max(open.len());
+        }
+        now += 100;
+    }
+    assert_eq!(most_open, 4, "the cap came back to the configured 4");
+    assert!(e
+        .snapshot(now)
+        .notes
+        .iter()
+        .all(|n| !n.contains("concurrency (")));
+}
+
+#[test]
+fn a_body_rule_can_say_concurrency() {
+    let rule = BodyRule {
+        status: vec![429],
+        path: "error.code".into(),
+        equals: Some("CONCURRENCY_LIMIT_EXCEEDED".into()),
+        means: BodyMeaning::Concurrency,
+        ..BodyRule::default()
+    };
+    let mut e = engine_with(budget(100, 2, vec![rule]));
+    for n in 0..4 {
+        e.enqueue(edit(n), 0).expect("enqueued");
+    }
+    let sent = drain(&mut e, 0);
+    assert_eq!(sent.len(), 2);
+    let body = r#"{"error": {"code": "CONCURRENCY_LIMIT_EXCEEDED"}}"#;
+    e.on_response(&sent[1].job_id, answer(429, &[], body), 10);
+    assert!(e.poll_transmit(10).is_none(), "cap 1, one open");
+    assert_eq!(e.snapshot(10).budgets[0].pause_reason, None);
+    // Refused again with only itself open: it waits a moment, not a loop of refusals.
+    e.on_response(&sent[0].job_id, answer(200, &[], "{}"), 20);
+    let next = drain(&mut e, 20);
+    assert_eq!(next.len(), 1);
+    e.on_response(&next[0].job_id, answer(429, &[], body), 30);
+    let soon: Vec<_> = (31..1_000)
+        .step_by(10)
+        .flat_map(|t| drain(&mut e, t))
+        .collect();
+    assert!(
+        soon.iter().all(|t| t.job_id != next[0].job_id),
+        "a lone refused request waits before it is sent again"
+    );
+}
