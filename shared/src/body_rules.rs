@@ -11,56 +11,10 @@
 //! requests beyond N open at once): that lowers the budget's in-flight cap for a while
 //! (`concurrency_cap`) instead of pausing it.
 
-use serde::{Deserialize, Serialize};
-
-use crate::config::Window;
+use crate::config::{BodyMeaning, BodyRule, WaitUnit, Window};
 use crate::headers::{Quota, ServerSignal};
-use crate::json::{self, FromJson, Json, ToJson};
+use crate::json::{self, Json};
 use crate::time::DurationMs;
-
-/// One "this answer means it" rule of a budget (`bodyRules`).
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, ToJson, FromJson)]
-#[serde(default, rename_all = "camelCase")]
-pub struct BodyRule {
-    /// The statuses whose bodies this rule reads; empty: every status.
-    pub status: Vec<u16>,
-    /// Dot path of the value that says it: `error.code`, `errors.0.type` (or `errors[0].type`).
-    pub path: String,
-    /// The value at `path` that means it, compared with the value's text (`"ratelimited"`,
-    /// `"429"`, `"true"`), ASCII case ignored. Absent: any value at `path` means it.
-    pub equals: Option<String>,
-    /// What a match means.
-    pub means: BodyMeaning,
-    /// Dot path of how long to wait, a number (or a numeric string) in `wait_unit`s.
-    pub wait_path: Option<String>,
-    pub wait_unit: WaitUnit,
-    /// Dot path of the limit: a number of requests per `limit_window_ms`, or a text that says
-    /// it in words ("100 requests per minute", "2 calls per second", "10/s").
-    pub limit_path: Option<String>,
-    /// The window a bare number at `limit_path` counts over.
-    pub limit_window_ms: Option<DurationMs>,
-}
-
-/// What a body rule's match means.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, ToJson, FromJson)]
-#[serde(rename_all = "kebab-case")]
-pub enum BodyMeaning {
-    /// Over the rate limit: paused and retried as a 429 is.
-    #[default]
-    RateLimited,
-    /// Too many requests open at once: the in-flight cap is lowered for a while; the job is
-    /// sent again without a pause and without spending an attempt.
-    Concurrency,
-}
-
-/// The unit of a body's wait.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, ToJson, FromJson)]
-#[serde(rename_all = "kebab-case")]
-pub enum WaitUnit {
-    #[default]
-    Seconds,
-    Milliseconds,
-}
 
 impl BodyRule {
     /// Why this rule can never match, for the configuration check.
@@ -179,6 +133,19 @@ pub fn apply_body_rules(
     true
 }
 
+/// Whether `path` is a dot path this module reads, and why not.
+pub fn check_path(path: &str) -> Result<(), &'static str> {
+    if path.trim().is_empty() {
+        return Err("empty: name a JSON value, e.g. `usage.total_tokens`");
+    }
+    parse_path(path).map(|_| ())
+}
+
+/// The number at `path` in a parsed body (a JSON number or a numeric string).
+pub fn read_number_at(body: &Json, path: &str) -> Option<f64> {
+    number(lookup(body, path)?)
+}
+
 /// One step of a dot path: a member name or an array index.
 #[derive(Debug, PartialEq, Eq)]
 enum Step<'p> {
@@ -248,7 +215,12 @@ fn number(value: &Json) -> Option<f64> {
         Json::U64(n) => Some(*n as f64),
         Json::I64(n) => Some(*n as f64),
         Json::F64(f) => Some(*f),
-        Json::Str(s) => s.trim().parse().ok(),
+        // A numeric string is read by the JSON reader too: `str::parse::<f64>` would add
+        // core's float parser to the worker (the JSON reader has its own; see `json`).
+        Json::Str(s) => match json::parse(s.trim()).ok()? {
+            Json::Str(_) => None,
+            other => number(&other),
+        },
         _ => None,
     }
 }

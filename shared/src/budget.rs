@@ -11,6 +11,7 @@ use crate::headers::Quota;
 use crate::json::{FromJson, ToJson};
 use crate::limiter::Limiter;
 use crate::random::Rng;
+use crate::resources::Resources;
 use crate::time::{DurationMs, Millis};
 
 /// Longest ramp delay after a pause: resuming at a random point of this second spreads the
@@ -106,6 +107,9 @@ pub struct BudgetState {
     /// When a belief learned from 429s last faded (see [`Self::forget_others_slowly`]).
     #[serde(default)]
     pub others_faded_at: Option<Millis>,
+    /// What the budget's other resources (tokens, points) have spent (see `resources`).
+    #[serde(default)]
+    pub resources: Resources,
 }
 
 /// One request's way to the server, as far as we can tell: when it started, and the latest it
@@ -140,6 +144,7 @@ impl BudgetState {
             own_timing_429_at: None,
             others_from_429: false,
             others_faded_at: None,
+            resources: Resources::configured(&config.resources),
         })
     }
 
@@ -148,6 +153,7 @@ impl BudgetState {
     /// starts are replayed into it, so neither a new algorithm nor a new window can allow a
     /// burst on top of requests already made.
     pub fn reconfigure(&mut self, config: &BudgetConfig, now: Millis) -> Result<(), ConfigError> {
+        self.resources.reconfigure(&config.resources);
         let mut fresh = limiter_for(config)?;
         // The wider of the margin measured so far and the initial one: a restored worker has
         // no trips measured (its network may have changed while it was stopped), and a new

@@ -21,6 +21,7 @@ pub mod limiter;
 pub mod preflight;
 pub mod random;
 pub mod request_options;
+pub mod resources;
 pub mod scope;
 pub mod time;
 pub mod windows_text;

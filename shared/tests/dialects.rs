@@ -2,11 +2,13 @@
 //! "rate limited" on a 200, a limit said in words, and a refusal of concurrency rather than
 //! rate (Stripe's) — each driven through the engine's public surface with a fake clock.
 
-use sluice_shared::body_rules::{BodyMeaning, BodyRule};
-use sluice_shared::config::{BudgetConfig, EngineConfig, Window};
+use sluice_shared::config::{
+    BodyMeaning, BodyRule, BudgetConfig, EngineConfig, ResourceConfig, Window,
+};
 use sluice_shared::engine::{Engine, Response, Transmit};
 use sluice_shared::job::{JobKind, JobSpec, JobState, Lane};
 use sluice_shared::random::Rng;
+use sluice_shared::resources::Costs;
 
 fn budget(limit: u32, concurrency: u32, rules: Vec<BodyRule>) -> BudgetConfig {
     BudgetConfig {
@@ -268,4 +270,104 @@ fn a_body_rule_can_say_concurrency() {
         soon.iter().all(|t| t.job_id != next[0].job_id),
         "a lone refused request waits before it is sent again"
     );
+}
+
+fn tokens_budget(per_minute: u32, cost_path: Option<&str>) -> BudgetConfig {
+    BudgetConfig {
+        resources: vec![ResourceConfig {
+            name: "tokens".into(),
+            windows: vec![Window {
+                limit: per_minute,
+                length_ms: 60_000,
+            }],
+            cost_path: cost_path.map(Into::into),
+            ..ResourceConfig::default()
+        }],
+        ..budget(100, 4, vec![])
+    }
+}
+
+fn completion(n: usize, tokens: u64) -> JobSpec {
+    JobSpec {
+        cost: Costs::new([("tokens".to_string(), tokens)]),
+        ..edit(n)
+    }
+}
+
+#[test]
+fn a_job_starts_only_when_its_tokens_fit_the_minute() {
+    let mut e = engine_with(tokens_budget(1_000, None));
+    for n in 0..4 {
+        e.enqueue(completion(n, 300), 0).expect("enqueued");
+    }
+    // Requests allow 4 at once; tokens allow 3 of 300 in 1,000.
+    let first = drain(&mut e, 0);
+    assert_eq!(first.len(), 3);
+    for t in &first {
+        e.on_response(&t.job_id, answer(200, &[], "{}"), 50);
+    }
+    assert!(drain(&mut e, 1_000).is_empty());
+    let status = e.snapshot(1_000);
+    let b = &status.budgets[0];
+    assert_eq!(b.tightest.as_deref(), Some("tokens"));
+    assert_eq!(b.resources[0].used, 900);
+    assert_eq!(b.resources[0].frees_at, 60_000);
+    // The engine's next deadline is when the minute's first 300 leave (a minute, stretched by
+    // the windows' margin for the network's jitter: 20 ms before any trip is measured).
+    let at = e.poll_timeout(1_000).expect("a deadline");
+    assert!((60_000..=60_050).contains(&at), "{at}");
+    assert!(drain(&mut e, at - 1).is_empty());
+    assert_eq!(drain(&mut e, at).len(), 1);
+}
+
+#[test]
+fn the_answer_says_what_a_job_really_spent() {
+    let mut e = engine_with(tokens_budget(1_000, Some("usage.total_tokens")));
+    for n in 0..6 {
+        e.enqueue(completion(n, 400), 0).expect("enqueued");
+    }
+    let first = drain(&mut e, 0);
+    assert_eq!(first.len(), 2, "two estimates of 400 fit 1,000");
+    for t in &first {
+        e.on_response(
+            &t.job_id,
+            answer(200, &[], r#"{"usage": {"total_tokens": 100}}"#),
+            40,
+        );
+    }
+    // 200 really spent: two more estimates of 400 fit at once.
+    assert_eq!(drain(&mut e, 40).len(), 2);
+}
+
+#[test]
+fn the_servers_token_headers_hold_the_queue_until_its_reset() {
+    let mut e = engine_with(tokens_budget(90_000, None));
+    let t0 = 1_000_000;
+    for n in 0..3 {
+        e.enqueue(completion(n, 1_000), t0).expect("enqueued");
+    }
+    let first = drain(&mut e, t0);
+    assert_eq!(first.len(), 3);
+    // Others spent the minute: 500 tokens left, the count resets in 20 s.
+    let headers = [
+        ("x-ratelimit-limit-tokens", "90000"),
+        ("x-ratelimit-remaining-tokens", "500"),
+        ("x-ratelimit-reset-tokens", "20s"),
+    ];
+    let answered = t0 + 100;
+    e.on_response(&first[0].job_id, answer(200, &headers, "{}"), answered);
+    e.on_response(&first[1].job_id, answer(200, &[], "{}"), answered);
+    e.on_response(&first[2].job_id, answer(200, &[], "{}"), answered);
+    e.enqueue(completion(3, 1_000), answered).expect("enqueued");
+    assert!(
+        drain(&mut e, answered + 100).is_empty(),
+        "1,000 do not fit the 500 left"
+    );
+    let at = e.poll_timeout(answered + 100).expect("a deadline");
+    let reset = answered + 20_000;
+    assert!(
+        (reset..=reset + 50).contains(&at),
+        "free when the server resets ({reset}, plus the margin): {at}"
+    );
+    assert_eq!(drain(&mut e, at).len(), 1);
 }

@@ -15,8 +15,9 @@
 //! The known keys come from each type's own declaration (`StructFields::FIELDS`, written by the
 //! derive), so this module names no field itself: only how the types nest.
 
-use sluice_shared::body_rules::BodyRule;
-use sluice_shared::config::{AgingConfig, BudgetConfig, RetryConfig, Window};
+use sluice_shared::config::{
+    AgingConfig, BodyRule, BudgetConfig, ResourceConfig, RetryConfig, Window,
+};
 use sluice_shared::json::{FromJson, Json, StructFields};
 use sluice_shared::EngineConfig;
 
@@ -56,12 +57,20 @@ const BODY_RULE: Shape = Shape {
     read: read_as::<BodyRule>,
 };
 
+const RESOURCE: Shape = Shape {
+    fields: <ResourceConfig as StructFields>::FIELDS,
+    extra: &[],
+    nested: &[("windows", Nesting::List(&WINDOW))],
+    read: read_as::<ResourceConfig>,
+};
+
 const BUDGET: Shape = Shape {
     fields: <BudgetConfig as StructFields>::FIELDS,
     extra: &[],
     nested: &[
         ("windows", Nesting::List(&WINDOW)),
         ("bodyRules", Nesting::List(&BODY_RULE)),
+        ("resources", Nesting::List(&RESOURCE)),
     ],
     read: read_as::<BudgetConfig>,
 };

@@ -196,6 +196,9 @@ impl Engine {
         for (name, b) in engine.budgets.iter_mut() {
             if b.state.sends_before_saving {
                 b.state.count_unsaved_starts(b.config.concurrency, now);
+                b.state
+                    .resources
+                    .count_unrecorded(&b.config.resources, b.config.concurrency, now);
                 // Counted in memory only: until a save holds them, the next starts are saved
                 // first (the mark is not saved), or a second stop would lose them with
                 // whatever went out unsaved in between.
@@ -451,6 +454,7 @@ impl Engine {
             headers: spec.headers,
             body: spec.body,
             options: spec.options.filter(|o| !o.is_default()),
+            cost: spec.cost,
             idempotency_key: self.new_identifier(),
             state: JobState::Queued,
             attempts: 0,
@@ -649,7 +653,7 @@ impl Engine {
             if !b.has_ready() {
                 continue;
             }
-            match b.next_start_at(now) {
+            match self.start_at(b, now) {
                 Some(t) if t <= now => {}
                 _ => continue,
             }
@@ -680,6 +684,7 @@ impl Engine {
             .is_some_and(|b| b.given_up.iter().any(|(j, _)| *j == id));
         let job = self.table.transition(&id, JobState::Sending)?.ok()?;
         let lane = job.lane;
+        let cost = job.cost.clone();
         if job.started_at.is_none() {
             let wait = now.saturating_sub(job.enqueued_at);
             self.counters.waited(lane, wait);
@@ -707,6 +712,7 @@ impl Engine {
             b.untaken_starts += 1;
         }
         b.state.record_start(now, is_retry, &retry_config);
+        b.state.resources.record(&b.config.resources, &cost, now);
         if b.config.count_preflights
             && needs_preflight(&transmit.method, &transmit.headers)
             && b.preflights
@@ -736,6 +742,24 @@ impl Engine {
         })
     }
 
+    /// When budget `b`'s next job may start: when its request windows and concurrency allow
+    /// one, and its other resources (tokens, points) have room for what the job at the head of
+    /// its lanes costs. The head waits for that room rather than letting cheaper jobs pass it,
+    /// so that a large job is never starved by a stream of small ones.
+    fn start_at(&self, b: &Budget, now: Millis) -> Option<Millis> {
+        let t = b.next_start_at(now)?;
+        if b.config.resources.is_empty() {
+            return Some(t);
+        }
+        let (_, id, _) = b.ready.pick(&self.config.aging, now)?;
+        let cost = &self.table.get(id)?.cost;
+        Some(
+            b.state
+                .resources
+                .room_at(&b.config.resources, cost, b.state.limiter.margin(), t),
+        )
+    }
+
     /// The next instant at which a request could start (or a backoff ends), if anything waits.
     /// `Some(t)` with `t <= now` means "call `poll_transmit` now". `None`: nothing can happen
     /// until an input arrives (a response, an enqueue, a retry).
@@ -753,7 +777,7 @@ impl Engine {
             if !b.has_ready() {
                 continue;
             }
-            if let Some(t) = b.next_start_at(now) {
+            if let Some(t) = self.start_at(b, now) {
                 next = Some(next.map_or(t, |n| n.min(t)));
             }
         }
@@ -801,6 +825,19 @@ impl Engine {
                 &mut signal,
             )
         });
+        if let (Some(b), Some(job)) = (self.budgets.get_mut(&budget_name), self.table.get(&id)) {
+            if !b.config.resources.is_empty() {
+                let success = (200..300).contains(&response.status) && !signal.rate_limited;
+                b.state.resources.on_answer(
+                    &b.config.resources,
+                    &job.cost,
+                    started,
+                    success.then_some(response.body.as_str()),
+                    &signal.resources,
+                    now,
+                );
+            }
+        }
         if signal.concurrency_limited {
             self.saves.budget_changed(budget_name.clone());
             self.on_concurrency_refused(&id, &budget_name, now);
@@ -1403,6 +1440,9 @@ impl Engine {
                 most = most.max(w.limit);
             }
             b.state.count_unsaved_starts(most, now);
+            b.state
+                .resources
+                .count_unrecorded(&b.config.resources, most, now);
             self.saves.budget_changed(name.clone());
         }
     }

@@ -12,6 +12,7 @@ use super::jobs::JobTable;
 use super::tally::Tally;
 use crate::id_map::IdMap;
 use crate::job::Lane;
+use crate::resources::ResourceStatus;
 use crate::status::{
     capacity_warning, concurrency_note, percentile, BudgetStatus, GroupStatus, LaneStatus, Status,
 };
@@ -98,6 +99,7 @@ impl StatusCounters {
             });
             let c = &b.state.counters;
             let server = b.state.server.as_ref().filter(|s| s.reset_at > now);
+            let resources = b.state.resources.statuses(now);
             budget_statuses.push(BudgetStatus {
                 name: name.clone(),
                 windows: b.state.limiter.windows().to_vec(),
@@ -131,6 +133,8 @@ impl StatusCounters {
                 } else {
                     c.rate_limited as f64 * 1000.0 / c.requests as f64
                 },
+                tightest: tightest_of(achieved_share, &resources),
+                resources,
                 achieved_share,
             });
         }
@@ -206,4 +210,21 @@ pub(super) fn count_in<K: Ord + Clone>(counts: &mut Vec<(K, u64)>, key: &K) {
         Ok(i) => counts[i].1 += 1,
         Err(i) => counts.insert(i, (key.clone(), 1)),
     }
+}
+
+/// Which of a budget's resources is closest to its limit: `requests` (their share of the
+/// tightest window) or a resource (its spent share); `None` without resources.
+fn tightest_of(requests_share: f64, resources: &[ResourceStatus]) -> Option<String> {
+    let (name, share) = resources
+        .iter()
+        .map(|r| (r.name.as_str(), r.used as f64 / r.limit.max(1) as f64))
+        .max_by(|a, b| a.1.total_cmp(&b.1))?;
+    Some(
+        if requests_share >= share {
+            "requests"
+        } else {
+            name
+        }
+        .to_string(),
+    )
 }

@@ -72,6 +72,7 @@ mod sliding_log;
 #[cfg(test)]
 mod testing;
 mod token_bucket;
+mod weighted_log;
 
 use std::collections::VecDeque;
 
@@ -87,6 +88,7 @@ use sliding_log::LogState;
 use token_bucket::BucketState;
 
 pub use pacer::PACING_CATCH_UP;
+pub use weighted_log::WeightedLog;
 
 /// Longest window, after stretching, the limiter works with: 2^53 ms, about 285,000 years.
 /// Longer ones are enforced as this long, which makes no difference in practice but keeps every
