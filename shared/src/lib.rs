@@ -41,3 +41,5 @@ pub mod status;
 pub use engine::{Changes, Engine, Enqueued, Response, SaveId, Transmit, TransportError};
 #[cfg(any(test, feature = "sim"))]
 pub mod sim;
+#[cfg(any(test, feature = "sim"))]
+pub mod sim_tokens;
