@@ -83,7 +83,10 @@ mod tests {
             ("null", "invalid type: null, expected struct EngineConfig"),
             ("[]", "invalid type: sequence, expected struct EngineConfig"),
             (r#"{"budgets":[{"name":1}]}"#, "invalid type: integer `1`"),
-            (r#"{"retentionMs":-1}"#, "invalid value: integer `-1`, expected u64"),
+            (
+                r#"{"retentionMs":-1}"#,
+                "invalid value: integer `-1`, expected u64",
+            ),
             (
                 r#"{"budgets":[{"name":"a","algorithm":"leaky"}]}"#,
                 "unknown variant `leaky`",

@@ -93,7 +93,8 @@ e2e!(
         assert_eq!(raw_code("notJson").as_deref(), Some("malformed"), "{r}");
         assert_eq!(code("unreadableConfig").as_deref(), Some("malformed"), "{r}");
         assert!(
-            message("unreadableConfig").starts_with("invalid type: integer `1`, expected a string"),
+            message("unreadableConfig")
+                .starts_with("malformed message: invalid type: integer `1`, expected a string"),
             "{r}"
         );
         assert_eq!(raw_code("badUrlRaw").as_deref(), Some("invalid-url"), "{r}");
