@@ -53,6 +53,10 @@ pub(super) struct Budget {
     pub(super) unanswered: Vec<(Millis, Millis)>,
     /// The in-flight cap as lowered by concurrency refusals (see `concurrency_cap`).
     pub(super) concurrency_cap: ConcurrencyCap,
+    /// The job at the head of the lanes while it waits for room in a resource, and since
+    /// when: jobs behind it may pass it for one window of the resource, no longer (see
+    /// `Engine::backfill`).
+    pub(super) head_wait: Option<(JobId, Millis)>,
 }
 
 /// Most jobs [`Budget::given_up`] remembers: a job that ends without an answer (cancelled,
@@ -108,6 +112,7 @@ impl Budget {
             given_up: Vec::new(),
             unanswered: Vec::new(),
             concurrency_cap: ConcurrencyCap::default(),
+            head_wait: None,
         })
     }
 
