@@ -57,6 +57,8 @@ pub(super) struct Budget {
     /// when: jobs behind it may pass it for one window of the resource, no longer (see
     /// `Engine::backfill`).
     pub(super) head_wait: Option<(JobId, Millis)>,
+    /// Whether the last start carried a CORS preflight (see `Limiter::await_preflight`).
+    pub(super) last_start_preflighted: bool,
 }
 
 /// Most jobs [`Budget::given_up`] remembers: a job that ends without an answer (cancelled,
@@ -113,6 +115,7 @@ impl Budget {
             unanswered: Vec::new(),
             concurrency_cap: ConcurrencyCap::default(),
             head_wait: None,
+            last_start_preflighted: false,
         })
     }
 

@@ -746,12 +746,18 @@ impl Engine {
             b.untaken_starts += 1;
         }
         b.state.record_start(now, is_retry, &retry_config);
-        b.state.resources.record(&b.config.resources, &cost, now);
-        if b.config.count_preflights
-            && needs_preflight(&transmit.method, &transmit.headers)
+        // A request the browser sends a CORS preflight ahead of reaches the server a round
+        // trip late: after one that had none (or first of all), a server without burst would
+        // see the next one too soon after it. Requests that all carry one are late alike.
+        let preflighted = needs_preflight(&transmit.method, &transmit.headers)
             && b.preflights
-                .on_start(&transmit.url, now, b.config.preflight_max_age_ms)
-        {
+                .on_start(&transmit.url, now, b.config.preflight_max_age_ms);
+        if preflighted && !b.last_start_preflighted {
+            b.state.limiter.await_preflight();
+        }
+        b.last_start_preflighted = preflighted;
+        b.state.resources.record(&b.config.resources, &cost, now);
+        if b.config.count_preflights && preflighted {
             b.state.count_preflight(now);
         }
         b.in_flight.push(InFlight {
@@ -1142,7 +1148,9 @@ impl Engine {
                 shifted = shifted.saturating_add(moved);
                 self.saves.budget_changed(budget_name.clone());
             }
-            b.round_trips.arrived_by(sent, now)
+            let arrived_by = b.round_trips.arrived_by(sent, now);
+            b.state.limiter.answered(sent, arrived_by);
+            arrived_by
         } else {
             now
         };
