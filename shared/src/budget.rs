@@ -21,6 +21,10 @@ pub const RESUME_JITTER_MS: DurationMs = 1_000;
 /// Windows within which a second 429 at our own full share is taken as others' traffic
 /// rather than our own timing (see [`BudgetState::observe_rate_limited`]).
 pub const OWN_TIMING_WINDOWS: u64 = 20;
+/// ... and within this long at least: on a window of 150 ms, twenty windows are 3 s, and a
+/// server that refused every 2-3 s had each other refusal put down to our timing, which cuts
+/// nothing (told twice nginx's rate with its burst: 10 refusals in 20 s).
+pub const OWN_TIMING_AT_LEAST_MS: DurationMs = 10_000;
 
 /// How fast the estimate of others' share is forgotten, in shortest windows' worth of our own
 /// starts: read from headers, every later response corrects it, so it may decay fast.
@@ -529,7 +533,11 @@ impl BudgetState {
         };
         let own_share = u64::from(w.limit.saturating_sub(self.limiter.headroom()).max(1));
         let recently = self.own_timing_429_at.is_some_and(|t| {
-            now.saturating_sub(t) < w.length_ms.saturating_mul(OWN_TIMING_WINDOWS)
+            let within = w
+                .length_ms
+                .saturating_mul(OWN_TIMING_WINDOWS)
+                .max(OWN_TIMING_AT_LEAST_MS);
+            now.saturating_sub(t) < within
         });
         // With room already left to others, a 429 at our share says their share grew.
         let full = ours + 1 >= own_share && self.limiter.headroom() == 0;

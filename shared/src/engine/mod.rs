@@ -961,6 +961,16 @@ impl Engine {
                         b.round_trips.widen();
                         b.follow_round_trips();
                     }
+                    // A bare refusal of our own spacing by a server without burst (see
+                    // `BudgetState::observe_rate_limited`): it refused that one request, not a
+                    // quota. The strict spacing from now on is the answer, not a pause: a
+                    // second's pause and its ramp cost nginx's 20 a second a tenth of a 10 s run.
+                    if own_timing && signal.retry_after_ms.is_none() && b.state.limiter.no_burst() {
+                        let _ = self.table.transition(&id, JobState::Queued);
+                        self.saves.job_changed(id.clone());
+                        self.place(&id, now);
+                        return;
+                    }
                     // The answers to requests already in flight when the first 429 of a pause
                     // came are the same refusal, not new ones: they neither double the pause
                     // (four of them would make a second's pause eight) nor count as a streak.

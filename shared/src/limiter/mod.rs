@@ -477,6 +477,8 @@ impl Limiter {
                 } else {
                     self.last_sent.saturating_add(spread)
                 };
+                // The earlier of the two bounds: each is safe on its own (the spread's as far
+                // as it was measured), and on a jittery path the answered one is the looser.
                 let from = match self.last_arrived_by {
                     Some(arrived) if self.awaiting_preflight => arrived,
                     Some(arrived) => arrived.min(unanswered),
