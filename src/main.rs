@@ -256,6 +256,15 @@ struct SimulateArgs {
     /// Requests per second other callers spend from the same quota.
     #[arg(long, default_value_t = 0.0)]
     other_callers: f64,
+    /// The server also counts tokens, this many a minute: the jobs become completions of
+    /// random size that say their bound as their cost, and the report adds `tokens` (the
+    /// share of the token limit reached, the most tokens in any minute).
+    #[arg(long)]
+    tokens_per_minute: Option<u32>,
+    /// The completions' mean bound in tokens (each is a quarter to twice it; each really spends
+    /// half to all of its bound).
+    #[arg(long, default_value_t = 1_000)]
+    mean_tokens: u64,
     /// Times the worker is killed and the engine rebuilt from its saved state, spread over the run.
     #[arg(long, default_value_t = 0)]
     rebuilds: usize,
@@ -360,6 +369,8 @@ fn simulate(args: SimulateArgs) -> Result<(), MainError> {
         no_burst: args.no_burst,
         first_extra_ms: args.first_extra_ms,
         other_callers_per_s: args.other_callers,
+        tokens_per_minute: args.tokens_per_minute,
+        mean_tokens: args.mean_tokens,
         configured_limit: args.configured_limit,
         target_utilization: args.target_utilization,
         rebuilds: args.rebuilds,

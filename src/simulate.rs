@@ -10,9 +10,11 @@ use std::fmt::Write as _;
 use serde::Serialize;
 use sluice_shared::config::{Algorithm, BudgetConfig, EngineConfig, RetryConfig, Window};
 use sluice_shared::job::Lane;
+use sluice_shared::random::Rng;
 use sluice_shared::sim::{
     self, HeaderStyle, Report, RetryAfterForm, Scenario, ServerModel, WindowPeak,
 };
+use sluice_shared::sim_tokens::{token_jobs, tokens_resource};
 
 /// The knobs of one simulated run.
 #[derive(Clone, Debug)]
@@ -51,6 +53,12 @@ pub struct SimulateOptions {
     pub rebuilds: usize,
     pub save_ms: u64,
     pub seed: u64,
+    /// Tokens a minute the server also counts (`--tokens-per-minute`): the bulk jobs are then
+    /// completions of random size, told to the budget as its `tokens` resource (see
+    /// `sluice_shared::sim_tokens`).
+    pub tokens_per_minute: Option<u32>,
+    /// The completions' mean bound in tokens (`--mean-tokens`).
+    pub mean_tokens: u64,
 }
 
 impl Default for SimulateOptions {
@@ -81,6 +89,8 @@ impl Default for SimulateOptions {
             rebuilds: 0,
             save_ms: 3,
             seed: 1,
+            tokens_per_minute: None,
+            mean_tokens: 1_000,
         }
     }
 }
@@ -251,7 +261,14 @@ pub fn scenario(o: &SimulateOptions) -> Result<Scenario, String> {
     let interactive = o.interactive_jobs();
     let mut arrivals = Vec::new();
     if o.jobs > interactive {
-        arrivals.push(sim::bulk_creates("api", o.jobs - interactive, 0));
+        match o.tokens_per_minute {
+            Some(_) => {
+                let mut rng = Rng::seeded(o.seed ^ 0x746f6b656e73);
+                let specs = token_jobs("api", o.jobs - interactive, o.mean_tokens, &mut rng);
+                arrivals.push(sim::Arrival { at: 0, specs });
+            }
+            None => arrivals.push(sim::bulk_creates("api", o.jobs - interactive, 0)),
+        }
     }
     arrivals.extend(sim::spread_creates(
         "api",
@@ -269,6 +286,11 @@ pub fn scenario(o: &SimulateOptions) -> Result<Scenario, String> {
                 concurrency: o.concurrency,
                 algorithm: o.algorithm,
                 target_utilization: o.target_utilization,
+                resources: o
+                    .tokens_per_minute
+                    .map(tokens_resource)
+                    .into_iter()
+                    .collect(),
                 ..BudgetConfig::default()
             }],
             retry: RetryConfig::default(),
@@ -290,6 +312,7 @@ pub fn scenario(o: &SimulateOptions) -> Result<Scenario, String> {
             no_burst: o.no_burst,
             first_extra_ms: o.first_extra_ms,
             other_callers_per_s: o.other_callers_per_s,
+            tokens_per_minute: o.tokens_per_minute,
             ..ServerModel::default()
         },
         arrivals,

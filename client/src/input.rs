@@ -1,8 +1,7 @@
 //! What a page hands the client besides jobs (those are [`crate::job`]'s): the options of
 //! `register` and the configuration of `configure`, read with the worker's JSON codec.
 
-use sluice_shared::config::EngineConfig;
-use sluice_shared::json::{self, FromJson};
+use sluice_shared::json::{self, FromJson, RawJson};
 use sluice_shared::protocol::ProtocolError;
 
 use crate::core::ClientError;
@@ -22,13 +21,10 @@ pub struct RegisterOptions {
     pub control_timeout_ms: Option<f64>,
 }
 
-/// A page's configuration for `configure` (its JSON text), read as the worker reads the
-/// configuration in a request.
-///
-/// One the worker could not read it would refuse as a malformed request: this says exactly
-/// what the worker would have said (same reader, same words, same code), so that pages see the
-/// same error whichever end reads the configuration.
-pub fn read_config(text: &str) -> Result<EngineConfig, ClientError> {
+/// A page's configuration for `configure` (its JSON text), carried to the worker as the page
+/// wrote it: the worker reads it, and refuses one it cannot read as a malformed request with
+/// its reader's words (see `RawJson` for why the page client does not read it).
+pub fn read_config(text: &str) -> Result<RawJson, ClientError> {
     json::from_str(text).map_err(|e| ClientError::Worker(ProtocolError::Malformed { message: e.0 }))
 }
 
@@ -72,31 +68,38 @@ mod tests {
         );
     }
 
-    /// What the worker answers to a request whose configuration it cannot read.
-    fn workers_words(config: &str) -> ProtocolError {
-        let text = format!(r#"{{"requestId":"r","type":"configure","config":{config}}}"#);
-        match decode_request(&text) {
-            Err((_, error)) => error,
-            Ok(Envelope { request, .. }) => panic!("{config}: read as {request:?}"),
-        }
+    /// What the worker's handler answers to a configuration it cannot read: the reader's words
+    /// as a malformed request (`sw` `worker/requests.rs`).
+    fn workers_words(config: &RawJson) -> String {
+        config
+            .read::<sluice_shared::config::EngineConfig>()
+            .expect_err("unreadable")
+            .0
     }
 
     #[test]
-    fn a_configuration_the_worker_could_not_read_gets_the_workers_error() {
-        for config in [
-            "null",
-            "[]",
-            r#"{"budgets":[{"name":1}]}"#,
-            r#"{"budgets":[{"name":"a","windows":[{"limit":1.5,"lengthMs":1}]}]}"#,
-            r#"{"retentionMs":-1}"#,
-            r#"{"budgets":[{"name":"a","algorithm":"leaky"}]}"#,
+    fn a_configuration_goes_to_the_worker_unread_and_the_worker_says_what_is_wrong() {
+        for (config, words) in [
+            ("null", "invalid type: null, expected struct EngineConfig"),
+            ("[]", "invalid type: sequence, expected struct EngineConfig"),
+            (r#"{"budgets":[{"name":1}]}"#, "invalid type: integer `1`"),
+            (
+                r#"{"retentionMs":-1}"#,
+                "invalid value: integer `-1`, expected u64",
+            ),
+            (
+                r#"{"budgets":[{"name":"a","algorithm":"leaky"}]}"#,
+                "unknown variant `leaky`",
+            ),
         ] {
-            assert_eq!(
-                read_config(config),
-                Err(ClientError::Worker(workers_words(config))),
-                "{config}"
-            );
+            let raw = read_config(config).expect("any JSON goes");
+            assert_eq!(raw.text(), config);
+            let e = workers_words(&raw);
+            assert!(e.starts_with(words), "{config}: {e}");
         }
+        // Not JSON at all cannot happen from a page (it comes from `JSON.stringify`), and is
+        // refused here with the reader's words.
+        assert!(read_config("{").is_err());
     }
 
     #[test]

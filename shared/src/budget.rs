@@ -11,6 +11,7 @@ use crate::headers::Quota;
 use crate::json::{FromJson, ToJson};
 use crate::limiter::Limiter;
 use crate::random::Rng;
+use crate::resources::Resources;
 use crate::time::{DurationMs, Millis};
 
 /// Longest ramp delay after a pause: resuming at a random point of this second spreads the
@@ -20,6 +21,10 @@ pub const RESUME_JITTER_MS: DurationMs = 1_000;
 /// Windows within which a second 429 at our own full share is taken as others' traffic
 /// rather than our own timing (see [`BudgetState::observe_rate_limited`]).
 pub const OWN_TIMING_WINDOWS: u64 = 20;
+/// ... and within this long at least: on a window of 150 ms, twenty windows are 3 s, and a
+/// server that refused every 2-3 s had each other refusal put down to our timing, which cuts
+/// nothing (told twice nginx's rate with its burst: 10 refusals in 20 s).
+pub const OWN_TIMING_AT_LEAST_MS: DurationMs = 10_000;
 
 /// How fast the estimate of others' share is forgotten, in shortest windows' worth of our own
 /// starts: read from headers, every later response corrects it, so it may decay fast.
@@ -106,6 +111,14 @@ pub struct BudgetState {
     /// When a belief learned from 429s last faded (see [`Self::forget_others_slowly`]).
     #[serde(default)]
     pub others_faded_at: Option<Millis>,
+    /// Refusals in a row of a share faded back from a belief learned from 429s: each doubles
+    /// how long the next start takes to come back (see [`Self::forget_others_slowly`]); a
+    /// belief that fades all the way without a refusal resets it.
+    #[serde(default)]
+    pub failed_probes: u32,
+    /// What the budget's other resources (tokens, points) have spent (see `resources`).
+    #[serde(default)]
+    pub resources: Resources,
 }
 
 /// One request's way to the server, as far as we can tell: when it started, and the latest it
@@ -140,6 +153,8 @@ impl BudgetState {
             own_timing_429_at: None,
             others_from_429: false,
             others_faded_at: None,
+            failed_probes: 0,
+            resources: Resources::configured(&config.resources),
         })
     }
 
@@ -148,6 +163,7 @@ impl BudgetState {
     /// starts are replayed into it, so neither a new algorithm nor a new window can allow a
     /// burst on top of requests already made.
     pub fn reconfigure(&mut self, config: &BudgetConfig, now: Millis) -> Result<(), ConfigError> {
+        self.resources.reconfigure(&config.resources);
         let mut fresh = limiter_for(config)?;
         // The wider of the margin measured so far and the initial one: a restored worker has
         // no trips measured (its network may have changed while it was stopped), and a new
@@ -517,7 +533,11 @@ impl BudgetState {
         };
         let own_share = u64::from(w.limit.saturating_sub(self.limiter.headroom()).max(1));
         let recently = self.own_timing_429_at.is_some_and(|t| {
-            now.saturating_sub(t) < w.length_ms.saturating_mul(OWN_TIMING_WINDOWS)
+            let within = w
+                .length_ms
+                .saturating_mul(OWN_TIMING_WINDOWS)
+                .max(OWN_TIMING_AT_LEAST_MS);
+            now.saturating_sub(t) < within
         });
         // With room already left to others, a 429 at our share says their share grew.
         let full = ours + 1 >= own_share && self.limiter.headroom() == 0;
@@ -546,6 +566,11 @@ impl BudgetState {
         // being the half of it that never existed) would cut our rate by a quarter each time.
         let ours_now = f64::from(w.limit) - self.others;
         let cut = (ours_now * 0.1).max(1.0);
+        // Refused again after fading back: probing above the real level costs a 429 each
+        // time, so the next probe waits twice as long (at most 2^6 = 64 times).
+        if self.others_from_429 && self.others_faded_at.is_some() {
+            self.failed_probes = (self.failed_probes + 1).min(6);
+        }
         self.others = implied.max(self.others + cut).min(implied.max(self.others));
         self.others_from_429 = true;
         self.others_faded_at = Some(now);
@@ -557,7 +582,9 @@ impl BudgetState {
     /// worth of our starts, so we find our way back up when the others stop, without inviting
     /// a 429 every window. One learned from 429s alone halves over a thousand, and besides
     /// gives back one start per [`OTHERS_FROM_429_STEP_WINDOWS_PER_START`] windows of sending
-    /// time for each start of our share.
+    /// time for each start of our share, twice as long after each refused probe
+    /// ([`Self::failed_probes`]): told 40 a second where nginx allows 20 with a burst of 5, in
+    /// windows of 150 ms, a fixed step probed (and drew a 429) every 2-3 s.
     fn forget_others_slowly(&mut self, now: Millis) {
         if self.others <= 0.0 {
             return;
@@ -577,13 +604,15 @@ impl BudgetState {
             // budget does not forget what it has not probed.
             if let Some(at) = self.others_faded_at {
                 let since = now.saturating_sub(at).min(w.length_ms);
-                let windows = (OTHERS_FROM_429_STEP_WINDOWS_PER_START * f64::from(ours)).max(1.0);
+                let windows = (OTHERS_FROM_429_STEP_WINDOWS_PER_START * f64::from(ours)).max(1.0)
+                    * f64::from(1u32 << self.failed_probes);
                 self.others -= since as f64 / (windows * w.length_ms as f64);
             }
             self.others_faded_at = Some(now);
         }
         if self.others < 0.5 {
             self.others = 0.0;
+            self.failed_probes = 0;
         }
         self.apply_headroom();
     }

@@ -62,6 +62,13 @@ pub struct BudgetConfig {
     /// `Access-Control-Max-Age` (capped by the browser: Chromium 2 h), or 5 s when it sends
     /// none. Read only with `count_preflights`.
     pub preflight_max_age_ms: DurationMs,
+    /// What this API says about limits only in an answer's JSON body: "this status and this
+    /// value mean rate limited (or: too many at once), wait this long, the limit is this"
+    /// (see `body_rules`). The first rule that matches decides.
+    pub body_rules: Vec<BodyRule>,
+    /// What else the API counts besides requests (tokens, points, items), each with its
+    /// windows; a job spends its `cost` of each (see `resources`).
+    pub resources: Vec<ResourceConfig>,
 }
 
 impl Default for BudgetConfig {
@@ -76,6 +83,81 @@ impl Default for BudgetConfig {
             pacing: true,
             count_preflights: false,
             preflight_max_age_ms: crate::preflight::DEFAULT_PREFLIGHT_MAX_AGE_MS,
+            body_rules: vec![],
+            resources: vec![],
+        }
+    }
+}
+
+/// One "this answer means it" rule of a budget (`bodyRules`); read by `body_rules`, which says
+/// why such rules exist.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, ToJson, FromJson)]
+#[serde(default, rename_all = "camelCase")]
+pub struct BodyRule {
+    /// The statuses whose bodies this rule reads; empty: every status.
+    pub status: Vec<u16>,
+    /// Dot path of the value that says it: `error.code`, `errors.0.type` (or `errors[0].type`).
+    pub path: String,
+    /// The value at `path` that means it, compared with the value's text (`"ratelimited"`,
+    /// `"429"`, `"true"`), ASCII case ignored. Absent: any value at `path` means it.
+    pub equals: Option<String>,
+    /// What a match means.
+    pub means: BodyMeaning,
+    /// Dot path of how long to wait, a number (or a numeric string) in `wait_unit`s.
+    pub wait_path: Option<String>,
+    pub wait_unit: WaitUnit,
+    /// Dot path of the limit: a number of requests per `limit_window_ms`, or a text that says
+    /// it in words ("100 requests per minute", "2 calls per second", "10/s").
+    pub limit_path: Option<String>,
+    /// The window a bare number at `limit_path` counts over.
+    pub limit_window_ms: Option<DurationMs>,
+}
+
+/// What a body rule's match means.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, ToJson, FromJson)]
+#[serde(rename_all = "kebab-case")]
+pub enum BodyMeaning {
+    /// Over the rate limit: paused and retried as a 429 is.
+    #[default]
+    RateLimited,
+    /// Too many requests open at once: the in-flight cap is lowered for a while; the job is
+    /// sent again without a pause and without spending an attempt.
+    Concurrency,
+}
+
+/// The unit of a body's wait.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, ToJson, FromJson)]
+#[serde(rename_all = "kebab-case")]
+pub enum WaitUnit {
+    #[default]
+    Seconds,
+    Milliseconds,
+}
+
+/// One resource of a budget besides its requests (`budgets[].resources[]`): tokens, points,
+/// items; metered by `resources`, which says how.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToJson, FromJson)]
+#[serde(default, rename_all = "camelCase")]
+pub struct ResourceConfig {
+    /// The unit, as the API's headers name it (`tokens`, `input-tokens`, `points`) and as
+    /// jobs name it in `cost`.
+    pub name: String,
+    /// All enforced together, e.g. 90,000 per minute.
+    pub windows: Vec<Window>,
+    /// What a job that names no cost in this unit spends.
+    pub default_cost: u64,
+    /// Dot path, in a successful answer's JSON body, of what the job really spent
+    /// (`usage.total_tokens`): it replaces the estimate.
+    pub cost_path: Option<String>,
+}
+
+impl Default for ResourceConfig {
+    fn default() -> Self {
+        Self {
+            name: String::new(),
+            windows: vec![],
+            default_cost: 1,
+            cost_path: None,
         }
     }
 }
@@ -225,6 +307,26 @@ impl BudgetConfig {
                 self.name,
                 crate::json::display_f64(self.target_utilization)
             ));
+        }
+        for (i, rule) in self.body_rules.iter().enumerate() {
+            if let Some(problem) = rule.problem() {
+                return err(format!("budget '{}': bodyRules[{i}]: {problem}", self.name));
+            }
+        }
+        for (i, resource) in self.resources.iter().enumerate() {
+            if let Some(problem) = resource.problem() {
+                return err(format!("budget '{}': resources[{i}]: {problem}", self.name));
+            }
+            let name = resource.name.trim();
+            if self.resources[..i]
+                .iter()
+                .any(|r| r.name.trim().eq_ignore_ascii_case(name))
+            {
+                return err(format!(
+                    "budget '{}': resource '{name}' is defined twice",
+                    self.name
+                ));
+            }
         }
         Ok(())
     }

@@ -10,6 +10,7 @@ use std::fmt;
 
 use crate::json::{FromJson, ToJson};
 use crate::request_options::RequestOptions;
+use crate::resources::Costs;
 use crate::time::Millis;
 
 pub type JobId = String;
@@ -213,6 +214,9 @@ pub struct JobSpec {
     /// How the browser makes the request (credentials, mode, redirects, referrer policy,
     /// integrity); `None`: its defaults. See [`RequestOptions`].
     pub options: Option<RequestOptions>,
+    /// What it spends of its budget's resources besides one request (`{"tokens": 1200}`), an
+    /// estimate the answer may correct; see `resources`.
+    pub cost: Costs,
 }
 
 /// What the server said about a finished attempt, kept with a done job for its callers.
@@ -240,6 +244,9 @@ pub struct Job {
     /// `None` when every member is the browser's default (most jobs: nothing stored).
     #[serde(default)]
     pub options: Option<RequestOptions>,
+    /// What it spends of its budget's resources (see [`JobSpec::cost`]).
+    #[serde(default)]
+    pub cost: Costs,
     /// Fixed at enqueue and sent with every attempt of a create.
     pub idempotency_key: String,
     pub state: JobState,
@@ -356,6 +363,7 @@ mod tests {
             url: "https://api.example/x".into(),
             headers: vec![],
             options: None,
+            cost: Costs::default(),
             body: None,
             idempotency_key: "k".into(),
             state,

@@ -10,6 +10,8 @@
 // worker and the client; this makes the same path work inside it.
 extern crate self as sluice_shared;
 
+pub mod body_rules;
+pub mod concurrency_cap;
 pub mod config;
 pub mod headers;
 pub mod id_map;
@@ -19,6 +21,7 @@ pub mod limiter;
 pub mod preflight;
 pub mod random;
 pub mod request_options;
+pub mod resources;
 pub mod scope;
 pub mod time;
 pub mod windows_text;
@@ -38,3 +41,5 @@ pub mod status;
 pub use engine::{Changes, Engine, Enqueued, Response, SaveId, Transmit, TransportError};
 #[cfg(any(test, feature = "sim"))]
 pub mod sim;
+#[cfg(any(test, feature = "sim"))]
+pub mod sim_tokens;

@@ -8,11 +8,9 @@
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
-use crate::config::EngineConfig;
 use crate::job::{Job, JobError, JobId, JobOutcome, JobSpec, JobState, Lane};
-use crate::json::{FromJson, ToJson};
+use crate::json::{FromJson, RawJson, ToJson};
 use crate::request_options::InvalidOption;
-use crate::status::Status;
 use crate::time::Millis;
 
 /// Largest message a page may send (10,000 jobs of about 1 KB each fit easily).
@@ -66,8 +64,10 @@ pub enum Request {
     Dismiss {
         id: String,
     },
+    /// A page's [`EngineConfig`](crate::config::EngineConfig), as it wrote it: read by the worker (see [`RawJson`] why the
+    /// page client does not).
     Configure {
-        config: EngineConfig,
+        config: RawJson,
     },
     Snapshot,
     /// Lists jobs, optionally of one group or of the given ids, to show a table after a
@@ -130,8 +130,9 @@ pub enum ReplyBody {
         id: JobId,
     },
     Configured,
+    /// A [`Status`](crate::status::Status), as the worker wrote it (see [`RawJson`]).
     Snapshot {
-        status: Status,
+        status: RawJson,
     },
     Jobs {
         jobs: Vec<JobUpdate>,
@@ -170,8 +171,9 @@ pub enum WorkerMessage {
         #[serde(default)]
         removed: Vec<JobId>,
     },
+    /// A [`Status`](crate::status::Status), as the worker wrote it (see [`RawJson`]).
     Status {
-        status: Status,
+        status: RawJson,
     },
 }
 
@@ -532,6 +534,8 @@ impl crate::json::Placeholder for ProtocolError {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::EngineConfig;
+    use crate::status::Status;
 
     #[test]
     fn decodes_an_enqueue_with_defaults() {
@@ -565,7 +569,7 @@ mod tests {
             Request::Retry { id: "j".into() },
             Request::Dismiss { id: "j".into() },
             Request::Configure {
-                config: EngineConfig::default(),
+                config: RawJson::of(&EngineConfig::default()),
             },
             Request::Snapshot,
             Request::Jobs {
@@ -688,7 +692,7 @@ mod tests {
             ReplyBody::Dismissed { id: "d".into() },
             ReplyBody::Configured,
             ReplyBody::Snapshot {
-                status: status.clone(),
+                status: RawJson::of(&status),
             },
             ReplyBody::Jobs {
                 jobs: vec![update.clone()],
@@ -761,7 +765,9 @@ mod tests {
             updates: vec![update.clone(), update],
             removed: vec!["gone".into()],
         });
-        messages.push(WorkerMessage::Status { status });
+        messages.push(WorkerMessage::Status {
+            status: RawJson::of(&status),
+        });
         for m in &messages {
             assert_eq!(encode(m), serde_json::to_string(m).unwrap());
             // What pages read back (the client), with the same rules as serde.
@@ -821,7 +827,7 @@ mod tests {
             Request::Retry { id: "i".into() },
             Request::Dismiss { id: "i".into() },
             Request::Configure {
-                config: EngineConfig::default(),
+                config: RawJson::of(&EngineConfig::default()),
             },
             Request::Snapshot,
             Request::Jobs {
@@ -878,10 +884,6 @@ mod tests {
                 "duplicate field `type`",
             ),
             (r#"[1]"#, "invalid type: sequence"),
-            (
-                r#"{"requestId":"r","type":"configure","config":{"budgets":[{"name":1}]}}"#,
-                "invalid type",
-            ),
         ];
         for (text, message) in refused {
             match decode_request(text) {
@@ -890,6 +892,19 @@ mod tests {
                 }
                 other => panic!("{text}: {other:?}"),
             }
+        }
+        // A configuration is carried as the page wrote it and read where it is used (the
+        // worker's handler, with these words: see `RawJson`), not while the request decodes.
+        let text = r#"{"requestId":"r","type":"configure","config":{"budgets":[{"name":1}]}}"#;
+        match decode_request(text) {
+            Ok(Envelope {
+                request: Request::Configure { config },
+                ..
+            }) => {
+                let e = config.read::<EngineConfig>().expect_err("a name of 1");
+                assert!(e.0.starts_with("invalid type"), "{e}");
+            }
+            other => panic!("{text}: {other:?}"),
         }
     }
 

@@ -19,6 +19,7 @@ use crate::engine::{Changes, Engine, Response, Transmit, TransportError};
 use crate::job::{Job, JobId, JobKind, JobSpec, JobState, Lane};
 use crate::pump::Pump;
 use crate::random::Rng;
+use crate::sim_tokens::{tokens_of, TokenReport, TokenServer};
 use crate::time::{DurationMs, Millis};
 
 /// How the simulated server writes `Retry-After`.
@@ -94,6 +95,10 @@ pub struct ServerModel {
     /// AND 3,000 per hour): an arrival is refused when any of them is full.
     #[serde(default)]
     pub extra_windows: Vec<Window>,
+    /// Tokens a minute the server also counts, each request's real cost read from its body
+    /// (see `sim_tokens`); `None`: requests only.
+    #[serde(default)]
+    pub tokens_per_minute: Option<u32>,
 }
 
 impl ServerModel {
@@ -128,6 +133,7 @@ impl Default for ServerModel {
             first_extra_ms: 0,
             client_clock_ahead_ms: 0,
             extra_windows: vec![],
+            tokens_per_minute: None,
         }
     }
 }
@@ -214,6 +220,9 @@ pub struct Report {
     /// Ordering keys in the order their jobs were first applied by the server.
     #[serde(skip)]
     pub applied_per_key: BTreeMap<String, Vec<u64>>,
+    /// What the server counted of tokens, when it counts them (`ServerModel::tokens_per_minute`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tokens: Option<TokenReport>,
     /// Every job at the end.
     #[serde(skip)]
     pub final_jobs: Vec<Job>,
@@ -271,6 +280,8 @@ struct InFlight {
     idempotency_key: Option<String>,
     key: Option<String>,
     seq_tag: u64,
+    /// Its real cost in tokens, from its body (see `sim_tokens`).
+    tokens: u64,
     response: Option<Response>,
     lost: bool,
     settled: bool,
@@ -320,6 +331,9 @@ pub fn run(scenario: &Scenario) -> Report {
     let mut our_attempts: Vec<Millis> = Vec::new();
     // The last arrival the server accepted, for `ServerModel::no_burst`.
     let mut last_accepted: Option<Millis> = None;
+    let mut token_server = server
+        .tokens_per_minute
+        .map(|n| TokenServer::new(u64::from(n)));
     // Finished jobs the engine forgot after the retention time: their last saved state.
     let mut forgotten: HashMap<JobId, Job> = HashMap::new();
     let mut applied: HashMap<String, u64> = HashMap::new();
@@ -388,6 +402,7 @@ pub fn run(scenario: &Scenario) -> Report {
                 idempotency_key: idem,
                 key,
                 seq_tag,
+                tokens: tokens_of(t.body.as_deref()),
                 response: None,
                 lost: false,
                 settled: false,
@@ -542,11 +557,15 @@ pub fn run(scenario: &Scenario) -> Report {
                     .filter(|_| server.no_burst)
                     .map(|t: Millis| (t + interval).saturating_sub(server_now))
                     .filter(|&w| w > 0);
+                let no_tokens = token_server
+                    .as_mut()
+                    .and_then(|s| s.refusal(server_now, req.tokens));
                 let wait = server_logs
                     .iter()
                     .zip(&windows)
                     .filter_map(|(log, w)| room_in(log, w))
                     .chain(too_soon)
+                    .chain(no_tokens)
                     .max();
                 let over = wait.is_some();
                 let server_clock = now as i64 - server.client_clock_ahead_ms;
@@ -577,6 +596,9 @@ pub fn run(scenario: &Scenario) -> Report {
                     }
                     last_accepted = Some(server_now);
                     our_arrivals.push(server_now);
+                    if let Some(s) = token_server.as_mut() {
+                        s.accept(server_now, req.tokens);
+                    }
                     if rng.unit() < server.fault_rate {
                         Response {
                             status: 503,
@@ -611,10 +633,15 @@ pub fn run(scenario: &Scenario) -> Report {
                         if rng.unit() < server.lost_response_rate {
                             req.lost = true;
                         }
+                        let body = if token_server.is_some() {
+                            format!("{{\"usage\":{{\"total_tokens\":{}}}}}", req.tokens)
+                        } else {
+                            "{}".into()
+                        };
                         Response {
                             status: if count == 1 { 201 } else { 200 },
                             headers,
-                            body: "{}".into(),
+                            body,
                         }
                     }
                 };
@@ -697,6 +724,11 @@ pub fn run(scenario: &Scenario) -> Report {
                         response
                             .headers
                             .extend(family_headers(style, &states_ms, server_clock));
+                        if let (HeaderStyle::ResourceSuffix, Some(s)) =
+                            (style, token_server.as_mut())
+                        {
+                            response.headers.extend(s.headers(server_now));
+                        }
                     }
                 }
                 if !req.lost {
@@ -817,6 +849,7 @@ pub fn run(scenario: &Scenario) -> Report {
     } else {
         report.ideal_ms as f64 / busy as f64
     };
+    report.tokens = token_server.map(|s| s.report(busy));
     report.final_jobs = jobs;
     report
 }

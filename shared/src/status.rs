@@ -6,6 +6,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::resources::ResourceStatus;
+
 use crate::config::Window;
 use crate::job::Lane;
 use crate::json::{FromJson, ToJson};
@@ -62,6 +64,14 @@ pub struct BudgetStatus {
     pub rate_limited_per_1000: f64,
     /// Starts in the last tightest window as a share of its limit.
     pub achieved_share: f64,
+    /// The budget's other resources (tokens, points): for each, its window closest to full,
+    /// what is spent in it and when it is empty again.
+    #[serde(default)]
+    pub resources: Vec<ResourceStatus>,
+    /// What is closest to its limit, `requests` or a resource's name; `None` for a budget of
+    /// requests alone.
+    #[serde(default)]
+    pub tightest: Option<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToJson, FromJson)]
@@ -281,6 +291,15 @@ mod tests {
                 retries: 12,
                 rate_limited_per_1000: 1.5,
                 achieved_share: 0.333,
+                resources: vec![ResourceStatus {
+                    name: "tokens".into(),
+                    limit: 90_000,
+                    window_ms: 60_000,
+                    used: 1_200,
+                    remaining: 88_800,
+                    frees_at: 61_000,
+                }],
+                tightest: Some("requests".into()),
             }],
             groups: vec![GroupStatus {
                 id: "g".into(),

@@ -255,24 +255,80 @@ fn the_pause_reason_says_when_the_wait_is_our_default() {
             "the server asked to wait 3 s (HTTP 429)",
         ),
     ] {
+        // Refused with a third of the window used: not an early refusal of our spacing (see
+        // the next test), a quota's.
         let mut e = Engine::new(
             EngineConfig {
-                budgets: vec![budget(20, 4)],
+                budgets: vec![BudgetConfig {
+                    pacing: false,
+                    ..budget(20, 8)
+                }],
                 ..EngineConfig::default()
             },
             Rng::seeded(1),
         )
         .unwrap();
-        let spec = sim::bulk_creates("api", 1, 0).specs.remove(0);
-        e.enqueue(spec, 0).unwrap();
-        let t = e.poll_transmit(0).unwrap();
+        let mut specs = sim::bulk_creates("api", 8, 0).specs;
+        let last = specs.pop().expect("8 specs");
+        for spec in specs {
+            e.enqueue(spec, 0).unwrap();
+        }
+        let sent: Vec<_> = std::iter::from_fn(|| e.poll_transmit(0)).collect();
+        assert_eq!(sent.len(), 7);
+        for t in &sent {
+            let ok = Response {
+                status: 201,
+                ..Response::default()
+            };
+            e.on_response(&t.job_id, ok, 30);
+        }
+        e.enqueue(last, 30).unwrap();
+        let t = e.poll_transmit(30).expect("the eighth");
         let response = Response {
             status: 429,
             headers,
             body: String::new(),
         };
-        e.on_response(&t.job_id, response, 40);
-        let status = e.snapshot(50);
+        e.on_response(&t.job_id, response, 60);
+        let status = e.snapshot(70);
         assert_eq!(status.budgets[0].pause_reason.as_deref(), Some(said));
     }
+}
+
+/// nginx without burst refuses a request that came too soon after the one before, bare: the
+/// first 429 with little of the window used is our spacing's, not a quota's. It pauses nothing
+/// (a second's pause and its ramp cost a tenth of a 10 s run at 20 a second): the job goes
+/// back to the front and the budget spaces its starts strictly from then on.
+#[test]
+fn an_early_bare_429_pauses_nothing_and_spaces_strictly() {
+    let mut e = Engine::new(
+        EngineConfig {
+            budgets: vec![budget(20, 4)],
+            ..EngineConfig::default()
+        },
+        Rng::seeded(1),
+    )
+    .unwrap();
+    let spec = sim::bulk_creates("api", 1, 0).specs.remove(0);
+    let id = e.enqueue(spec, 0).unwrap().id;
+    let t = e.poll_transmit(0).unwrap();
+    let response = Response {
+        status: 429,
+        headers: vec![],
+        body: String::new(),
+    };
+    e.on_response(&t.job_id, response, 40);
+    let status = e.snapshot(50);
+    assert_eq!(status.budgets[0].pause_reason, None);
+    assert_eq!(status.budgets[0].rate_limited, 1);
+    assert!(e.budget_state("api").is_some_and(|b| b.limiter.no_burst()));
+    // Sent again one interval (50 ms) and the spread after the refused start, not a second on.
+    let again = (40..1_000)
+        .find(|&now| {
+            e.handle_timeout(now);
+            e.poll_transmit(now).is_some()
+        })
+        .expect("sent again");
+    assert!((50..200).contains(&again), "sent again at {again}");
+    assert_eq!(e.job(&id).map(|j| j.attempts), Some(0));
 }

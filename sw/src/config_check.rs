@@ -15,7 +15,9 @@
 //! The known keys come from each type's own declaration (`StructFields::FIELDS`, written by the
 //! derive), so this module names no field itself: only how the types nest.
 
-use sluice_shared::config::{AgingConfig, BudgetConfig, RetryConfig, Window};
+use sluice_shared::config::{
+    AgingConfig, BodyRule, BudgetConfig, ResourceConfig, RetryConfig, Window,
+};
 use sluice_shared::json::{FromJson, Json, StructFields};
 use sluice_shared::EngineConfig;
 
@@ -48,10 +50,28 @@ const WINDOW: Shape = Shape {
     read: read_as::<Window>,
 };
 
+const BODY_RULE: Shape = Shape {
+    fields: <BodyRule as StructFields>::FIELDS,
+    extra: &[],
+    nested: &[],
+    read: read_as::<BodyRule>,
+};
+
+const RESOURCE: Shape = Shape {
+    fields: <ResourceConfig as StructFields>::FIELDS,
+    extra: &[],
+    nested: &[("windows", Nesting::List(&WINDOW))],
+    read: read_as::<ResourceConfig>,
+};
+
 const BUDGET: Shape = Shape {
     fields: <BudgetConfig as StructFields>::FIELDS,
     extra: &[],
-    nested: &[("windows", Nesting::List(&WINDOW))],
+    nested: &[
+        ("windows", Nesting::List(&WINDOW)),
+        ("bodyRules", Nesting::List(&BODY_RULE)),
+        ("resources", Nesting::List(&RESOURCE)),
+    ],
     read: read_as::<BudgetConfig>,
 };
 
@@ -250,6 +270,34 @@ mod tests {
             e,
             "self.SLUICE_CONFIG.budgets[1].windows[0]: unknown key `windowMs`; did you mean `lengthMs`? \
              Known keys: limit, lengthMs"
+        );
+    }
+
+    #[test]
+    fn a_body_rule_is_checked_as_its_own_entry() {
+        let ok = r#"{"budgets": [{"name": "w", "windows": [{"limit": 1, "lengthMs": 10}],
+            "bodyRules": [{"status": [200], "path": "error.code", "equals": "ratelimited",
+                           "waitPath": "error.wait", "waitUnit": "milliseconds",
+                           "means": "concurrency", "limitPath": "m", "limitWindowMs": 1000}]}]}"#;
+        assert_eq!(check_script_config(&json::parse(ok).unwrap()), Ok(()));
+        let e = problem(
+            r#"{"budgets": [{"name": "w", "windows": [{"limit": 1, "lengthMs": 10}],
+                "bodyRules": [{"path": "error.code", "waitpath": "error.wait"}]}]}"#,
+        );
+        assert!(
+            e.starts_with(
+                "self.SLUICE_CONFIG.budgets[0].bodyRules[0]: unknown key `waitpath`; did you \
+                 mean `waitPath`?"
+            ),
+            "{e}"
+        );
+        let e = problem(
+            r#"{"budgets": [{"name": "w", "windows": [{"limit": 1, "lengthMs": 10}],
+                "bodyRules": [{"path": "a", "means": "slow"}]}]}"#,
+        );
+        assert!(
+            e.starts_with("self.SLUICE_CONFIG.budgets[0].bodyRules[0]: unknown variant `slow`"),
+            "{e}"
         );
     }
 

@@ -22,6 +22,7 @@ use serde::{Deserialize, Serialize};
 use sluice_shared::json::{self, FromJson, Json, ToJson};
 use sluice_shared::protocol::ProtocolError;
 use sluice_shared::request_options::RequestOptions;
+use sluice_shared::resources::Costs;
 use sluice_shared::{JobKind, JobSpec, JobState, Lane};
 
 use crate::prefix::resolve_prefix;
@@ -212,6 +213,12 @@ pub fn spec_from_request(
             ),
         })?,
     };
+    let cost = match get("x-sluice-cost") {
+        None => Costs::default(),
+        Some(v) => Costs::from_header(&v).map_err(|e| ProtocolError::InvalidRequest {
+            message: format!("X-Sluice-Cost '{v}': {e}"),
+        })?,
+    };
     let is_bodyless = matches!(method.to_ascii_uppercase().as_str(), "GET" | "HEAD");
     // A loop, not a filtered `collect`: that is several generic functions in the wasm.
     let mut kept = Vec::with_capacity(headers.len());
@@ -232,6 +239,7 @@ pub fn spec_from_request(
         body: if is_bodyless { None } else { body },
         group_id: get("x-sluice-group"),
         options: Some(options),
+        cost,
     })
 }
 

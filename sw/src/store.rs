@@ -720,6 +720,7 @@ mod tests {
             headers: vec![("content-type".into(), "application/json".into())],
             body: Some("{}".into()),
             options: None,
+            cost: Default::default(),
             idempotency_key: "k".into(),
             state: JobState::RetryWait,
             attempts: 1,

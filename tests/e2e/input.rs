@@ -65,6 +65,8 @@ e2e!(
                     { url: '/api/contacts', kind: 'create', budget: 'nope', body: {} },
                   ], 'mixed')),
                   badConfig: await grab(sluice.configure({ budgets: [{ name: 'api', windows: [] }] })),
+                  // Read by the worker, not the page client: its reader's words reach the page.
+                  unreadableConfig: await grab(sluice.configure({ budgets: [{ name: 1 }] })),
                 };
                 out.mixedJobs = (await sluice.jobs('mixed')).length;
                 const after = (await sluice.snapshot()).counts;
@@ -89,6 +91,12 @@ e2e!(
         assert_eq!(raw_code("oversized").as_deref(), Some("too-large"), "{r}");
         assert_eq!(r["oversized"]["error"]["maxBytes"], 32 << 20, "{r}");
         assert_eq!(raw_code("notJson").as_deref(), Some("malformed"), "{r}");
+        assert_eq!(code("unreadableConfig").as_deref(), Some("malformed"), "{r}");
+        assert!(
+            message("unreadableConfig")
+                .starts_with("malformed message: invalid type: integer `1`, expected a string"),
+            "{r}"
+        );
         assert_eq!(raw_code("badUrlRaw").as_deref(), Some("invalid-url"), "{r}");
         assert_eq!(raw_code("spaceUrlRaw").as_deref(), Some("invalid-url"), "{r}");
         assert_eq!(r["oversized"]["error"]["what"], "message", "{r}");

@@ -25,6 +25,7 @@ mod support;
 mod basic;
 mod bench;
 mod demo;
+mod dialects;
 mod firefox;
 mod first_hour;
 mod input;

@@ -1,9 +1,10 @@
 //! The worker's messages: replies and errors for this client's requests, broadcasts of jobs
 //! and status, and what a status says about ends this client may have missed.
 
+use sluice_shared::json::RawJson;
 use sluice_shared::json::{self, FromJson, Json};
 use sluice_shared::protocol::{JobUpdate, ProtocolError, ReplyBody, WorkerMessage};
-use sluice_shared::status::Status;
+use sluice_shared::status::StateCounts;
 use sluice_shared::JobId;
 
 use super::*;
@@ -82,8 +83,15 @@ impl Core {
     /// Each status replaces the last one's shortfall: the latest is the one to judge, and the
     /// one a quiet queue sends last. So while statuses keep coming a missed end is asked about
     /// once the queue is quiet.
-    pub(super) fn note_status(&mut self, status: &Status, now: f64) {
-        self.worker_pending = status.counts.pending();
+    pub(super) fn note_status(&mut self, status: &RawJson, now: f64) {
+        // Its counts alone, read by name: the rest goes to pages as it came (see `RawJson`).
+        let counts = json::parse(status.text())
+            .ok()
+            .and_then(|v| StateCounts::from_json(v.get("counts")?).ok());
+        let Some(counts) = counts else {
+            return;
+        };
+        self.worker_pending = counts.pending();
         self.last_status = now;
         self.shortfall = None;
         if self.waiters.len() as u64 <= self.worker_pending {

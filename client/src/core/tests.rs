@@ -3,6 +3,7 @@
 
 use super::*;
 use sluice_shared::job::Lane;
+use sluice_shared::json::RawJson;
 use sluice_shared::protocol::{decode_request, encode, Envelope, Request, WorkerMessage};
 use sluice_shared::status::{StateCounts, Status};
 use std::future::Future;
@@ -50,7 +51,7 @@ fn error(request_id: &str, error: ProtocolError) -> String {
 /// A status broadcast with `queued` jobs pending.
 fn status(queued: u64) -> String {
     encode(&WorkerMessage::Status {
-        status: status_of(queued),
+        status: RawJson::of(&status_of(queued)),
     })
 }
 
@@ -465,7 +466,7 @@ fn an_old_status_is_refreshed() {
     }
     let asked = asked.expect("a snapshot after 3 keep-alive intervals");
     let idle = ReplyBody::Snapshot {
-        status: status_of(0),
+        status: RawJson::of(&status_of(0)),
     };
     assert_eq!(
         core.receive(&reply(&id_of(&asked), idle), now),
@@ -722,9 +723,9 @@ fn typed_requests_and_replies_round_trip() {
 #[test]
 fn an_unreadable_reply_settles_its_request_with_a_decode_error() {
     let mut core = Core::new("c", Timing::default());
-    let (text, _, mut p) = core.request(Request::Snapshot, 0.0);
+    let (text, _, mut p) = core.request(Request::Retry { id: "j".into() }, 0.0);
     let r = format!(
-        r#"{{"type":"reply","requestId":"{}","body":{{"type":"snapshot","status":5}}}}"#,
+        r#"{{"type":"reply","requestId":"{}","body":{{"type":"retried","id":5}}}}"#,
         id_of(&text)
     );
     assert_eq!(core.receive(&r, 1.0), Received::Settled);
@@ -732,8 +733,7 @@ fn an_unreadable_reply_settles_its_request_with_a_decode_error() {
     assert_eq!(e.code(), "decode");
     assert_eq!(
         e.to_string(),
-        "unreadable message from the worker: reply: invalid type: integer `5`, expected \
-         struct Status"
+        "unreadable message from the worker: reply: invalid type: integer `5`, expected a string"
     );
 }
 

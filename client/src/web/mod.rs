@@ -17,8 +17,8 @@ use std::rc::{Rc, Weak};
 use js_sys::{Function, Reflect};
 use sluice_shared::config::EngineConfig;
 use sluice_shared::job::{JobSpec, JobState};
-use sluice_shared::json;
-use sluice_shared::protocol::{JobUpdate, ReplyBody, Request, WorkerMessage};
+use sluice_shared::json::{self, RawJson};
+use sluice_shared::protocol::{JobUpdate, ProtocolError, ReplyBody, Request, WorkerMessage};
 use sluice_shared::status::Status;
 use sluice_shared::JobId;
 use wasm_bindgen::prelude::*;
@@ -312,11 +312,17 @@ impl Sluice {
 
     /// Replaces the worker's configuration (budgets, retries, lanes).
     pub async fn configure(&self, config: EngineConfig) -> Result<(), ClientError> {
+        let config = RawJson::of(&config);
         configured(self.inner.request(Request::Configure { config }).await?)
     }
 
     pub async fn snapshot(&self) -> Result<Status, ClientError> {
-        snapshot(self.inner.request(Request::Snapshot).await?)
+        let status = snapshot(self.inner.request(Request::Snapshot).await?)?;
+        status.read().map_err(|e| {
+            ClientError::Worker(ProtocolError::Malformed {
+                message: format!("the worker's status: {e}"),
+            })
+        })
     }
 
     /// Lists the worker's jobs, optionally of one group.
@@ -412,7 +418,8 @@ pub(super) fn configured(answer: Answer) -> Result<(), ClientError> {
     }
 }
 
-pub(super) fn snapshot(answer: Answer) -> Result<Status, ClientError> {
+/// The status as the worker wrote it (see `RawJson`): handed to pages as it came.
+pub(super) fn snapshot(answer: Answer) -> Result<RawJson, ClientError> {
     match answer.body {
         ReplyBody::Snapshot { status } => Ok(status),
         other => Err(unexpected_reply("snapshot", &other)),

@@ -30,6 +30,9 @@ export interface JobInput {
   /** A string is sent as is; anything else as JSON (Content-Type: application/json). */
   body?: unknown;
   groupId?: string | null;
+  /** What it spends of its budget's resources besides one request, an estimate the answer may
+   * correct: `{ tokens: 1200 }`. Default: each resource's `defaultCost`. */
+  cost?: Record<string, number>;
   /** As in `fetch`; default "same-origin". */
   credentials?: "omit" | "same-origin" | "include";
   /** As in `fetch`; default "cors". "no-cors" is refused: its answer cannot be read. */
@@ -116,6 +119,15 @@ export interface BudgetStatus {
   serverRemaining: number | null; serverResetAt: number | null; etaMs: number | null;
   requests: number; rateLimited: number; retries: number; rateLimitedPer1000: number;
   achievedShare: number;
+  /** The budget's other resources (tokens, points): each one's window closest to full. */
+  resources: ResourceStatus[];
+  /** What is closest to its limit: "requests" or a resource's name; null without resources. */
+  tightest: string | null;
+}
+export interface ResourceStatus {
+  name: string; limit: number; windowMs: number; used: number; remaining: number;
+  /** When that window is empty again (epoch ms). */
+  freesAt: number;
 }
 export interface GroupStatus {
   id: string; total: number; done: number; failed: number; cancelled: number; pending: number;
@@ -142,6 +154,38 @@ export interface BudgetConfig {
   countPreflights?: boolean;
   /** The API's Access-Control-Max-Age in ms (default 5000, the browser's without it). */
   preflightMaxAgeMs?: number;
+  /** What the API says about limits only in an answer's JSON body; the first match decides. */
+  bodyRules?: BodyRule[];
+  /** What else the API counts besides requests (tokens, points), each with its windows. */
+  resources?: ResourceConfig[];
+}
+/** A unit the API counts besides requests; jobs spend their `cost` of it. */
+export interface ResourceConfig {
+  /** As the API's headers name it ("tokens", "input-tokens") and as jobs' `cost` names it. */
+  name: string;
+  windows: RateWindow[];
+  /** What a job that names no cost of it spends (default 1). */
+  defaultCost?: number;
+  /** Dot path of what the job really spent in a successful answer's JSON body. */
+  costPath?: string;
+}
+/** "This status and this JSON value mean rate limited (or: too many at once)". */
+export interface BodyRule {
+  /** Statuses whose bodies the rule reads (default: every status). */
+  status?: number[];
+  /** Dot path of the value that says it: "error.code", "errors[0].type". */
+  path: string;
+  /** The value there that means it, compared as text with case ignored (default: any value). */
+  equals?: string;
+  /** "rate-limited" (default): paused and retried as a 429; "concurrency": fewer in flight for
+   * a while, no pause. */
+  means?: "rate-limited" | "concurrency";
+  /** Dot path of how long to wait, in `waitUnit` (default "seconds"). */
+  waitPath?: string;
+  waitUnit?: "seconds" | "milliseconds";
+  /** Dot path of the limit: words ("2 calls per second") or a number per `limitWindowMs`. */
+  limitPath?: string;
+  limitWindowMs?: number;
 }
 export interface EngineConfig {
   budgets?: BudgetConfig[];

@@ -7,7 +7,7 @@
 //! `pkg/`; serve it with the worker script and the package's worker files as in
 //! examples/vite-app (`public/sw.js`, `/sluice/`).
 
-use sluice_client::{ClientError, RegisterOptions, Sluice, WorkerMessage};
+use sluice_client::{ClientError, RegisterOptions, Sluice, Status, WorkerMessage};
 use sluice_shared::{JobKind, JobSpec, Lane};
 use wasm_bindgen::prelude::*;
 
@@ -57,6 +57,10 @@ pub async fn start() -> Result<(), JsValue> {
     sluice
         .subscribe(|message| match message {
             WorkerMessage::Status { status } => {
+                // The status comes as the worker wrote it: read it to look inside.
+                let Ok(status) = status.read::<Status>() else {
+                    return;
+                };
                 for group in &status.groups {
                     show(&format!(
                         "{}: {} of {} saved, {} cancelled",

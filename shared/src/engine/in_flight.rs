@@ -9,6 +9,7 @@
 use super::ledger::SaveId;
 use super::scheduler::ReadyLanes;
 use crate::budget::BudgetState;
+use crate::concurrency_cap::ConcurrencyCap;
 use crate::config::{BudgetConfig, ConfigError, EngineConfig};
 use crate::job::JobId;
 use crate::preflight::Preflights;
@@ -50,6 +51,14 @@ pub(super) struct Budget {
     /// Attempts that ended without an answer, as (sent, where the log holds them) in the
     /// log's frame, for as long as a server's count may hold them (see [`Budget::unplaced`]).
     pub(super) unanswered: Vec<(Millis, Millis)>,
+    /// The in-flight cap as lowered by concurrency refusals (see `concurrency_cap`).
+    pub(super) concurrency_cap: ConcurrencyCap,
+    /// The job at the head of the lanes while it waits for room in a resource, and since
+    /// when: jobs behind it may pass it for one window of the resource, no longer (see
+    /// `Engine::backfill`).
+    pub(super) head_wait: Option<(JobId, Millis)>,
+    /// Whether the last start carried a CORS preflight (see `Limiter::await_preflight`).
+    pub(super) last_start_preflighted: bool,
 }
 
 /// Most jobs [`Budget::given_up`] remembers: a job that ends without an answer (cancelled,
@@ -104,6 +113,9 @@ impl Budget {
             rto: Rto::default(),
             given_up: Vec::new(),
             unanswered: Vec::new(),
+            concurrency_cap: ConcurrencyCap::default(),
+            head_wait: None,
+            last_start_preflighted: false,
         })
     }
 
@@ -241,7 +253,7 @@ impl Budget {
     /// counting the slots the overdue attempts gave back; when every slot is taken, the
     /// instant one is given back, if one will be.
     pub(super) fn next_start_at(&self, now: Millis) -> Option<Millis> {
-        let concurrency = self.config.concurrency;
+        let concurrency = self.concurrency_cap.allowed(self.config.concurrency);
         let taken = self.slots_taken(now);
         self.state
             .next_start_at(now, taken, concurrency)

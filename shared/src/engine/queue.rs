@@ -80,6 +80,11 @@ impl<T: Ord> SortedQueue<T> {
         self.blocks.is_empty()
     }
 
+    /// The keys in order, first to last.
+    pub(super) fn iter(&self) -> impl Iterator<Item = &T> {
+        self.blocks.iter().flatten()
+    }
+
     pub(super) fn clear(&mut self) {
         self.blocks.clear();
     }

@@ -109,6 +109,16 @@ impl ReadyLanes {
         Some((rank, id, turn))
     }
 
+    /// Up to `per_lane` ready jobs of each lane after its head, top lane first: the jobs that
+    /// may start in place of a head that waits for room in a resource (see
+    /// `Engine::backfill`).
+    pub(super) fn behind_heads(&self, per_lane: usize) -> impl Iterator<Item = &JobId> {
+        self.lanes
+            .iter()
+            .flat_map(move |lane| lane.iter().skip(1).take(per_lane))
+            .map(|(_, _, id)| id)
+    }
+
     /// This budget's pick went, on `turn`.
     pub(super) fn took(&mut self, turn: Turn) {
         self.aged_passed_over = match turn {

@@ -12,6 +12,7 @@ use super::jobs::JobTable;
 use super::tally::Tally;
 use crate::id_map::IdMap;
 use crate::job::Lane;
+use crate::resources::ResourceStatus;
 use crate::status::{
     capacity_warning, concurrency_note, percentile, BudgetStatus, GroupStatus, LaneStatus, Status,
 };
@@ -79,7 +80,8 @@ impl StatusCounters {
             } else {
                 let mut rate = b.state.limiter.sustained_rate_per_ms();
                 if let Some(latency) = b.latency_ms.filter(|l| *l > 0.0) {
-                    rate = rate.min(b.config.concurrency as f64 / latency);
+                    let allowed = b.concurrency_cap.allowed(b.config.concurrency);
+                    rate = rate.min(allowed as f64 / latency);
                 }
                 let wait = blocked.map_or(0, |t| t - now);
                 (rate > 0.0).then(|| wait + (pending as f64 / rate).ceil() as u64)
@@ -97,6 +99,7 @@ impl StatusCounters {
             });
             let c = &b.state.counters;
             let server = b.state.server.as_ref().filter(|s| s.reset_at > now);
+            let resources = b.state.resources.statuses(now);
             budget_statuses.push(BudgetStatus {
                 name: name.clone(),
                 windows: b.state.limiter.windows().to_vec(),
@@ -130,12 +133,20 @@ impl StatusCounters {
                 } else {
                     c.rate_limited as f64 * 1000.0 / c.requests as f64
                 },
+                tightest: tightest_of(achieved_share, &resources),
+                resources,
                 achieved_share,
             });
         }
         let mut warnings: Vec<String> = Vec::new();
         let mut notes: Vec<String> = Vec::new();
         for (name, b) in budgets.iter() {
+            // While a server's concurrency refusals hold the cap down, that, not the
+            // configuration, is what limits the pace: say so instead of suggesting more.
+            if let Some(note) = b.concurrency_cap.note(name, b.config.concurrency) {
+                notes.push(note);
+                continue;
+            }
             let busy = b.in_flight.len() as u64 >= u64::from(b.config.concurrency);
             if let (true, Some(latency)) = (busy, b.latency_ms) {
                 let limit = b.state.limiter.sustained_rate_per_ms();
@@ -199,4 +210,21 @@ pub(super) fn count_in<K: Ord + Clone>(counts: &mut Vec<(K, u64)>, key: &K) {
         Ok(i) => counts[i].1 += 1,
         Err(i) => counts.insert(i, (key.clone(), 1)),
     }
+}
+
+/// Which of a budget's resources is closest to its limit: `requests` (their share of the
+/// tightest window) or a resource (its spent share); `None` without resources.
+fn tightest_of(requests_share: f64, resources: &[ResourceStatus]) -> Option<String> {
+    let (name, share) = resources
+        .iter()
+        .map(|r| (r.name.as_str(), r.used as f64 / r.limit.max(1) as f64))
+        .max_by(|a, b| a.1.total_cmp(&b.1))?;
+    Some(
+        if requests_share >= share {
+            "requests"
+        } else {
+            name
+        }
+        .to_string(),
+    )
 }

@@ -121,6 +121,13 @@ pub struct ServerSignal {
     /// `RateLimit` parameter `c`); a request costs 1 unless told.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cost: Option<u64>,
+    /// The refusal was of requests open at once, not of the rate: Stripe's
+    /// `Stripe-Rate-Limited-Reason` naming a concurrency limiter (`global-concurrency`,
+    /// `endpoint-concurrency`), or a budget's body rule saying so (`body_rules`). Such a
+    /// refusal pauses nothing: the budget keeps fewer requests in flight for a while
+    /// (`concurrency_cap`). `rate_limited` is false then.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub concurrency_limited: bool,
 }
 
 /// How a server (`sluice proxy`) says, in `Server-Timing`, how long it held a request for its
@@ -170,14 +177,16 @@ pub fn read_signal(status: u16, headers: &[(String, String)], now: Millis) -> Se
     // exhausted quota with 403 rather than 429; treating that as permanent would drop jobs
     // that only needed to wait. Any adapter's exhausted quota counts, not just the winner's.
     let exhausted = quotas.iter().flatten().any(|q| q.remaining == Some(0));
-    let rate_limited = match status {
-        429 => true,
-        // 503 alone is an outage; with Retry-After the server is shedding load on purpose.
-        503 => retry_after.is_some(),
-        // GitHub's secondary limits come as 403 with Retry-After.
-        403 => retry_after.is_some() || exhausted,
-        _ => false,
-    };
+    let concurrency_limited = matches!(status, 429 | 403 | 503) && concurrency_refusal(&h);
+    let rate_limited = !concurrency_limited
+        && match status {
+            429 => true,
+            // 503 alone is an outage; with Retry-After the server is shedding load on purpose.
+            503 => retry_after.is_some(),
+            // GitHub's secondary limits come as 403 with Retry-After.
+            403 => retry_after.is_some() || exhausted,
+            _ => false,
+        };
 
     let retry_after_ms = retry_after.or_else(|| {
         if !rate_limited {
@@ -214,7 +223,19 @@ pub fn read_signal(status: u16, headers: &[(String, String)], now: Millis) -> Se
         bucket: bucket(&h),
         global: global(&h),
         cost: ietf_cost(&h, &policies),
+        concurrency_limited,
     }
+}
+
+/// Stripe names the limiter that refused a request in `Stripe-Rate-Limited-Reason`: a rate
+/// (`global-rate`, `endpoint-rate`, `resource-specific`) or a concurrency limiter
+/// (`global-concurrency`, `endpoint-concurrency`). Only the latter is read here; the others are
+/// rate limits like any 429.
+fn concurrency_refusal(h: &Headers) -> bool {
+    h.first_parsed("stripe-rate-limited-reason", |v| {
+        v.to_ascii_lowercase().contains("concurrency").then_some(())
+    })
+    .is_some()
 }
 
 /// `Server-Timing: sluice-hold;dur=870` (see [`HOLD_FIELD`]): the milliseconds the server held
@@ -465,6 +486,7 @@ mod tests {
                 bucket: None,
                 global: false,
                 cost: None,
+                concurrency_limited: false,
             }
         );
     }

@@ -45,6 +45,7 @@
 //! ```
 
 mod parse;
+mod raw;
 mod read;
 #[cfg(test)]
 pub(crate) mod tests;
@@ -54,6 +55,7 @@ use std::borrow::Cow;
 use std::fmt;
 
 pub use parse::*;
+pub use raw::RawJson;
 pub use read::*;
 pub use write::*;
 

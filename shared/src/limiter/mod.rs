@@ -72,6 +72,7 @@ mod sliding_log;
 #[cfg(test)]
 mod testing;
 mod token_bucket;
+mod weighted_log;
 
 use std::collections::VecDeque;
 
@@ -87,6 +88,7 @@ use sliding_log::LogState;
 use token_bucket::BucketState;
 
 pub use pacer::PACING_CATCH_UP;
+pub use weighted_log::WeightedLog;
 
 /// Longest window, after stretching, the limiter works with: 2^53 ms, about 285,000 years.
 /// Longer ones are enforced as this long, which makes no difference in practice but keeps every
@@ -153,7 +155,22 @@ pub struct Limiter {
     /// the margin stands in for it.
     #[serde(default)]
     arrival_spread: DurationMs,
+    /// For `no_burst`: the latest the last start can have reached the server, once it was
+    /// answered (see `round_trips::RoundTrips::arrived_by`): the next start is spaced from
+    /// that, with no allowance for spread. `None` while it is unanswered.
+    #[serde(default)]
+    last_arrived_by: Option<Millis>,
+    /// For `no_burst`: the last start carries a CORS preflight the browser has not cached, so
+    /// it reaches the server a round trip later than its start says: the next start waits for
+    /// its answer (at most [`PREFLIGHT_WAIT_MS`]).
+    #[serde(default)]
+    awaiting_preflight: bool,
 }
+
+/// The longest the next start of a `no_burst` limiter waits for the answer to a start that
+/// carried a CORS preflight (see `Limiter::awaiting_preflight`): beyond it the answer is late
+/// for reasons of its own (a lost answer), and the start is spaced as if it had arrived then.
+pub const PREFLIGHT_WAIT_MS: DurationMs = 1_000;
 
 impl crate::json::ToJson for State {
     fn write_json(&self, out: &mut String) {
@@ -212,6 +229,8 @@ impl crate::json::Placeholder for Limiter {
             last_sent: 0,
             no_burst: false,
             arrival_spread: 0,
+            last_arrived_by: None,
+            awaiting_preflight: false,
         }
     }
 }
@@ -261,8 +280,16 @@ impl Limiter {
             headroom: 0,
             margin: 0,
             last_sent: 0,
-            no_burst: false,
+            // One start per shortest window is a server that allows no burst (nginx's
+            // `limit_req` without `burst=` is one per `1000 / rate` ms): spaced strictly from
+            // the first start, not only after a refusal.
+            no_burst: windows
+                .iter()
+                .min_by_key(|w| w.length_ms)
+                .is_some_and(|w| w.limit == 1),
             arrival_spread: 0,
+            last_arrived_by: None,
+            awaiting_preflight: false,
         })
     }
 
@@ -442,9 +469,22 @@ impl Limiter {
                 } else {
                     self.margin
                 };
-                self.last_sent
-                    .saturating_add(interval)
-                    .saturating_add(spread)
+                // From where the last start reached the server: known once it was answered,
+                // else its start plus the spread, or, when it carried a preflight, not known
+                // until it is answered.
+                let unanswered = if self.awaiting_preflight {
+                    self.last_sent.saturating_add(PREFLIGHT_WAIT_MS)
+                } else {
+                    self.last_sent.saturating_add(spread)
+                };
+                // The earlier of the two bounds: each is safe on its own (the spread's as far
+                // as it was measured), and on a jittery path the answered one is the looser.
+                let from = match self.last_arrived_by {
+                    Some(arrived) if self.awaiting_preflight => arrived,
+                    Some(arrived) => arrived.min(unanswered),
+                    None => unanswered,
+                };
+                from.saturating_add(interval)
             }
             _ => now,
         };
@@ -498,6 +538,23 @@ impl Limiter {
         }
         self.pace = self.pace.map(|p| p.after_on_grid(at));
         self.last_sent = self.last_sent.max(at);
+        self.last_arrived_by = None;
+        self.awaiting_preflight = false;
+    }
+
+    /// The start just recorded carries a CORS preflight the browser has not cached (see
+    /// `preflight`): for a `no_burst` limiter, the next start waits for its answer.
+    pub fn await_preflight(&mut self) {
+        self.awaiting_preflight = true;
+    }
+
+    /// The start that went out at `sent` was answered and reached the server by `arrived_by`
+    /// at the latest (in the frame of `round_trips::RoundTrips::arrived_by`). When it is the
+    /// last start, a `no_burst` limiter spaces the next one from there.
+    pub fn answered(&mut self, sent: Millis, arrived_by: Millis) {
+        if sent == self.last_sent {
+            self.last_arrived_by = Some(arrived_by.max(sent));
+        }
     }
 
     /// A start recorded at `recorded` really went out at `sent`, later (it waited for a save,
@@ -1133,15 +1190,19 @@ mod tests {
             assert_eq!(serde_json::to_string(&lim).unwrap(), expected);
             let restored: Limiter = crate::json::from_str(expected).unwrap();
             assert_eq!(restored, lim, "{algorithm:?}");
+            // State saved before `lastArrivedBy` and `awaitingPreflight` reads the same.
+            let older = expected.replace(r#","lastArrivedBy":null,"awaitingPreflight":false"#, "");
+            let restored: Limiter = crate::json::from_str(&older).unwrap();
+            assert_eq!(restored, lim, "{algorithm:?}");
         }
     }
 
     /// What `the_saved_state_keeps_its_format` saves, one per algorithm in the order of `ALL`.
     const SAVED: [&str; 4] = [
-        r#"{"algorithm":"sliding-log","windows":[{"limit":2,"lengthMs":1000},{"limit":3,"lengthMs":10000},{"limit":4,"lengthMs":60000}],"targetUtilization":0.9,"meters":[{"limit":2,"length":1117,"state":{"log":{"floor":[1700000003059,1700000003617],"shift":0}}},{"limit":3,"length":11117,"state":{"log":{"floor":[1700000006206,1700000009912,1700000013617],"shift":0}}},{"limit":4,"length":66672,"state":{"log":{"floor":[],"shift":0}}}],"starts":[1700000000000,1700000001117],"pace":{"next":1700000002500,"frac":0,"step":1117,"per":1,"until":9007199254740991},"headroom":1,"margin":5,"lastSent":1700000001117,"noBurst":false,"arrivalSpread":0}"#,
-        r#"{"algorithm":"token-bucket","windows":[{"limit":2,"lengthMs":1000},{"limit":3,"lengthMs":10000},{"limit":4,"lengthMs":60000}],"targetUtilization":0.9,"meters":[{"limit":2,"length":1117,"state":{"bucket":{"tokens":0,"partial":0,"at":1700000002500}}},{"limit":3,"length":11117,"state":{"bucket":{"tokens":0,"partial":0,"at":1700000002500}}},{"limit":4,"length":66672,"state":{"bucket":{"tokens":2,"partial":4468,"at":1700000001117}}}],"starts":[1700000000000,1700000001117],"pace":{"next":1700000002500,"frac":0,"step":1117,"per":1,"until":9007199254740991},"headroom":1,"margin":5,"lastSent":1700000001117,"noBurst":false,"arrivalSpread":0}"#,
-        r#"{"algorithm":"gcra","windows":[{"limit":2,"lengthMs":1000},{"limit":3,"lengthMs":10000},{"limit":4,"lengthMs":60000}],"targetUtilization":0.9,"meters":[{"limit":2,"length":1117,"state":{"gcra":{"tat":1700000003617,"tatFrac":0}}},{"limit":3,"length":11117,"state":{"gcra":{"tat":1700000013617,"tatFrac":0}}},{"limit":4,"length":66672,"state":{"gcra":{"tat":1700000033336,"tatFrac":0}}}],"starts":[1700000000000,1700000001117],"pace":{"next":1700000002500,"frac":0,"step":1117,"per":1,"until":9007199254740991},"headroom":1,"margin":5,"lastSent":1700000001117,"noBurst":false,"arrivalSpread":0}"#,
-        r#"{"algorithm":"fixed-window","windows":[{"limit":2,"lengthMs":1000},{"limit":3,"lengthMs":10000},{"limit":4,"lengthMs":60000}],"targetUtilization":0.9,"meters":[{"limit":1,"length":1000,"state":{"fixed":{"phase":777,"end":1700000001777,"count":1,"pacer":{"next":1700000003500,"frac":0,"step":1000,"per":1,"until":1700000003500}}}},{"limit":2,"length":10000,"state":{"fixed":{"phase":777,"end":1700000010777,"count":1,"pacer":{"next":1700000007500,"frac":0,"step":10000,"per":2,"until":1700000012500}}}},{"limit":3,"length":60000,"state":{"fixed":{"phase":20777,"end":1700000060777,"count":1,"pacer":null}}}],"starts":[1700000000000,1700000001000],"pace":{"next":1700000002500,"frac":0,"step":1000,"per":1,"until":9007199254740991},"headroom":1,"margin":5,"lastSent":1700000001000,"noBurst":false,"arrivalSpread":0}"#,
+        r#"{"algorithm":"sliding-log","windows":[{"limit":2,"lengthMs":1000},{"limit":3,"lengthMs":10000},{"limit":4,"lengthMs":60000}],"targetUtilization":0.9,"meters":[{"limit":2,"length":1117,"state":{"log":{"floor":[1700000003059,1700000003617],"shift":0}}},{"limit":3,"length":11117,"state":{"log":{"floor":[1700000006206,1700000009912,1700000013617],"shift":0}}},{"limit":4,"length":66672,"state":{"log":{"floor":[],"shift":0}}}],"starts":[1700000000000,1700000001117],"pace":{"next":1700000002500,"frac":0,"step":1117,"per":1,"until":9007199254740991},"headroom":1,"margin":5,"lastSent":1700000001117,"noBurst":false,"arrivalSpread":0,"lastArrivedBy":null,"awaitingPreflight":false}"#,
+        r#"{"algorithm":"token-bucket","windows":[{"limit":2,"lengthMs":1000},{"limit":3,"lengthMs":10000},{"limit":4,"lengthMs":60000}],"targetUtilization":0.9,"meters":[{"limit":2,"length":1117,"state":{"bucket":{"tokens":0,"partial":0,"at":1700000002500}}},{"limit":3,"length":11117,"state":{"bucket":{"tokens":0,"partial":0,"at":1700000002500}}},{"limit":4,"length":66672,"state":{"bucket":{"tokens":2,"partial":4468,"at":1700000001117}}}],"starts":[1700000000000,1700000001117],"pace":{"next":1700000002500,"frac":0,"step":1117,"per":1,"until":9007199254740991},"headroom":1,"margin":5,"lastSent":1700000001117,"noBurst":false,"arrivalSpread":0,"lastArrivedBy":null,"awaitingPreflight":false}"#,
+        r#"{"algorithm":"gcra","windows":[{"limit":2,"lengthMs":1000},{"limit":3,"lengthMs":10000},{"limit":4,"lengthMs":60000}],"targetUtilization":0.9,"meters":[{"limit":2,"length":1117,"state":{"gcra":{"tat":1700000003617,"tatFrac":0}}},{"limit":3,"length":11117,"state":{"gcra":{"tat":1700000013617,"tatFrac":0}}},{"limit":4,"length":66672,"state":{"gcra":{"tat":1700000033336,"tatFrac":0}}}],"starts":[1700000000000,1700000001117],"pace":{"next":1700000002500,"frac":0,"step":1117,"per":1,"until":9007199254740991},"headroom":1,"margin":5,"lastSent":1700000001117,"noBurst":false,"arrivalSpread":0,"lastArrivedBy":null,"awaitingPreflight":false}"#,
+        r#"{"algorithm":"fixed-window","windows":[{"limit":2,"lengthMs":1000},{"limit":3,"lengthMs":10000},{"limit":4,"lengthMs":60000}],"targetUtilization":0.9,"meters":[{"limit":1,"length":1000,"state":{"fixed":{"phase":777,"end":1700000001777,"count":1,"pacer":{"next":1700000003500,"frac":0,"step":1000,"per":1,"until":1700000003500}}}},{"limit":2,"length":10000,"state":{"fixed":{"phase":777,"end":1700000010777,"count":1,"pacer":{"next":1700000007500,"frac":0,"step":10000,"per":2,"until":1700000012500}}}},{"limit":3,"length":60000,"state":{"fixed":{"phase":20777,"end":1700000060777,"count":1,"pacer":null}}}],"starts":[1700000000000,1700000001000],"pace":{"next":1700000002500,"frac":0,"step":1000,"per":1,"until":9007199254740991},"headroom":1,"margin":5,"lastSent":1700000001000,"noBurst":false,"arrivalSpread":0,"lastArrivedBy":null,"awaitingPreflight":false}"#,
     ];
 
     #[test]

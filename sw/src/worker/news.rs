@@ -4,6 +4,7 @@
 use std::rc::Rc;
 
 use js_sys::{Function, Promise, Reflect};
+use sluice_shared::json::RawJson;
 use sluice_shared::protocol::WorkerMessage;
 use sluice_shared::status::Status;
 use sluice_shared::Millis;
@@ -101,7 +102,7 @@ impl Worker {
         // save): its job news, all saved, still goes out, its status not.
         if flush.status && !self.is_stopped() {
             messages.push(sluice_shared::protocol::encode(&WorkerMessage::Status {
-                status: self.snapshot(now),
+                status: RawJson::of(&self.snapshot(now)),
             }));
         }
         self.broadcasting.set(true);

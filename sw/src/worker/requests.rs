@@ -3,6 +3,8 @@
 
 use js_sys::{Function, Object, Reflect};
 use rustc_hash::FxHashMap;
+use sluice_shared::config::EngineConfig;
+use sluice_shared::json::RawJson;
 use sluice_shared::protocol::{JobUpdate, ProtocolError, ReplyBody, Request, WorkerMessage};
 use sluice_shared::{Enqueued, Job, JobId, JobSpec};
 use wasm_bindgen::{JsCast, JsValue};
@@ -255,7 +257,11 @@ impl Worker {
                 self.engine.borrow_mut().dismiss(&id)?;
                 (ReplyBody::Dismissed { id }, None)
             }
-            Request::Configure { mut config } => {
+            Request::Configure { config } => {
+                // Read here, not by the page client (see `RawJson`): with the reader's words.
+                let mut config: EngineConfig = config
+                    .read()
+                    .map_err(|e| ProtocolError::Malformed { message: e.0 })?;
                 self.refuse_while_full().await?;
                 resolve_engine_prefixes(&mut config, &self.setup.origin);
                 config::pin_allow(&mut config, &self.setup.script);
@@ -273,7 +279,7 @@ impl Worker {
             }
             Request::Snapshot => {
                 return Ok(ReplyBody::Snapshot {
-                    status: self.snapshot(now_ms()),
+                    status: RawJson::of(&self.snapshot(now_ms())),
                 })
             }
             Request::Jobs { group_id, ids } => {

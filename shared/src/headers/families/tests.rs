@@ -691,3 +691,30 @@ fn the_table_is_consistent() {
         }
     }
 }
+
+#[test]
+fn stripe_names_a_concurrency_refusal_which_is_not_a_rate_limit() {
+    // Stripe says which of its limiters refused a request; only its concurrency limiters mean
+    // "fewer at once", the rate ones are 429s like any other.
+    for reason in [
+        "global-concurrency",
+        "endpoint-concurrency",
+        "Endpoint-Concurrency",
+    ] {
+        let s = read(429, &[("Stripe-Rate-Limited-Reason", reason)], 0);
+        assert!(s.concurrency_limited, "{reason}");
+        assert!(!s.rate_limited, "{reason}");
+    }
+    for reason in ["global-rate", "endpoint-rate", "resource-specific"] {
+        let s = read(429, &[("Stripe-Rate-Limited-Reason", reason)], 0);
+        assert!(!s.concurrency_limited, "{reason}");
+        assert!(s.rate_limited, "{reason}");
+    }
+    // On a success the header means nothing.
+    let s = read(
+        200,
+        &[("Stripe-Rate-Limited-Reason", "global-concurrency")],
+        0,
+    );
+    assert!(!s.concurrency_limited && !s.rate_limited);
+}
