@@ -105,7 +105,16 @@ impl Engine {
                     // `BudgetState::observe_rate_limited`): it refused that one request, not a
                     // quota. The strict spacing from now on is the answer, not a pause: a
                     // second's pause and its ramp cost nginx's 20 a second a tenth of a 10 s run.
-                    if own_timing && signal.retry_after_ms.is_none() && b.state.limiter.no_burst() {
+                    // Only the first refusal in a row: a server that refuses every request
+                    // (others spent the quota) gets the pause and its doubling, not a request
+                    // every interval.
+                    let first_in_a_row = b.state.consecutive_rate_limits == 0;
+                    if own_timing
+                        && first_in_a_row
+                        && signal.retry_after_ms.is_none()
+                        && b.state.limiter.no_burst()
+                    {
+                        b.state.consecutive_rate_limits += 1;
                         let _ = self.table.transition(&id, JobState::Queued);
                         self.saves.job_changed(id.clone());
                         self.place(&id, now);
