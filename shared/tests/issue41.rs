@@ -212,19 +212,21 @@ fn an_early_bare_429_from_a_server_without_burst_is_recovered_from_in_seconds() 
 }
 
 /// A belief about others learned from 429s alone gives our share back in a minute of
-/// sending, not in a thousand windows' worth of our (by then few) starts: two refusals of the
-/// second request of a window, close together, leave us 1 start of 20 a second (the first is
-/// put down to our timing, the second to others); a minute later we have more than half back.
+/// sending, not in a thousand windows' worth of our (by then few) starts: refusals of the
+/// second request of a window with none answered between (the engine counts them in a row),
+/// close together, leave us 1 start of 20 a second (the first two are put down to our timing,
+/// the third to others); a minute later we have more than half back.
 #[test]
 fn a_belief_about_others_from_429s_fades_in_seconds() {
     let config = budget(20, 4);
     let retry = RetryConfig::default();
     let mut s = BudgetState::new(&config, &retry).unwrap();
-    for round in 0..2u64 {
+    for round in 0..3u64 {
         let at = 3_000 * round;
         s.record_start(at, false, &retry);
         s.record_start(at + 30, false, &retry);
         s.observe_rate_limited(at + 30, None, at + 60);
+        s.consecutive_rate_limits += 1;
     }
     let learned = s.others;
     assert!(learned >= 15.0, "{learned}");
@@ -331,4 +333,50 @@ fn an_early_bare_429_pauses_nothing_and_spaces_strictly() {
         .expect("sent again");
     assert!((50..200).contains(&again), "sent again at {again}");
     assert_eq!(e.job(&id).map(|j| j.attempts), Some(0));
+}
+
+/// A server that refuses every request (others spent the quota), bare: only the first refusal
+/// in a row is taken for our spacing and answered without a pause; the next pauses, so the
+/// budget never sends one request an interval into a wall of refusals.
+#[test]
+fn bare_refusals_in_a_row_pause_after_the_first() {
+    let mut e = Engine::new(
+        EngineConfig {
+            budgets: vec![BudgetConfig {
+                windows: vec![Window {
+                    limit: 1,
+                    length_ms: 50,
+                }],
+                ..budget(20, 4)
+            }],
+            ..EngineConfig::default()
+        },
+        Rng::seeded(1),
+    )
+    .unwrap();
+    for spec in sim::bulk_creates("api", 20, 0).specs {
+        e.enqueue(spec, 0).unwrap();
+    }
+    let refused = || Response {
+        status: 429,
+        headers: vec![],
+        body: String::new(),
+    };
+    let mut sent_in_3s = 0;
+    let mut now = 0;
+    while now < 3_000 {
+        e.handle_timeout(now);
+        while let Some(t) = e.poll_transmit(now) {
+            sent_in_3s += 1;
+            e.on_response(&t.job_id, refused(), now + 5);
+        }
+        now += 5;
+    }
+    // One free retry after the first refusal, then pauses of 1 s, 2 s...: a handful of
+    // requests, not sixty.
+    assert!(
+        sent_in_3s <= 5,
+        "{sent_in_3s} requests into refusals in 3 s"
+    );
+    assert!(e.snapshot(now).budgets[0].pause_reason.is_some());
 }

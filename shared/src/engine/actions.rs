@@ -1,0 +1,94 @@
+//! A page's actions on jobs: cancel, retry, dismiss.
+
+use super::*;
+
+impl Engine {
+    /// Cancels a waiting job, or every waiting job of a group. Jobs already sending cannot be
+    /// called back; they are left out of the returned list.
+    pub fn cancel(&mut self, target: &str, now: Millis) -> Result<Vec<JobId>, ProtocolError> {
+        let ids: Vec<JobId> = if self.table.contains(target) {
+            vec![target.to_string()]
+        } else {
+            let mut jobs: Vec<&Job> = Vec::new();
+            for job in self.table.iter() {
+                if job.group_id.as_deref() == Some(target) {
+                    jobs.push(job);
+                }
+            }
+            if jobs.is_empty() {
+                return Err(ProtocolError::NotFound { id: target.into() });
+            }
+            crate::job::sort_by_seq(&mut jobs);
+            let mut ids = Vec::with_capacity(jobs.len());
+            for job in jobs {
+                ids.push(job.id.clone());
+            }
+            ids
+        };
+        if ids.len() == 1 && ids[0] == target {
+            let state = self.table.get(target).map(|j| j.state);
+            if let Some(state) = state.filter(|s| !s.is_waiting()) {
+                return Err(ProtocolError::IllegalTransition {
+                    message: format!("job {target} is {state} and can no longer be cancelled"),
+                });
+            }
+        }
+        let mut cancelled = Vec::new();
+        for id in ids.into_iter().rev() {
+            if self.table.get(&id).is_some_and(|j| j.state.is_waiting()) {
+                self.finish(&id, JobState::Cancelled, None, now);
+                cancelled.push(id);
+            }
+        }
+        cancelled.reverse();
+        Ok(cancelled)
+    }
+
+    /// Sends a failed job again from scratch (attempts reset), and lifts a budget's hold.
+    pub fn retry(&mut self, id: &str, now: Millis) -> Result<(), ProtocolError> {
+        let retry = self.config.retry.clone();
+        let job = self
+            .table
+            .transition(id, JobState::Queued)
+            .ok_or_else(|| ProtocolError::NotFound { id: id.into() })?
+            .map_err(|e| ProtocolError::IllegalTransition {
+                message: format!("{e}: only failed jobs can be retried"),
+            })?;
+        job.attempts = 0;
+        job.not_before = now;
+        job.finished_at = None;
+        job.last_error = None;
+        let (key, budget) = (job.key.clone(), job.budget.clone());
+        let id: JobId = id.to_string();
+        if let Some(key) = key {
+            self.table.join_chain(key, id.clone());
+        }
+        if let Some(b) = self.budgets.get_mut(&budget) {
+            b.state.clear_trouble(&retry);
+        }
+        self.saves.budget_changed(budget);
+        self.saves.job_changed(id.clone());
+        self.replace_head_of(&id, now);
+        Ok(())
+    }
+
+    /// Forgets a finished job (a failed one the user does not want to retry).
+    pub fn dismiss(&mut self, id: &str) -> Result<(), ProtocolError> {
+        let job = self
+            .table
+            .get(id)
+            .ok_or_else(|| ProtocolError::NotFound { id: id.into() })?;
+        if !job.state.is_terminal() {
+            return Err(ProtocolError::IllegalTransition {
+                message: format!(
+                    "job {id} is {} and cannot be dismissed; cancel it first",
+                    job.state
+                ),
+            });
+        }
+        // It may stay among the changed jobs (see `forget_expired`).
+        self.table.forget(id);
+        self.saves.job_removed(id.to_string());
+        Ok(())
+    }
+}

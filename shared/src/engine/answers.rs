@@ -1,0 +1,477 @@
+//! Answers: what a response or its absence does to a job and its budget (`on_sent`, `on_response`, `on_transport_error`), and how a job ends or is retried.
+
+use super::*;
+
+impl Engine {
+    /// The request of a job that was saved before it went out ([`Transmit::save_first`]) has
+    /// just been handed to the network: its start counts from now, not from when it was
+    /// polled, so a slow save cannot push its arrival past the windows' margin.
+    pub fn on_sent(&mut self, id: &str, now: Millis) {
+        let Some(budget_name) = self.table.get(id).map(|j| j.budget.clone()) else {
+            return;
+        };
+        let Some(b) = self.budgets.get_mut(&budget_name) else {
+            return;
+        };
+        let Some(entry) = b.in_flight.iter_mut().find(|a| a.job == id) else {
+            return;
+        };
+        entry.unsent = false;
+        if now > entry.sent {
+            let logged = entry.logged.max(now.saturating_add(entry.shifted));
+            b.state.limiter.restamp(entry.logged, logged);
+            entry.logged = logged;
+            entry.sent = now;
+            self.saves.budget_changed(budget_name);
+        }
+    }
+
+    /// The response to a job's request arrived.
+    pub fn on_response(&mut self, id: &str, response: Response, now: Millis) {
+        let mut signal = read_signal(response.status, &response.headers, now);
+        let Some((budget_name, trip, _)) = self.take_in_flight(id, now, Some(&signal)) else {
+            return;
+        };
+        let started = trip.started;
+        let id: JobId = id.to_string();
+        let said_by_body = self.budgets.get(&budget_name).is_some_and(|b| {
+            apply_body_rules(
+                &b.config.body_rules,
+                response.status,
+                &response.body,
+                &mut signal,
+            )
+        });
+        if let (Some(b), Some(job)) = (self.budgets.get_mut(&budget_name), self.table.get(&id)) {
+            if !b.config.resources.is_empty() {
+                let success = (200..300).contains(&response.status) && !signal.rate_limited;
+                b.state.resources.on_answer(
+                    &b.config.resources,
+                    &job.cost,
+                    started,
+                    success.then_some(response.body.as_str()),
+                    &signal.resources,
+                    now,
+                );
+            }
+        }
+        if signal.concurrency_limited {
+            self.saves.budget_changed(budget_name.clone());
+            self.on_concurrency_refused(&id, &budget_name, now);
+            return;
+        }
+        if let Some(b) = self.budgets.get_mut(&budget_name) {
+            if let Some(quota) = &signal.quota {
+                // Every start after this request's, in flight or already answered, came after
+                // the count the server reported.
+                let later = u64::from(
+                    b.state
+                        .limiter
+                        .starts_within(now, now.saturating_sub(started)),
+                );
+                b.state
+                    .apply_quota(quota, trip, later, &b.config.windows, now);
+            }
+        }
+        self.saves.budget_changed(budget_name.clone());
+        match classify(response.status, signal.rate_limited) {
+            Verdict::Success => {
+                if let Some(b) = self.budgets.get_mut(&budget_name) {
+                    b.state.consecutive_rate_limits = 0;
+                    b.concurrency_cap.on_success(b.config.concurrency, now);
+                }
+                if let Some(job) = self.table.get_mut(&id) {
+                    job.attempts += 1;
+                    job.outcome = Some(JobOutcome {
+                        status: response.status,
+                        headers: response.headers,
+                        body: response.body,
+                    });
+                }
+                self.finish(&id, JobState::Done, None, now);
+            }
+            Verdict::RateLimited => {
+                let retry = self.config.retry.clone();
+                if let Some(b) = self.budgets.get_mut(&budget_name) {
+                    b.state.counters.rate_limited += 1;
+                    let own_timing =
+                        b.state
+                            .observe_rate_limited(started, signal.retry_after_ms, now);
+                    if own_timing {
+                        b.round_trips.widen();
+                        b.follow_round_trips();
+                    }
+                    // A bare refusal of our own spacing by a server without burst (see
+                    // `BudgetState::observe_rate_limited`): it refused that one request, not a
+                    // quota. The strict spacing from now on is the answer, not a pause: a
+                    // second's pause and its ramp cost nginx's 20 a second a tenth of a 10 s run.
+                    // Only the first refusal in a row: a server that refuses every request
+                    // (others spent the quota) gets the pause and its doubling, not a request
+                    // every interval.
+                    let first_in_a_row = b.state.consecutive_rate_limits == 0;
+                    if own_timing
+                        && first_in_a_row
+                        && signal.retry_after_ms.is_none()
+                        && b.state.limiter.no_burst()
+                    {
+                        b.state.consecutive_rate_limits += 1;
+                        let _ = self.table.transition(&id, JobState::Queued);
+                        self.saves.job_changed(id.clone());
+                        self.place(&id, now);
+                        return;
+                    }
+                    // The answers to requests already in flight when the first 429 of a pause
+                    // came are the same refusal, not new ones: they neither double the pause
+                    // (four of them would make a second's pause eight) nor count as a streak.
+                    let in_pause = b.state.paused_until.is_some_and(|p| p > now);
+                    let streak = if in_pause {
+                        b.state.consecutive_rate_limits.saturating_sub(1)
+                    } else {
+                        b.state.consecutive_rate_limits
+                    };
+                    let wait = signal
+                        .retry_after_ms
+                        .unwrap_or_else(|| default_pause(streak, &retry));
+                    if !in_pause {
+                        b.state.consecutive_rate_limits += 1;
+                    }
+                    // Say whose wait it is: a bare 429 named none, and a person reading "the
+                    // server asked to wait 1 s" would look for a Retry-After that is not there.
+                    let answer = if said_by_body {
+                        format!("HTTP {} whose body says rate limited", response.status)
+                    } else {
+                        format!("HTTP {}", response.status)
+                    };
+                    let reason = if signal.retry_after_ms.is_some() {
+                        format!(
+                            "the server asked to wait {} ({answer})",
+                            human_duration(wait)
+                        )
+                    } else {
+                        format!(
+                            "{answer} without Retry-After: pausing {} (our default)",
+                            human_duration(wait)
+                        )
+                    };
+                    b.state.pause(now, wait, reason, &mut self.rng);
+                }
+                // Back to its place at the front of its lane; a 429 is not an attempt.
+                let _ = self.table.transition(&id, JobState::Queued);
+                self.saves.job_changed(id.clone());
+                self.place(&id, now);
+            }
+            Verdict::Retryable => {
+                let error = JobError {
+                    status: Some(response.status),
+                    message: server_message(response.status, &response.body),
+                };
+                self.fail_or_retry(&id, &budget_name, error, now);
+            }
+            Verdict::Fatal => {
+                if let Some(job) = self.table.get_mut(&id) {
+                    job.attempts += 1;
+                }
+                let error = JobError {
+                    status: Some(response.status),
+                    message: server_message(response.status, &response.body),
+                };
+                self.finish(&id, JobState::Failed, Some(error), now);
+            }
+        }
+    }
+
+    /// The server refused the job's request for concurrency (too many open at once), not for
+    /// its rate: the budget keeps fewer in flight for a while and the job goes back to the
+    /// front of its lane, without a pause and without spending an attempt.
+    pub(super) fn on_concurrency_refused(&mut self, id: &JobId, budget_name: &str, now: Millis) {
+        let wait = match self.budgets.get_mut(budget_name) {
+            Some(b) => {
+                b.state.counters.rate_limited += 1;
+                let open = b.in_flight.len() + 1;
+                b.concurrency_cap
+                    .on_refused(open, b.config.concurrency, now)
+            }
+            None => 0,
+        };
+        let _ = self.table.transition(id, JobState::Queued);
+        if let Some(job) = self.table.get_mut(id) {
+            job.not_before = job.not_before.max(now.saturating_add(wait));
+        }
+        self.saves.job_changed(id.clone());
+        self.place(id, now);
+    }
+
+    /// The job's request got no response.
+    pub fn on_transport_error(&mut self, id: &str, error: TransportError, now: Millis) {
+        let Some((budget_name, _, given_ms)) = self.take_in_flight(id, now, None) else {
+            return;
+        };
+        let id: JobId = id.to_string();
+        let configured = self.config.retry.timeout_ms;
+        match error {
+            TransportError::Offline => {
+                let _ = self.table.transition(&id, JobState::Queued);
+                let probe = (2_000u64 << self.offline_streak.min(5)).min(OFFLINE_PROBE_MAX_MS);
+                self.offline_streak += 1;
+                self.offline_until = Some(now + probe);
+                self.saves.job_changed(id.clone());
+                self.place(&id, now);
+            }
+            TransportError::Timeout if given_ms < configured => {
+                // Given up at the estimate from measured trips (see `rto`), not at the
+                // configured timeout: most likely a lost answer. Tried again with the same
+                // idempotency key and twice the time; not an attempt of the job's, so a server
+                // slower than anything measured costs a few early tries, never the job.
+                if let Some(b) = self.budgets.get_mut(&budget_name) {
+                    b.gave_up_early(&id);
+                }
+                let error = JobError {
+                    status: None,
+                    message: format!(
+                        "no response within {} (2 to 4 times the usual round trip; tried again)",
+                        human_duration(given_ms)
+                    ),
+                };
+                self.retry_early(&id, &budget_name, error, now);
+            }
+            TransportError::Timeout => {
+                let error = JobError {
+                    status: None,
+                    message: format!("no response within {}", human_duration(given_ms)),
+                };
+                self.fail_or_retry(&id, &budget_name, error, now);
+            }
+            TransportError::Network(message) => {
+                let error = JobError {
+                    status: None,
+                    message: format!("network error: {message}"),
+                };
+                self.fail_or_retry(&id, &budget_name, error, now);
+            }
+        }
+    }
+
+    /// The network is back (the browser said so): stop waiting for the next probe.
+    pub fn set_online(&mut self) {
+        self.offline_until = None;
+        self.offline_streak = 0;
+    }
+
+    pub fn is_offline(&self, now: Millis) -> bool {
+        self.offline_until.is_some_and(|t| t > now)
+    }
+
+    /// Ends a request's time in flight: `answer` is what its response said when one came (its
+    /// trip is measured), `None` when it failed without one (it may have reached the server at
+    /// any time until now).
+    pub(super) fn take_in_flight(
+        &mut self,
+        id: &str,
+        now: Millis,
+        answer: Option<&ServerSignal>,
+    ) -> Option<(String, Trip, DurationMs)> {
+        let job = self.table.get(id)?;
+        if job.state != JobState::Sending {
+            return None;
+        }
+        let budget_name = job.budget.clone();
+        let b = self.budgets.get_mut(&budget_name)?;
+        let at = b.in_flight.iter().position(|a| a.job == id)?;
+        let attempt = b.in_flight.swap_remove(at);
+        let sent = attempt.sent;
+        // A request that took longer than the fastest may have spent the extra time on its way
+        // to the server (a busy network process, a connection to open): it is counted where it
+        // may have arrived, its answer time less the fastest trip (see `round_trips` for why
+        // that is safe). With no trip measured yet (the first answer since this instance
+        // started, whose trip often opened the connection), the whole trip may have been on
+        // the way there: in the browser, such a first request arrived 25 ms after its start
+        // while the next ones took 3, and with nothing moved the first second held 11 arrivals
+        // on a limit of 10.
+        let (mut logged, mut shifted) = (attempt.logged, attempt.shifted);
+        let latest = if let Some(answer) = answer {
+            // A wait the server says it held the request for its turn (`sluice proxy`) is no
+            // part of the way there or back: the trip measured is the rest (see
+            // `headers::HOLD_FIELD`).
+            let trip = now.saturating_sub(sent);
+            let measured = trip.saturating_sub(answer.held_ms.unwrap_or(0));
+            b.round_trips.record(measured);
+            // Karn's rule: only answered attempts are measured (see `rto`). The whole trip, a
+            // proxy's hold included: the timeout is about when an answer may still come.
+            b.rto.record(trip);
+            b.answered(id);
+            let before = b.state.limiter.margin();
+            if b.follow_round_trips() {
+                // This attempt is out of the list the narrowing moved: it moves by as much.
+                let moved = before.saturating_sub(b.state.limiter.margin());
+                logged = logged.saturating_add(moved);
+                shifted = shifted.saturating_add(moved);
+                self.saves.budget_changed(budget_name.clone());
+            }
+            let arrived_by = b.round_trips.arrived_by(sent, now);
+            b.state.limiter.answered(sent, arrived_by);
+            arrived_by
+        } else {
+            now
+        };
+        // In the log's frame.
+        let latest = latest.saturating_add(shifted);
+        if b.state.limiter.reached_server_by(logged, latest).is_some() {
+            self.saves.budget_changed(budget_name.clone());
+        }
+        let started = logged;
+        let arrived_by = latest;
+        if answer.is_none() && latest > logged {
+            b.ended_unanswered(sent.saturating_add(shifted), latest, now);
+        }
+        let unplaced = b.unplaced(arrived_by);
+        let sample = now.saturating_sub(sent) as f64;
+        b.latency_ms = Some(match b.latency_ms {
+            Some(avg) => avg * 0.8 + sample * 0.2,
+            None => sample,
+        });
+        Some((
+            budget_name,
+            Trip {
+                started,
+                arrived_by,
+                unplaced,
+            },
+            attempt.timeout_ms,
+        ))
+    }
+
+    pub(super) fn fail_or_retry(
+        &mut self,
+        id: &JobId,
+        budget_name: &str,
+        error: JobError,
+        now: Millis,
+    ) {
+        let max_attempts = self.config.retry.max_attempts;
+        let Some(job) = self.table.get_mut(id) else {
+            return;
+        };
+        job.attempts += 1;
+        let attempts = job.attempts;
+        if attempts >= max_attempts {
+            let error = JobError {
+                message: format!("{} (gave up after {attempts} attempts)", error.message),
+                ..error
+            };
+            self.finish(id, JobState::Failed, Some(error), now);
+            return;
+        }
+        self.retry_after_backoff(id, budget_name, error, attempts, now);
+    }
+
+    /// An attempt given up before the configured timeout (see `rto`): retried as any failed
+    /// attempt is (a retry token, a backoff by how many were given up in a row), without
+    /// counting it among the job's attempts.
+    pub(super) fn retry_early(
+        &mut self,
+        id: &JobId,
+        budget_name: &str,
+        error: JobError,
+        now: Millis,
+    ) {
+        let given_up = self.budgets.get(budget_name).map_or(1, |b| {
+            b.given_up
+                .iter()
+                .find(|(j, _)| j == id)
+                .map_or(1, |&(_, n)| n)
+        });
+        // The first give-up retries at once, as TCP retransmits when its timer fires: the
+        // wait was the timeout itself. Later ones back off as failures do.
+        self.retry_after_backoff(id, budget_name, error, given_up - 1, now);
+    }
+
+    /// Retries a job after the backoff for its `backoff_step`th failure (none for 0), if the
+    /// budget has a retry token; without one the service is in trouble and the job fails.
+    pub(super) fn retry_after_backoff(
+        &mut self,
+        id: &JobId,
+        budget_name: &str,
+        error: JobError,
+        backoff_step: u32,
+        now: Millis,
+    ) {
+        let has_token = self
+            .budgets
+            .get_mut(budget_name)
+            .is_some_and(|b| b.state.take_retry_token());
+        if !has_token {
+            if let Some(b) = self.budgets.get_mut(budget_name) {
+                b.state.trouble = Some(format!(
+                    "the service behind '{budget_name}' is having trouble (last error: {}); sending is stopped until you retry",
+                    error.message
+                ));
+            }
+            self.saves.budget_changed(budget_name.to_string());
+            let error = JobError {
+                message: format!(
+                    "{} (retries stopped: the service is having trouble)",
+                    error.message
+                ),
+                ..error
+            };
+            self.finish(id, JobState::Failed, Some(error), now);
+            return;
+        }
+        let delay = if backoff_step == 0 {
+            0
+        } else {
+            backoff(backoff_step, &self.config.retry, &mut self.rng)
+        };
+        let _ = self.table.transition(id, JobState::RetryWait);
+        if let Some(job) = self.table.get_mut(id) {
+            job.not_before = now + delay;
+            job.last_error = Some(error);
+        }
+        self.saves.job_changed(id.clone());
+        self.place(id, now);
+    }
+
+    /// Moves a job to a terminal state and lets the next job of its key go.
+    pub(super) fn finish(
+        &mut self,
+        id: &JobId,
+        state: JobState,
+        error: Option<JobError>,
+        now: Millis,
+    ) {
+        self.unplace(id);
+        let Some(Ok(job)) = self.table.transition(id, state) else {
+            return;
+        };
+        job.finished_at = Some(now);
+        if error.is_some() {
+            job.last_error = error;
+        }
+        // What it sent (an `Authorization` header, the body) is never sent again once it is
+        // done or cancelled, so it does not stay in storage for the retention time; a failed
+        // job keeps it for a retry unless the configuration says otherwise.
+        match state {
+            JobState::Done | JobState::Cancelled => {
+                job.headers = Vec::new();
+                job.body = None;
+            }
+            JobState::Failed if self.config.drop_failed_headers => job.headers = Vec::new(),
+            _ => {}
+        }
+        if matches!(state, JobState::Done | JobState::Failed) {
+            self.counters.finished(job.attempts);
+        }
+        let key = job.key.clone();
+        if matches!(state, JobState::Done | JobState::Cancelled) {
+            self.table.expire_from(now, id.clone());
+        }
+        self.saves.job_changed(id.clone());
+        self.leave_chain(id, key, now);
+    }
+
+    pub(super) fn leave_chain(&mut self, id: &JobId, key: Option<String>, now: Millis) {
+        if let Some(head) = self.table.leave_chain(id, key) {
+            self.place(&head, now);
+        }
+    }
+}

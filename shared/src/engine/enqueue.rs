@@ -1,0 +1,240 @@
+//! Enqueueing: a page's jobs checked, made, cancelled out against a waiting create, or folded into a waiting patch.
+
+use super::*;
+
+impl Engine {
+    /// Job ids and idempotency keys from now on come from `source` (the worker's is
+    /// `crypto.getRandomValues`); a source that fails (returns false) falls back to the
+    /// engine's own generator for that identifier.
+    pub fn set_identifier_source(&mut self, source: IdentifierSource) {
+        self.identifiers = Some(source);
+    }
+
+    pub(super) fn new_identifier(&mut self) -> String {
+        let mut bytes = [0u8; 16];
+        let filled = self
+            .identifiers
+            .as_mut()
+            .is_some_and(|source| source(&mut bytes));
+        if !filled {
+            self.rng.fill(&mut bytes);
+        }
+        uuid_v4_from(bytes)
+    }
+
+    /// Accepts one action. The result names the job that will carry it: a new one, or an
+    /// earlier waiting one it was folded into (`coalesced`).
+    pub fn enqueue(&mut self, spec: JobSpec, now: Millis) -> Result<Enqueued, ProtocolError> {
+        let (budget, method) = self.validate(&spec)?;
+        Ok(self.enqueue_valid(spec, budget, method, now))
+    }
+
+    /// Accepts many actions as one group, all or none: if any is invalid nothing is enqueued.
+    /// Also returns a warning when the group needs more than a whole window of its budget.
+    pub fn enqueue_many(
+        &mut self,
+        specs: Vec<JobSpec>,
+        group_id: Option<String>,
+        now: Millis,
+    ) -> Result<(Vec<Enqueued>, Option<String>), ProtocolError> {
+        let total = specs.len();
+        let mut checked = Vec::with_capacity(total);
+        for (i, spec) in specs.into_iter().enumerate() {
+            match self.validate(&spec) {
+                Ok((budget, method)) => checked.push((spec, budget, method)),
+                Err(e) => {
+                    return Err(ProtocolError::InvalidRequest {
+                        message: format!("job {} of {total}: {e}; nothing was enqueued", i + 1),
+                    })
+                }
+            }
+        }
+        let mut per_budget: Vec<(String, u64)> = Vec::new();
+        let mut results = Vec::with_capacity(total);
+        for (mut spec, budget, method) in checked {
+            if group_id.is_some() {
+                spec.group_id = group_id.clone();
+            }
+            count_in(&mut per_budget, &budget);
+            results.push(self.enqueue_valid(spec, budget, method, now));
+        }
+        let warning = per_budget
+            .iter()
+            .filter_map(|(name, n)| {
+                let b = self.budgets.get(name)?;
+                capacity_warning(*n, b.state.limiter.windows())
+            })
+            .next();
+        Ok((results, warning))
+    }
+
+    pub(super) fn validate(&self, spec: &JobSpec) -> Result<(String, String), ProtocolError> {
+        validate_url(&spec.url)?;
+        let method = if spec.method.trim().is_empty() {
+            "GET".to_string()
+        } else {
+            spec.method.trim().to_ascii_uppercase()
+        };
+        if !method.bytes().all(is_token_byte) {
+            return Err(ProtocolError::InvalidRequest {
+                message: format!("'{}' is not an HTTP method", spec.method),
+            });
+        }
+        if matches!(method.as_str(), "CONNECT" | "TRACE" | "TRACK") {
+            return Err(ProtocolError::InvalidRequest {
+                message: format!("browsers do not allow {method} requests"),
+            });
+        }
+        if matches!(method.as_str(), "GET" | "HEAD") && spec.body.is_some() {
+            return Err(ProtocolError::InvalidRequest {
+                message: format!("a {method} request cannot have a body"),
+            });
+        }
+        if let Some(body) = &spec.body {
+            if body.len() > self.config.max_body_bytes {
+                return Err(ProtocolError::TooLarge {
+                    what: crate::protocol::TOO_LARGE_BODY.into(),
+                    bytes: body.len(),
+                    max_bytes: self.config.max_body_bytes,
+                });
+            }
+        }
+        for (name, value) in &spec.headers {
+            if name.is_empty() || !name.bytes().all(is_token_byte) {
+                return Err(ProtocolError::InvalidRequest {
+                    message: format!("'{name}' is not a valid header name"),
+                });
+            }
+            if value.bytes().any(|b| b == b'\r' || b == b'\n' || b == 0) {
+                return Err(ProtocolError::InvalidRequest {
+                    message: format!("the value of header '{name}' contains a line break"),
+                });
+            }
+        }
+        if let Some(options) = &spec.options {
+            options.validate()?;
+        }
+        // Where the job may go is checked first, and for every job: naming a budget never
+        // takes a job past what the worker script allows.
+        let target = Target::parse(&spec.url).map_err(|e| ProtocolError::InvalidUrl {
+            url: spec.url.chars().take(200).collect(),
+            message: e.0,
+        })?;
+        if !self.allowed.is_empty() && !self.allowed.iter().any(|s| s.covers(&target)) {
+            return Err(ProtocolError::UrlNotAllowed {
+                url: spec.url.chars().take(200).collect(),
+                allowed: self.config.allowed_list(),
+            });
+        }
+        let budget = if spec.budget.is_empty() {
+            self.config
+                .budget_for_url(&target)
+                .map(|b| b.name.clone())
+                .ok_or_else(|| ProtocolError::NoBudgetForUrl {
+                    url: spec.url.clone(),
+                })?
+        } else if self.budgets.contains_key(&spec.budget) {
+            spec.budget.clone()
+        } else {
+            return Err(ProtocolError::UnknownBudget {
+                budget: spec.budget.clone(),
+                known: self.budgets.keys().cloned().collect(),
+            });
+        };
+        Ok((budget, method))
+    }
+
+    pub(super) fn enqueue_valid(
+        &mut self,
+        spec: JobSpec,
+        budget: String,
+        method: String,
+        now: Millis,
+    ) -> Enqueued {
+        let seq = self.table.next_seq();
+        let job = Job {
+            // A page fixes its jobs' ids (see `JobSpec::id`); the caller made sure it is new.
+            id: spec.id.unwrap_or_else(|| self.new_identifier()),
+            budget,
+            lane: spec.lane,
+            key: spec.key.filter(|k| !k.is_empty()),
+            kind: spec.kind,
+            method,
+            url: spec.url,
+            headers: spec.headers,
+            body: spec.body,
+            options: spec.options.filter(|o| !o.is_default()),
+            cost: spec.cost,
+            idempotency_key: self.new_identifier(),
+            state: JobState::Queued,
+            attempts: 0,
+            not_before: now,
+            enqueued_at: now,
+            coalesced: 0,
+            group_id: spec.group_id,
+            last_error: None,
+            outcome: None,
+            finished_at: None,
+            started_at: None,
+            seq,
+            folded: Vec::new(),
+        };
+        if let Some(result) = self.try_cancel_out(&job, now) {
+            return result;
+        }
+        if let Some(id) = self.try_coalesce(&job, now) {
+            return Enqueued {
+                id,
+                coalesced: true,
+                state: JobState::Queued,
+            };
+        }
+        let id = job.id.clone();
+        self.table.admit(job);
+        self.saves.job_changed(id.clone());
+        match self.table.head_of(&id) {
+            // The chain head may inherit this job's lane.
+            Some(head) => self.place(&head, now),
+            None => self.place(&id, now),
+        }
+        Enqueued {
+            id,
+            coalesced: false,
+            state: JobState::Queued,
+        }
+    }
+
+    /// A delete whose record's create has not been sent: neither needs to be (nor anything
+    /// queued for the record in between).
+    pub(super) fn try_cancel_out(&mut self, delete: &Job, now: Millis) -> Option<Enqueued> {
+        let doomed = self.table.cancelled_out_by(delete)?;
+        let reason = JobError {
+            status: None,
+            message: "a create and a later delete of the same record cancelled out before either was sent".into(),
+        };
+        for id in &doomed {
+            self.finish(id, JobState::Cancelled, Some(reason.clone()), now);
+        }
+        let mut delete = delete.clone();
+        delete.state = JobState::Cancelled;
+        delete.finished_at = Some(now);
+        delete.last_error = Some(reason);
+        let id = delete.id.clone();
+        self.table.admit(delete);
+        self.saves.job_changed(id.clone());
+        Some(Enqueued {
+            id,
+            coalesced: false,
+            state: JobState::Cancelled,
+        })
+    }
+
+    /// Folds a patch into the newest unsent patch of its key, or an idempotent request into an
+    /// identical waiting one. Returns the id of the job it was folded into.
+    pub(super) fn try_coalesce(&mut self, job: &Job, now: Millis) -> Option<JobId> {
+        let target = self.table.fold(job)?;
+        self.saves.job_changed(target.clone());
+        self.replace_head_of(&target, now);
+        Some(target)
+    }
+}

@@ -1,0 +1,239 @@
+//! Sending: which ready job starts next and when (`poll_transmit`, `poll_timeout`), with the room its budget's windows, concurrency and resources give it.
+
+use super::*;
+
+impl Engine {
+    /// The next request to start now among the jobs ready, if any may. Call
+    /// [`Engine::handle_timeout`] first when time has passed, then this repeatedly until `None`,
+    /// then arm a timer for [`Engine::poll_timeout`]. The start is counted against the budget at once. Persist
+    /// [`Engine::take_changes`] before the fetch when [`Transmit::save_first`] says so (then
+    /// report [`Engine::on_sent`]), else start the fetch at once and persist with the next
+    /// save. Report every save that lands with [`Engine::on_saved`].
+    pub fn poll_transmit(&mut self, now: Millis) -> Option<Transmit> {
+        self.poll_start(now, false)
+    }
+
+    /// As [`Engine::poll_transmit`], for a start that goes out only once a save taken after it
+    /// landed, whatever the engine would allow (a page request's save carries it): it is
+    /// counted as saved first ([`Transmit::save_first`]), so a restore knows that it went out
+    /// later than its saved stamp.
+    pub fn poll_transmit_saved_first(&mut self, now: Millis) -> Option<Transmit> {
+        self.poll_start(now, true)
+    }
+
+    pub(super) fn poll_start(&mut self, now: Millis, saved_first: bool) -> Option<Transmit> {
+        if self.is_offline(now) || self.unrecorded && self.held_while_full {
+            return None;
+        }
+        // Per budget: the head of its top lane, and the head that ranks first once aged.
+        let mut best: Option<(Rank, String, JobId, Turn)> = None;
+        // Heads that wait for room in a resource (see `Engine::backfill`), and those that no
+        // longer do.
+        let mut head_waits: Vec<(String, Option<(JobId, Millis)>)> = Vec::new();
+        for (name, b) in self.budgets.iter() {
+            if !b.has_ready() {
+                continue;
+            }
+            match self.start_at(b, now) {
+                Some(t) if t <= now => {}
+                _ => continue,
+            }
+            let Some((rank, mut id, turn)) = b.ready.pick(&self.config.aging, now) else {
+                continue;
+            };
+            if let Some(job) = self
+                .table
+                .get(id)
+                .filter(|_| !b.config.resources.is_empty())
+            {
+                let margin = b.state.limiter.margin();
+                let resources = &b.state.resources;
+                if resources.room_at(&b.config.resources, &job.cost, margin, now) > now {
+                    let since = b
+                        .head_wait
+                        .as_ref()
+                        .filter(|(waiting, _)| waiting == id)
+                        .map_or(now, |&(_, since)| since);
+                    head_waits.push((name.clone(), Some((id.clone(), since))));
+                    match self.backfill(b, id, now) {
+                        Some(other) => id = other,
+                        None => continue,
+                    }
+                } else if b.head_wait.is_some() {
+                    head_waits.push((name.clone(), None));
+                }
+            }
+            if best.as_ref().is_none_or(|(r, _, _, _)| rank < *r) {
+                best = Some((rank, name.clone(), id.clone(), turn));
+            }
+        }
+        for (name, wait) in head_waits {
+            if let Some(b) = self.budgets.get_mut(&name) {
+                b.head_wait = wait;
+            }
+        }
+        let (_, budget_name, id, turn) = best?;
+        if let Some(b) = self.budgets.get_mut(&budget_name) {
+            b.ready.took(turn);
+        }
+        self.unplace(&id);
+        let retry_config = self.config.retry.clone();
+        let resend_is_safe = self.table.get(&id).is_some_and(may_resend_early);
+        let timeout_ms = self
+            .budgets
+            .get(&budget_name)
+            .filter(|_| resend_is_safe)
+            .map_or(retry_config.timeout_ms, |b| {
+                b.attempt_timeout(&id, retry_config.timeout_ms)
+            });
+        let retried_early = self
+            .budgets
+            .get(&budget_name)
+            .is_some_and(|b| b.given_up.iter().any(|(j, _)| *j == id));
+        let job = self.table.transition(&id, JobState::Sending)?.ok()?;
+        let lane = job.lane;
+        let cost = job.cost.clone();
+        if job.started_at.is_none() {
+            let wait = now.saturating_sub(job.enqueued_at);
+            self.counters.waited(lane, wait);
+        }
+        job.started_at = Some(now);
+        // A job whose last attempt was given up early is retried too (see `rto`).
+        let is_retry = job.attempts > 0 || retried_early;
+        let transmit = Transmit {
+            job_id: id.clone(),
+            method: job.method.clone(),
+            url: job.url.clone(),
+            headers: job.request_headers(),
+            body: job.body.clone(),
+            options: job.options.clone(),
+            timeout_ms,
+            save_first: false,
+        };
+        let b = self.budgets.get_mut(&budget_name)?;
+        let save_first = saved_first
+            || (!self.unrecorded
+                && (b.mark != Mark::Saved || b.unsaved_starts >= b.config.concurrency));
+        b.state.sends_before_saving = true;
+        if !save_first {
+            b.unsaved_starts += 1;
+            b.untaken_starts += 1;
+        }
+        b.state.record_start(now, is_retry, &retry_config);
+        // A request the browser sends a CORS preflight ahead of reaches the server a round
+        // trip late: after one that had none (or first of all), a server without burst would
+        // see the next one too soon after it. Requests that all carry one are late alike.
+        let preflighted = needs_preflight(&transmit.method, &transmit.headers)
+            && b.preflights
+                .on_start(&transmit.url, now, b.config.preflight_max_age_ms);
+        if preflighted && !b.last_start_preflighted {
+            b.state.limiter.await_preflight();
+        }
+        b.last_start_preflighted = preflighted;
+        b.state.resources.record(&b.config.resources, &cost, now);
+        if b.config.count_preflights && preflighted {
+            b.state.count_preflight(now);
+        }
+        b.in_flight.push(InFlight {
+            job: id.clone(),
+            logged: now,
+            sent: now,
+            shifted: 0,
+            unsent: save_first,
+            timeout_ms,
+        });
+        if save_first {
+            // Written as sending (a plain start is not: see `Changes::started`), so that a
+            // restore knows its start went out later than the saved log says (see
+            // `Engine::restore_more`).
+            self.saves.job_changed(id.clone());
+        }
+        self.saves.job_started(id);
+        self.saves.budget_changed(budget_name);
+        Some(Transmit {
+            save_first,
+            ..transmit
+        })
+    }
+
+    /// When budget `b`'s next job may start: when its request windows and concurrency allow
+    /// one, and its other resources (tokens, points) have room for what the job at the head of
+    /// its lanes costs. The head waits for that room rather than letting cheaper jobs pass it,
+    /// so that a large job is never starved by a stream of small ones.
+    pub(super) fn start_at(&self, b: &Budget, now: Millis) -> Option<Millis> {
+        let t = b.next_start_at(now)?;
+        if b.config.resources.is_empty() {
+            return Some(t);
+        }
+        let (_, id, _) = b.ready.pick(&self.config.aging, now)?;
+        let cost = &self.table.get(id)?.cost;
+        let room =
+            b.state
+                .resources
+                .room_at(&b.config.resources, cost, b.state.limiter.margin(), t);
+        if room > t && self.backfill(b, id, t).is_some() {
+            return Some(t);
+        }
+        Some(room)
+    }
+
+    /// A ready job that may start at `t` in place of `head`, the job at the head of `b`'s
+    /// lanes, which waits for room in a resource: the first of those behind it (in lane order,
+    /// [`BACKFILL_SCAN`] per lane) that fits every resource now. Without it, what is left below
+    /// the head's cost in each window goes unused while the head waits for the window to
+    /// turn: 0.89-0.91 of a token limit with bounds of 1-10% of it (`sluice simulate
+    /// --tokens-per-minute`). The head is passed for one window of its resources from when it
+    /// started waiting, no longer: then nothing passes it, and it starts once the window has
+    /// room for it, within a second window at most.
+    pub(super) fn backfill<'b>(&self, b: &'b Budget, head: &JobId, t: Millis) -> Option<&'b JobId> {
+        let longest = b
+            .config
+            .resources
+            .iter()
+            .flat_map(|r| r.windows.iter().map(|w| w.length_ms))
+            .max()?;
+        let since = b
+            .head_wait
+            .as_ref()
+            .filter(|(waiting, _)| waiting == head)
+            .map_or(t, |&(_, since)| since);
+        if t.saturating_sub(since) >= longest {
+            return None;
+        }
+        let margin = b.state.limiter.margin();
+        b.ready.behind_heads(BACKFILL_SCAN).find(|id| {
+            self.table.get(*id).is_some_and(|job| {
+                b.state
+                    .resources
+                    .room_at(&b.config.resources, &job.cost, margin, t)
+                    <= t
+            })
+        })
+    }
+
+    /// The next instant at which a request could start (or a backoff ends), if anything waits.
+    /// `Some(t)` with `t <= now` means "call `poll_transmit` now". `None`: nothing can happen
+    /// until an input arrives (a response, an enqueue, a retry).
+    pub fn poll_timeout(&self, now: Millis) -> Option<Millis> {
+        let waiting = self.scheduler.has_waiting();
+        if let Some(t) = self.offline_until.filter(|&t| t > now) {
+            return waiting.then_some(t);
+        }
+        let mut next = self.scheduler.next_due();
+        if self.unrecorded && self.held_while_full {
+            // Nothing starts until a save lands, which wakes the pump anyway.
+            return next;
+        }
+        for b in self.budgets.values() {
+            if !b.has_ready() {
+                continue;
+            }
+            if let Some(t) = self.start_at(b, now) {
+                next = Some(next.map_or(t, |n| n.min(t)));
+            }
+        }
+        // Forgetting done jobs needs no timer of its own: it rides along with every
+        // `handle_timeout`, which the pump runs on each turn.
+        next
+    }
+}
