@@ -553,12 +553,7 @@ impl BudgetState {
         if early {
             self.limiter.set_no_burst(true);
         }
-        // An early refusal says nothing of others, however soon after another it comes (the
-        // second request of a run often arrives behind the first one's preflight too): read as
-        // others, two of them left 2 of 40 a second to a budget that nginx allows 20. Unless
-        // refusals come in a row with no success between: then the pause is what answers.
-        let early_again = early && self.consecutive_rate_limits < 2;
-        if early_again || ((full || early) && !recently) {
+        if (full || early) && !recently {
             self.own_timing_429_at = Some(now);
             return true;
         }
