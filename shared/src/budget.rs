@@ -177,7 +177,11 @@ impl BudgetState {
         }
         fresh.set_pacing(config.pacing);
         fresh.set_headroom(self.limiter.headroom());
-        fresh.set_no_burst(self.limiter.no_burst());
+        // A server found to allow no burst still allows none; a new window of one start says
+        // so by itself (`Limiter::new`), which copying the old flag over would undo.
+        if self.limiter.no_burst() {
+            fresh.set_no_burst(true);
+        }
         if fresh.algorithm() == self.limiter.algorithm()
             && fresh.windows() == self.limiter.windows()
             && fresh.pacing_interval() == self.limiter.pacing_interval()
@@ -704,6 +708,25 @@ mod tests {
             }],
             ..BudgetConfig::default()
         }
+    }
+
+    #[test]
+    fn a_window_of_one_start_configured_later_allows_no_burst() {
+        let retry = RetryConfig::default();
+        let mut s = BudgetState::new(&per_second(20), &retry).unwrap();
+        assert!(!s.limiter.no_burst());
+        let one_per_50_ms = BudgetConfig {
+            windows: vec![Window {
+                limit: 1,
+                length_ms: 50,
+            }],
+            ..per_second(1)
+        };
+        s.reconfigure(&one_per_50_ms, 0).unwrap();
+        assert!(s.limiter.no_burst());
+        // And a no-burst server found by a refusal stays one across a reconfiguration.
+        s.reconfigure(&per_second(20), 0).unwrap();
+        assert!(s.limiter.no_burst());
     }
 
     #[test]
