@@ -111,7 +111,7 @@ pub struct BudgetState {
     /// When a belief learned from 429s last faded (see [`Self::forget_others_slowly`]).
     #[serde(default)]
     pub others_faded_at: Option<Millis>,
-    /// Refusals in a row of a share faded back from a belief learned from 429s: each doubles
+    /// Refusals while a belief learned from 429s stands (a share faded back, refused): each doubles
     /// how long the next start takes to come back (see [`Self::forget_others_slowly`]); a
     /// belief that fades all the way without a refusal resets it.
     #[serde(default)]
@@ -570,9 +570,10 @@ impl BudgetState {
         // being the half of it that never existed) would cut our rate by a quarter each time.
         let ours_now = f64::from(w.limit) - self.others;
         let cut = (ours_now * 0.1).max(1.0);
-        // Refused again after fading back: probing above the real level costs a 429 each
-        // time, so the next probe waits twice as long (at most 2^6 = 64 times).
-        if self.others_from_429 && self.others_faded_at.is_some() {
+        // Refused again while a belief learned from 429s stands (it was fading back, or a
+        // probe above the real level was refused): each such 429 doubles how long the next
+        // start takes to come back (at most 2^6 = 64 times).
+        if self.others_from_429 {
             self.failed_probes = (self.failed_probes + 1).min(6);
         }
         self.others = implied.max(self.others + cut).min(implied.max(self.others));

@@ -119,6 +119,15 @@ impl Budget {
         })
     }
 
+    /// Since when `head`, the job at the head of the lanes, has waited for room in a resource
+    /// (see [`Budget::head_wait`]); `now` when it has not been seen waiting before.
+    pub(super) fn head_waiting_since(&self, head: &JobId, now: Millis) -> Millis {
+        self.head_wait
+            .as_ref()
+            .filter(|(waiting, _)| waiting == head)
+            .map_or(now, |&(_, since)| since)
+    }
+
     /// How long the next attempt of `job` is given, the configured `ceiling` at most.
     pub(super) fn attempt_timeout(&self, job: &str, ceiling: DurationMs) -> DurationMs {
         let given_up = self

@@ -49,11 +49,7 @@ impl Engine {
                 let margin = b.state.limiter.margin();
                 let resources = &b.state.resources;
                 if resources.room_at(&b.config.resources, &job.cost, margin, now) > now {
-                    let since = b
-                        .head_wait
-                        .as_ref()
-                        .filter(|(waiting, _)| waiting == id)
-                        .map_or(now, |&(_, since)| since);
+                    let since = b.head_waiting_since(id, now);
                     head_waits.push((name.clone(), Some((id.clone(), since))));
                     match self.backfill(b, id, now) {
                         Some(other) => id = other,
@@ -158,8 +154,7 @@ impl Engine {
 
     /// When budget `b`'s next job may start: when its request windows and concurrency allow
     /// one, and its other resources (tokens, points) have room for what the job at the head of
-    /// its lanes costs. The head waits for that room rather than letting cheaper jobs pass it,
-    /// so that a large job is never starved by a stream of small ones.
+    /// its lanes costs, or for a job behind it that may pass it (see [`Engine::backfill`]).
     pub(super) fn start_at(&self, b: &Budget, now: Millis) -> Option<Millis> {
         let t = b.next_start_at(now)?;
         if b.config.resources.is_empty() {
@@ -192,12 +187,7 @@ impl Engine {
             .iter()
             .flat_map(|r| r.windows.iter().map(|w| w.length_ms))
             .max()?;
-        let since = b
-            .head_wait
-            .as_ref()
-            .filter(|(waiting, _)| waiting == head)
-            .map_or(t, |&(_, since)| since);
-        if t.saturating_sub(since) >= longest {
+        if t.saturating_sub(b.head_waiting_since(head, t)) >= longest {
             return None;
         }
         let margin = b.state.limiter.margin();
