@@ -42,6 +42,18 @@ fn assert_clean(r: &Report, jobs: u64) {
     assert_eq!(r.rate_limited, 0, "{}", r.summary());
 }
 
+/// An engine of one budget, driven by hand.
+fn engine_with(config: BudgetConfig) -> Engine {
+    Engine::new(
+        EngineConfig {
+            budgets: vec![config],
+            ..EngineConfig::default()
+        },
+        Rng::seeded(1),
+    )
+    .expect("a valid configuration")
+}
+
 /// 1% of answers lost: each was given up after about a second (not the 15 s timeout), tried
 /// again with its key, and held neither its slot nor the other slots' pacing meanwhile. Before:
 /// 0.19 of the limit at 20 a second, 0.15 at 100.
@@ -118,14 +130,7 @@ fn hung_requests_do_not_stall_the_other_slots() {
 /// limit while it hangs, and the status says a request is overdue.
 #[test]
 fn one_hung_request_leaves_the_others_at_the_limit_and_the_status_says_so() {
-    let mut e = Engine::new(
-        EngineConfig {
-            budgets: vec![budget(20, 4)],
-            ..EngineConfig::default()
-        },
-        Rng::seeded(1),
-    )
-    .unwrap();
+    let mut e = engine_with(budget(20, 4));
     for spec in sim::bulk_creates("api", 400, 0).specs {
         e.enqueue(spec, 0).unwrap();
     }
@@ -257,17 +262,10 @@ fn the_pause_reason_says_when_the_wait_is_our_default() {
     ] {
         // Refused with a third of the window used: not an early refusal of our spacing (see
         // the next test), a quota's.
-        let mut e = Engine::new(
-            EngineConfig {
-                budgets: vec![BudgetConfig {
-                    pacing: false,
-                    ..budget(20, 8)
-                }],
-                ..EngineConfig::default()
-            },
-            Rng::seeded(1),
-        )
-        .unwrap();
+        let mut e = engine_with(BudgetConfig {
+            pacing: false,
+            ..budget(20, 8)
+        });
         let mut specs = sim::bulk_creates("api", 8, 0).specs;
         let last = specs.pop().expect("8 specs");
         for spec in specs {
@@ -301,14 +299,7 @@ fn the_pause_reason_says_when_the_wait_is_our_default() {
 /// back to the front and the budget spaces its starts strictly from then on.
 #[test]
 fn an_early_bare_429_pauses_nothing_and_spaces_strictly() {
-    let mut e = Engine::new(
-        EngineConfig {
-            budgets: vec![budget(20, 4)],
-            ..EngineConfig::default()
-        },
-        Rng::seeded(1),
-    )
-    .unwrap();
+    let mut e = engine_with(budget(20, 4));
     let spec = sim::bulk_creates("api", 1, 0).specs.remove(0);
     let id = e.enqueue(spec, 0).unwrap().id;
     let t = e.poll_transmit(0).unwrap();
@@ -338,20 +329,13 @@ fn an_early_bare_429_pauses_nothing_and_spaces_strictly() {
 /// budget never sends one request an interval into a wall of refusals.
 #[test]
 fn bare_refusals_in_a_row_pause_after_the_first() {
-    let mut e = Engine::new(
-        EngineConfig {
-            budgets: vec![BudgetConfig {
-                windows: vec![Window {
-                    limit: 1,
-                    length_ms: 50,
-                }],
-                ..budget(20, 4)
-            }],
-            ..EngineConfig::default()
-        },
-        Rng::seeded(1),
-    )
-    .unwrap();
+    let mut e = engine_with(BudgetConfig {
+        windows: vec![Window {
+            limit: 1,
+            length_ms: 50,
+        }],
+        ..budget(20, 4)
+    });
     for spec in sim::bulk_creates("api", 20, 0).specs {
         e.enqueue(spec, 0).unwrap();
     }
