@@ -165,6 +165,22 @@ pub struct Limiter {
     /// its answer (at most [`PREFLIGHT_WAIT_MS`]).
     #[serde(default)]
     awaiting_preflight: bool,
+    /// The last start that carried a CORS preflight after one that had none, until it is
+    /// answered: when it went out, and how many starts went out after it meanwhile. It reached
+    /// the server a preflight's round trip late, so the starts sent behind it arrived closer to
+    /// it than the pacing grid spaced them; once its arrival is known the grid continues from
+    /// there (see [`Limiter::answered`]).
+    #[serde(default)]
+    preflighted: Option<PreflightedStart>,
+}
+
+/// A start that carried a CORS preflight, and the starts recorded after it while it was
+/// unanswered (see `Limiter::preflighted`).
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize, ToJson, FromJson)]
+#[serde(rename_all = "camelCase")]
+struct PreflightedStart {
+    sent: Millis,
+    followed_by: u32,
 }
 
 /// The longest the next start of a `no_burst` limiter waits for the answer to a start that
@@ -231,6 +247,7 @@ impl crate::json::Placeholder for Limiter {
             arrival_spread: 0,
             last_arrived_by: None,
             awaiting_preflight: false,
+            preflighted: None,
         }
     }
 }
@@ -290,6 +307,7 @@ impl Limiter {
             arrival_spread: 0,
             last_arrived_by: None,
             awaiting_preflight: false,
+            preflighted: None,
         })
     }
 
@@ -540,20 +558,52 @@ impl Limiter {
         self.last_sent = self.last_sent.max(at);
         self.last_arrived_by = None;
         self.awaiting_preflight = false;
+        if let Some(p) = &mut self.preflighted {
+            p.followed_by = p.followed_by.saturating_add(1);
+        }
     }
 
     /// The start just recorded carries a CORS preflight the browser has not cached (see
     /// `preflight`): for a `no_burst` limiter, the next start waits for its answer.
     pub fn await_preflight(&mut self) {
         self.awaiting_preflight = true;
+        self.preflighted = Some(PreflightedStart {
+            sent: self.last_sent,
+            followed_by: 0,
+        });
     }
 
     /// The start that went out at `sent` was answered and reached the server by `arrived_by`
     /// at the latest (in the frame of `round_trips::RoundTrips::arrived_by`). When it is the
     /// last start, a `no_burst` limiter spaces the next one from there.
+    ///
+    /// When it is the start that carried a preflight, the pacing grid continues from where it
+    /// arrived: the starts sent behind it while its preflight was under way arrived closer to
+    /// it than the grid spaced them (a server whose window opens at the first arrival, such as
+    /// express-rate-limit's, counted one too many in its first window when the preflight took
+    /// longer than one interval). That costs one preflight's round trip, once per preflight,
+    /// for the algorithms whose state is not the log of starts.
     pub fn answered(&mut self, sent: Millis, arrived_by: Millis) {
         if sent == self.last_sent {
             self.last_arrived_by = Some(arrived_by.max(sent));
+        }
+        let Some(preflighted) = self.preflighted.filter(|p| p.sent == sent) else {
+            return;
+        };
+        self.preflighted = None;
+        // A sliding log counts the start where it arrived already (`reached_server_by`); the
+        // other algorithms' state is not the log, and their grid is what keeps the spacing.
+        if self.algorithm == Algorithm::SlidingLog {
+            return;
+        }
+        if let Some(pace) = &mut self.pace {
+            // One interval after its arrival for itself and for each start sent behind it.
+            let slots = u128::from(preflighted.followed_by) + 1;
+            let from = u128::from(arrived_by.max(sent)) * u128::from(pace.per)
+                + u128::from(pace.step) * slots;
+            if pace.scaled() < from {
+                pace.set_scaled(from);
+            }
         }
     }
 
@@ -567,6 +617,9 @@ impl Limiter {
         }
         self.move_start(recorded, sent);
         self.last_sent = self.last_sent.max(sent);
+        if let Some(p) = self.preflighted.as_mut().filter(|p| p.sent == recorded) {
+            p.sent = sent;
+        }
         // The grid too: the next start comes an interval after this one really went out, not
         // at once to make up for a wait that was ours, not the runtime's.
         if let Some(pace) = &mut self.pace {
@@ -1190,8 +1243,12 @@ mod tests {
             assert_eq!(serde_json::to_string(&lim).unwrap(), expected);
             let restored: Limiter = crate::json::from_str(expected).unwrap();
             assert_eq!(restored, lim, "{algorithm:?}");
-            // State saved before `lastArrivedBy` and `awaitingPreflight` reads the same.
-            let older = expected.replace(r#","lastArrivedBy":null,"awaitingPreflight":false"#, "");
+            // State saved before `lastArrivedBy`, `awaitingPreflight` and `preflighted` reads
+            // the same.
+            let older = expected.replace(
+                r#","lastArrivedBy":null,"awaitingPreflight":false,"preflighted":null"#,
+                "",
+            );
             let restored: Limiter = crate::json::from_str(&older).unwrap();
             assert_eq!(restored, lim, "{algorithm:?}");
         }
@@ -1199,10 +1256,10 @@ mod tests {
 
     /// What `the_saved_state_keeps_its_format` saves, one per algorithm in the order of `ALL`.
     const SAVED: [&str; 4] = [
-        r#"{"algorithm":"sliding-log","windows":[{"limit":2,"lengthMs":1000},{"limit":3,"lengthMs":10000},{"limit":4,"lengthMs":60000}],"targetUtilization":0.9,"meters":[{"limit":2,"length":1117,"state":{"log":{"floor":[1700000003059,1700000003617],"shift":0}}},{"limit":3,"length":11117,"state":{"log":{"floor":[1700000006206,1700000009912,1700000013617],"shift":0}}},{"limit":4,"length":66672,"state":{"log":{"floor":[],"shift":0}}}],"starts":[1700000000000,1700000001117],"pace":{"next":1700000002500,"frac":0,"step":1117,"per":1,"until":9007199254740991},"headroom":1,"margin":5,"lastSent":1700000001117,"noBurst":false,"arrivalSpread":0,"lastArrivedBy":null,"awaitingPreflight":false}"#,
-        r#"{"algorithm":"token-bucket","windows":[{"limit":2,"lengthMs":1000},{"limit":3,"lengthMs":10000},{"limit":4,"lengthMs":60000}],"targetUtilization":0.9,"meters":[{"limit":2,"length":1117,"state":{"bucket":{"tokens":0,"partial":0,"at":1700000002500}}},{"limit":3,"length":11117,"state":{"bucket":{"tokens":0,"partial":0,"at":1700000002500}}},{"limit":4,"length":66672,"state":{"bucket":{"tokens":2,"partial":4468,"at":1700000001117}}}],"starts":[1700000000000,1700000001117],"pace":{"next":1700000002500,"frac":0,"step":1117,"per":1,"until":9007199254740991},"headroom":1,"margin":5,"lastSent":1700000001117,"noBurst":false,"arrivalSpread":0,"lastArrivedBy":null,"awaitingPreflight":false}"#,
-        r#"{"algorithm":"gcra","windows":[{"limit":2,"lengthMs":1000},{"limit":3,"lengthMs":10000},{"limit":4,"lengthMs":60000}],"targetUtilization":0.9,"meters":[{"limit":2,"length":1117,"state":{"gcra":{"tat":1700000003617,"tatFrac":0}}},{"limit":3,"length":11117,"state":{"gcra":{"tat":1700000013617,"tatFrac":0}}},{"limit":4,"length":66672,"state":{"gcra":{"tat":1700000033336,"tatFrac":0}}}],"starts":[1700000000000,1700000001117],"pace":{"next":1700000002500,"frac":0,"step":1117,"per":1,"until":9007199254740991},"headroom":1,"margin":5,"lastSent":1700000001117,"noBurst":false,"arrivalSpread":0,"lastArrivedBy":null,"awaitingPreflight":false}"#,
-        r#"{"algorithm":"fixed-window","windows":[{"limit":2,"lengthMs":1000},{"limit":3,"lengthMs":10000},{"limit":4,"lengthMs":60000}],"targetUtilization":0.9,"meters":[{"limit":1,"length":1000,"state":{"fixed":{"phase":777,"end":1700000001777,"count":1,"pacer":{"next":1700000003500,"frac":0,"step":1000,"per":1,"until":1700000003500}}}},{"limit":2,"length":10000,"state":{"fixed":{"phase":777,"end":1700000010777,"count":1,"pacer":{"next":1700000007500,"frac":0,"step":10000,"per":2,"until":1700000012500}}}},{"limit":3,"length":60000,"state":{"fixed":{"phase":20777,"end":1700000060777,"count":1,"pacer":null}}}],"starts":[1700000000000,1700000001000],"pace":{"next":1700000002500,"frac":0,"step":1000,"per":1,"until":9007199254740991},"headroom":1,"margin":5,"lastSent":1700000001000,"noBurst":false,"arrivalSpread":0,"lastArrivedBy":null,"awaitingPreflight":false}"#,
+        r#"{"algorithm":"sliding-log","windows":[{"limit":2,"lengthMs":1000},{"limit":3,"lengthMs":10000},{"limit":4,"lengthMs":60000}],"targetUtilization":0.9,"meters":[{"limit":2,"length":1117,"state":{"log":{"floor":[1700000003059,1700000003617],"shift":0}}},{"limit":3,"length":11117,"state":{"log":{"floor":[1700000006206,1700000009912,1700000013617],"shift":0}}},{"limit":4,"length":66672,"state":{"log":{"floor":[],"shift":0}}}],"starts":[1700000000000,1700000001117],"pace":{"next":1700000002500,"frac":0,"step":1117,"per":1,"until":9007199254740991},"headroom":1,"margin":5,"lastSent":1700000001117,"noBurst":false,"arrivalSpread":0,"lastArrivedBy":null,"awaitingPreflight":false,"preflighted":null}"#,
+        r#"{"algorithm":"token-bucket","windows":[{"limit":2,"lengthMs":1000},{"limit":3,"lengthMs":10000},{"limit":4,"lengthMs":60000}],"targetUtilization":0.9,"meters":[{"limit":2,"length":1117,"state":{"bucket":{"tokens":0,"partial":0,"at":1700000002500}}},{"limit":3,"length":11117,"state":{"bucket":{"tokens":0,"partial":0,"at":1700000002500}}},{"limit":4,"length":66672,"state":{"bucket":{"tokens":2,"partial":4468,"at":1700000001117}}}],"starts":[1700000000000,1700000001117],"pace":{"next":1700000002500,"frac":0,"step":1117,"per":1,"until":9007199254740991},"headroom":1,"margin":5,"lastSent":1700000001117,"noBurst":false,"arrivalSpread":0,"lastArrivedBy":null,"awaitingPreflight":false,"preflighted":null}"#,
+        r#"{"algorithm":"gcra","windows":[{"limit":2,"lengthMs":1000},{"limit":3,"lengthMs":10000},{"limit":4,"lengthMs":60000}],"targetUtilization":0.9,"meters":[{"limit":2,"length":1117,"state":{"gcra":{"tat":1700000003617,"tatFrac":0}}},{"limit":3,"length":11117,"state":{"gcra":{"tat":1700000013617,"tatFrac":0}}},{"limit":4,"length":66672,"state":{"gcra":{"tat":1700000033336,"tatFrac":0}}}],"starts":[1700000000000,1700000001117],"pace":{"next":1700000002500,"frac":0,"step":1117,"per":1,"until":9007199254740991},"headroom":1,"margin":5,"lastSent":1700000001117,"noBurst":false,"arrivalSpread":0,"lastArrivedBy":null,"awaitingPreflight":false,"preflighted":null}"#,
+        r#"{"algorithm":"fixed-window","windows":[{"limit":2,"lengthMs":1000},{"limit":3,"lengthMs":10000},{"limit":4,"lengthMs":60000}],"targetUtilization":0.9,"meters":[{"limit":1,"length":1000,"state":{"fixed":{"phase":777,"end":1700000001777,"count":1,"pacer":{"next":1700000003500,"frac":0,"step":1000,"per":1,"until":1700000003500}}}},{"limit":2,"length":10000,"state":{"fixed":{"phase":777,"end":1700000010777,"count":1,"pacer":{"next":1700000007500,"frac":0,"step":10000,"per":2,"until":1700000012500}}}},{"limit":3,"length":60000,"state":{"fixed":{"phase":20777,"end":1700000060777,"count":1,"pacer":null}}}],"starts":[1700000000000,1700000001000],"pace":{"next":1700000002500,"frac":0,"step":1000,"per":1,"until":9007199254740991},"headroom":1,"margin":5,"lastSent":1700000001000,"noBurst":false,"arrivalSpread":0,"lastArrivedBy":null,"awaitingPreflight":false,"preflighted":null}"#,
     ];
 
     #[test]
