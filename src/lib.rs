@@ -18,6 +18,7 @@ pub mod bench;
 pub mod browser;
 pub mod listen;
 pub mod package;
+pub mod real_limiters;
 pub mod server;
 pub mod simulate;
 
