@@ -439,6 +439,15 @@ fn counts(s: &Spread) -> String {
     format!("{}/{}/{}", n(s.min), n(s.median), n(s.max))
 }
 
+/// One line of a limiter's table: its cells padded to their columns.
+fn row(cells: &[String; 8]) -> String {
+    let [client, rejected, share, once, more, lost, stalled, cpu] = cells;
+    format!(
+        "{client:<18} {rejected:<16} {share:<18} {once:<15} {more:<8} {lost:<15} {stalled:<8} \
+         {cpu}\n"
+    )
+}
+
 /// The comparison as a table per limiter, for a terminal.
 pub fn table(r: &LimitersReport) -> String {
     let mut s = format!(
@@ -456,20 +465,20 @@ pub fn table(r: &LimitersReport) -> String {
     s.push_str("\nfigures are min/median/max over the runs\n");
     for l in &r.limiters {
         s.push_str(&format!("\n{} ({})\n", l.limiter, l.config.name));
-        s.push_str(&format!(
-            "{:<18} {:<12} {:<18} {:<15} {:<10} {:<12} {}\n",
-            "client",
-            "429s",
+        let header = [
+            "client".to_string(),
+            "429s".into(),
             format!("share of {}/s", r.rate),
-            "applied once",
-            "twice+",
-            "lost",
-            "others' CPU"
-        ));
+            "applied once".into(),
+            "twice+".into(),
+            "lost".into(),
+            "stalled".into(),
+            "others' CPU".into(),
+        ];
+        s.push_str(&row(&header));
         for c in &l.clients {
-            s.push_str(&format!(
-                "{:<18} {:<12} {:<18} {:<15} {:<10} {:<12} {}\n",
-                c.label,
+            s.push_str(&row(&[
+                c.label.clone(),
                 counts(&c.rate_limited),
                 format!(
                     "{:.3}/{:.3}/{:.3}",
@@ -478,9 +487,14 @@ pub fn table(r: &LimitersReport) -> String {
                 counts(&c.applied_once),
                 counts(&c.applied_more),
                 counts(&c.lost),
+                format!(
+                    "{}/{}",
+                    c.runs.iter().filter(|r| r.stalled).count(),
+                    c.runs.len()
+                ),
                 c.cpu
                     .map_or("n/a".into(), |u| format!("{:.0}%", u.others * 100.0)),
-            ));
+            ]));
         }
         for c in &l.clients {
             s.push_str(&format!("  {}: {}\n", c.label, c.settings));
@@ -503,7 +517,8 @@ pub fn table(r: &LimitersReport) -> String {
     s.push_str(
         "\n429s: to creates, from the limiter's own log; share: creates per second at the \
          backend, first to last, over the nominal rate; applied: each create by its body at the \
-         backend (twice+: more than once; lost: never)\n",
+         backend (twice+: more than once; lost: never, or in a stalled run not by the cut-off); \
+         stalled: runs cut off after 4.5 times their nominal time and 10 s\n",
     );
     s
 }
@@ -626,6 +641,7 @@ mod tests {
                 "200/200/200",
                 "0/0/0",
                 "0/0/0",
+                "0/2",
                 "n/a"
             ],
             "{text}"
@@ -635,7 +651,9 @@ mod tests {
             .find(|l| l.starts_with("bottleneck "))
             .expect("a row for bottleneck");
         assert!(
-            bottleneck.contains(" 12/26/40 ") && bottleneck.contains(" 0/1.5/3 "),
+            bottleneck.contains(" 12/26/40 ")
+                && bottleneck.contains(" 0/1.5/3 ")
+                && bottleneck.contains(" 1/2 "),
             "{text}"
         );
         assert!(text.contains("minTime 50 ms, maxConcurrent 4"), "{text}");
