@@ -42,6 +42,9 @@ pub struct Missing {
 pub enum LimiterError {
     #[error(transparent)]
     Missing(#[from] Missing),
+    /// Asked for by a name no configuration has (`sluice bench --limiter NAME`).
+    #[error("no limiter named {name:?}; there are {known}")]
+    Unknown { name: String, known: String },
     #[error("{0}")]
     Io(String),
     /// It started but never became ready; `errors` is what it wrote.

@@ -106,10 +106,11 @@ impl LimiterOptions {
             .find(|n| !CONFIGS.iter().any(|c| c.name == n.as_str()))
         {
             let known: Vec<&str> = CONFIGS.iter().map(|c| c.name).collect();
-            return Err(BenchError::Io(format!(
-                "no limiter named {unknown:?}; the bench knows {}",
-                known.join(", ")
-            )));
+            return Err(LimiterError::Unknown {
+                name: unknown.clone(),
+                known: known.join(", "),
+            }
+            .into());
         }
         Ok(CONFIGS
             .iter()
