@@ -34,6 +34,7 @@ use crate::api::{ApiConfig, Arrival};
 use crate::browser::load::{CpuSample, CpuUse};
 use crate::browser::{self, Error, Rig, RigOptions, Tab};
 
+pub mod limiters;
 pub mod peers;
 pub mod proxy;
 
@@ -61,6 +62,9 @@ pub enum BenchError {
          `npm ci --prefix bench/peers`"
     )]
     PeersNotInstalled { missing: String },
+    /// `--limiters`: a limiter is not installed, or did not start.
+    #[error("a real limiter: {0}")]
+    Limiter(#[from] crate::real_limiters::LimiterError),
     #[error("{0}")]
     Io(String),
 }

@@ -9,6 +9,8 @@
 //! - [`simulate`]: the engine against the simulated strict server (`sluice simulate`).
 //! - [`browser`]: headless Chromium driven over CDP against this server (tests and bench).
 //! - [`bench`]: the real worker in headless Chromium against the strict API (`sluice bench`).
+//! - [`real_limiters`]: nginx, express-rate-limit and rate-limiter-flexible as child processes
+//!   in front of a counting backend (the browser tests' limiters, `sluice bench --limiters`).
 //! - [`proxy`]: `sluice proxy`, one upstream budget shared by many browsers and instances (the
 //!   `sluice-proxy` crate, re-exported).
 
@@ -18,6 +20,7 @@ pub mod bench;
 pub mod browser;
 pub mod listen;
 pub mod package;
+pub mod real_limiters;
 pub mod server;
 pub mod simulate;
 

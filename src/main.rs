@@ -102,6 +102,22 @@ struct BenchArgs {
     /// node_modules; default bench/peers).
     #[arg(long, requires = "peer_mode")]
     peers_dir: Option<PathBuf>,
+    /// Measure Sluice, Bottleneck and p-queue in front of real rate limiters instead: nginx
+    /// limit_req without and with burst, express-rate-limit, rate-limiter-flexible, 20/s each
+    /// (needs nginx-light, `npm ci --prefix tests/limiters` and `npm ci --prefix bench/peers`);
+    /// JSON to target/bench-limiters.json unless --out.
+    #[arg(long, conflicts_with_all = ["proxy", "peers", "peers_only", "quick"])]
+    limiters: bool,
+    /// Runs of each client per limiter with --limiters (default 2).
+    #[arg(long, requires = "limiters", value_parser = clap::value_parser!(u16).range(1..))]
+    runs: Option<u16>,
+    /// Creates per run with --limiters (default 200).
+    #[arg(long, requires = "limiters", value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    jobs: Option<u32>,
+    /// Only this limiter with --limiters (nginx, nginx-burst-5, erl-draft-8 or rlf); repeat
+    /// for several.
+    #[arg(long = "limiter", requires = "limiters")]
+    only_limiters: Vec<String>,
 }
 
 async fn bench(args: BenchArgs) -> Result<(), MainError> {
@@ -109,6 +125,9 @@ async fn bench(args: BenchArgs) -> Result<(), MainError> {
     use sluice::bench::{run, table, BenchOptions};
     if args.proxy {
         return bench_proxy(args).await;
+    }
+    if args.limiters {
+        return bench_limiters(args).await;
     }
     let options = BenchOptions {
         quick: args.quick,
@@ -167,6 +186,35 @@ async fn bench_proxy(args: BenchArgs) -> Result<(), MainError> {
         serde_json::to_string_pretty(&report).map_err(|e| MainError::Simulate(e.to_string()))?;
     let out = if args.out == std::path::Path::new(DEFAULT_BENCH_OUT) {
         PathBuf::from("target/bench-proxy.json")
+    } else {
+        args.out
+    };
+    write_json(&out, &json)?;
+    print!("{}", table(&report));
+    println!("\nJSON: {}", out.display());
+    Ok(())
+}
+
+async fn bench_limiters(args: BenchArgs) -> Result<(), MainError> {
+    use sluice::bench::limiters::{run, table, LimiterOptions};
+    let options = sluice::bench::BenchOptions {
+        chromium: args.chromium,
+        ..Default::default()
+    };
+    let limiter_options = LimiterOptions {
+        runs: args.runs.map(usize::from),
+        jobs: args.jobs.map(|n| n as usize),
+        only: args.only_limiters,
+    };
+    let report = run(&options, &limiter_options, &|line| {
+        eprintln!("sluice bench --limiters: {line}")
+    })
+    .await
+    .map_err(MainError::Bench)?;
+    let json =
+        serde_json::to_string_pretty(&report).map_err(|e| MainError::Simulate(e.to_string()))?;
+    let out = if args.out == std::path::Path::new(DEFAULT_BENCH_OUT) {
+        PathBuf::from("target/bench-limiters.json")
     } else {
         args.out
     };
@@ -626,5 +674,48 @@ mod tests {
             .render_long_help()
             .to_string();
         assert!(help.contains("--arrival-jitter-ms"), "{help}");
+    }
+
+    fn bench_args(argv: &[&str]) -> Result<BenchArgs, clap::Error> {
+        let cli = Cli::try_parse_from(argv)?;
+        match cli.command {
+            Some(Command::Bench(args)) => Ok(args),
+            _ => panic!("bench expected from {argv:?}"),
+        }
+    }
+
+    #[test]
+    fn bench_limiters_takes_runs_jobs_and_limiters_only_with_it() {
+        let args = bench_args(&["sluice", "bench", "--limiters"]).expect("parse");
+        assert!(args.limiters);
+        assert_eq!((args.runs, args.jobs), (None, None));
+        assert!(args.only_limiters.is_empty());
+        let args = bench_args(&[
+            "sluice",
+            "bench",
+            "--limiters",
+            "--runs",
+            "1",
+            "--jobs",
+            "40",
+            "--limiter",
+            "nginx",
+            "--limiter",
+            "rlf",
+        ])
+        .expect("parse");
+        assert_eq!((args.runs, args.jobs), (Some(1), Some(40)));
+        assert_eq!(args.only_limiters, ["nginx", "rlf"]);
+        // Sizes and choices belong to --limiters; it is a mode of its own.
+        for argv in [
+            &["sluice", "bench", "--runs", "1"][..],
+            &["sluice", "bench", "--jobs", "40"][..],
+            &["sluice", "bench", "--limiter", "nginx"][..],
+            &["sluice", "bench", "--limiters", "--runs", "0"][..],
+            &["sluice", "bench", "--limiters", "--peers"][..],
+            &["sluice", "bench", "--limiters", "--proxy"][..],
+        ] {
+            assert!(bench_args(argv).is_err(), "{argv:?} parsed");
+        }
     }
 }

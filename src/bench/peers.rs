@@ -25,6 +25,7 @@ use super::{
     CONCURRENCY, LIMIT, WINDOW_MS,
 };
 use super::{ANSWER_JITTER_MS, ARRIVAL_JITTER_MS};
+use crate::api::ApiConfig;
 use crate::browser::load::CpuUse;
 use crate::browser::{Error, Rig, RigOptions};
 
@@ -70,7 +71,7 @@ impl Client {
     pub const ALL: [Client; 3] = [Client::Sluice, Client::Bottleneck, Client::PQueue];
 
     /// The name the page knows it by; Sluice runs in its own driver page.
-    fn page_name(self) -> Option<&'static str> {
+    pub(crate) fn page_name(self) -> Option<&'static str> {
         match self {
             Client::Sluice => None,
             Client::Bottleneck => Some("bottleneck"),
@@ -86,19 +87,46 @@ impl Client {
         }
     }
 
-    pub fn settings(self) -> &'static str {
+    /// How the client is set up for `rate`, in its own terms.
+    pub fn settings(self, rate: &PeerRate) -> String {
+        let PeerRate {
+            limit,
+            window_ms,
+            concurrency,
+        } = *rate;
         match self {
-            Client::Sluice => "budget 100 per 1000 ms, concurrency 4 (the worker)",
-            Client::Bottleneck => {
-                "minTime 10 ms, maxConcurrent 4; a 429 retried after Retry-After by its \
-                 'failed' event"
+            Client::Sluice => {
+                format!("budget {limit} per {window_ms} ms, concurrency {concurrency} (the worker)")
             }
-            Client::PQueue => {
-                "intervalCap 100, interval 1000, concurrency 4, strict; a 429 added again after \
-                 Retry-After"
-            }
+            Client::Bottleneck => format!(
+                "minTime {} ms, maxConcurrent {concurrency}; a 429 retried after Retry-After (one \
+                 window without it) by its 'failed' event",
+                window_ms as f64 / f64::from(limit)
+            ),
+            Client::PQueue => format!(
+                "intervalCap {limit}, interval {window_ms}, concurrency {concurrency}, strict; a \
+                 429 added again after Retry-After (one window without it)"
+            ),
         }
     }
+}
+
+/// The limit the page's peers are told, and how many requests they keep in flight.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PeerRate {
+    pub limit: u32,
+    pub window_ms: u64,
+    pub concurrency: u32,
+}
+
+impl PeerRate {
+    /// The bench's own: the strict API's limit.
+    pub const BENCH: PeerRate = PeerRate {
+        limit: LIMIT,
+        window_ms: WINDOW_MS,
+        concurrency: CONCURRENCY,
+    };
 }
 
 /// One run of one client, as the server saw it.
@@ -322,6 +350,17 @@ impl PeerFiles {
     pub fn node_modules(&self) -> &Path {
         &self.node_modules
     }
+
+    /// A fresh server and browser serving the peers' page, with `api` as its API.
+    pub(crate) fn rig_options(&self, options: &BenchOptions, api: ApiConfig) -> RigOptions {
+        RigOptions {
+            api,
+            www: crate::server::WwwSource::Dir(self.www.path().to_path_buf()),
+            chromium: options.chromium.clone(),
+            cross_origin: true,
+            ..RigOptions::default()
+        }
+    }
 }
 
 /// `bench/peers` under the current directory if there is one, else in the source tree.
@@ -369,16 +408,16 @@ pub async fn run_with(
             results.push(run_once(options, files, *client, jobs).await?);
         }
     }
-    let cpu = mean_cpu(per_client.iter().flatten());
+    let cpu = mean_cpu(per_client.iter().flatten().map(|r| r.cpu));
     let clients: Vec<ClientResult> = Client::ALL
         .iter()
         .zip(per_client)
         .map(|(client, runs)| ClientResult {
             client: *client,
             label: client.label(),
-            settings: client.settings().into(),
+            settings: client.settings(&PeerRate::BENCH),
             share_of_limit: Spread::of(&runs.iter().map(|r| r.share_of_limit).collect::<Vec<_>>()),
-            cpu: mean_cpu(runs.iter()),
+            cpu: mean_cpu(runs.iter().map(|r| r.cpu)),
             runs,
         })
         .collect();
@@ -419,42 +458,9 @@ async fn run_once(
             cpu: b.cpu,
         });
     };
-    let rig = Rig::start(RigOptions {
-        api: cross_origin_api(LATENCY_MS),
-        www: crate::server::WwwSource::Dir(files.www.path().to_path_buf()),
-        chromium: options.chromium.clone(),
-        cross_origin: true,
-        ..RigOptions::default()
-    })
-    .await?;
-    let tab = rig.browser.open(&rig.url(PEERS_PATH)).await?;
-    let ready = tab
-        .eval(
-            "const deadline = performance.now() + 10000;\
-             while (!window.peersReady) {\
-               if (performance.now() > deadline) return false;\
-               await new Promise((r) => setTimeout(r, 20));\
-             }\
-             return true;",
-        )
-        .await?;
-    if ready != serde_json::Value::Bool(true) {
-        let log = rig.browser.log();
-        let tail = log[log.len().saturating_sub(8)..].join("\n");
-        return Err(Error::Page(format!(
-            "the peers' page did not load its libraries from {} in 10 s; last log lines:\n{tail}",
-            files.node_modules.display()
-        ))
-        .into());
-    }
-    let cpu = rig.browser.cpu_sample();
-    let page: PageRun = tab
-        .eval_as(&format!(
-            "return await window.peers.run('{name}', '{}', {jobs});",
-            rig.api_origin
-        ))
-        .await?;
-    let cpu = cpu_use(cpu, &rig);
+    let rig = Rig::start(files.rig_options(options, cross_origin_api(LATENCY_MS))).await?;
+    let api_origin = rig.api_origin.clone();
+    let page = run_on_page(&rig, files, name, &api_origin, jobs, &PeerRate::BENCH).await?;
     // Every create was answered on the page, so every request has arrived: the server's
     // counts are final.
     let stats = rig.api.stats();
@@ -476,14 +482,56 @@ async fn run_once(
         share_of_limit: jobs as f64 / finish_s / f64::from(LIMIT),
         max_in_window: stats.max_in_window,
         page_s: page.page_ms / 1000.0,
-        cpu,
+        cpu: page.cpu,
     })
+}
+
+/// Opens the peers' page in `rig` (from [`PeerFiles::rig_options`]), waits for its libraries
+/// and runs the peer the page calls `name` for `jobs` creates to `api_origin`, told `rate`.
+pub(crate) async fn run_on_page(
+    rig: &Rig,
+    files: &PeerFiles,
+    name: &str,
+    api_origin: &str,
+    jobs: usize,
+    rate: &PeerRate,
+) -> Result<PageRun, BenchError> {
+    let tab = rig.browser.open(&rig.url(PEERS_PATH)).await?;
+    let ready = tab
+        .eval(
+            "const deadline = performance.now() + 10000;\
+             while (!window.peersReady) {\
+               if (performance.now() > deadline) return false;\
+               await new Promise((r) => setTimeout(r, 20));\
+             }\
+             return true;",
+        )
+        .await?;
+    if ready != serde_json::Value::Bool(true) {
+        let log = rig.browser.log();
+        let tail = log[log.len().saturating_sub(8)..].join("\n");
+        return Err(Error::Page(format!(
+            "the peers' page did not load its libraries from {} in 10 s; last log lines:\n{tail}",
+            files.node_modules.display()
+        ))
+        .into());
+    }
+    let rate_js = serde_json::to_string(rate)
+        .map_err(|e| BenchError::Io(format!("the rate for {name}: {e}")))?;
+    let cpu = rig.browser.cpu_sample();
+    let mut page: PageRun = tab
+        .eval_as(&format!(
+            "return await window.peers.run('{name}', '{api_origin}', {jobs}, {rate_js});"
+        ))
+        .await?;
+    page.cpu = cpu_use(cpu, rig);
+    Ok(page)
 }
 
 /// The mean CPU use of the runs that measured it (each from its browser's start to its end,
 /// the browser counted as ours).
-fn mean_cpu<'a>(runs: impl Iterator<Item = &'a PeerRun>) -> Option<CpuUse> {
-    let known: Vec<CpuUse> = runs.filter_map(|r| r.cpu).collect();
+pub(crate) fn mean_cpu(runs: impl Iterator<Item = Option<CpuUse>>) -> Option<CpuUse> {
+    let known: Vec<CpuUse> = runs.flatten().collect();
     if known.is_empty() {
         return None;
     }
@@ -497,8 +545,12 @@ fn mean_cpu<'a>(runs: impl Iterator<Item = &'a PeerRun>) -> Option<CpuUse> {
 /// What the page reports of a run.
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct PageRun {
-    page_ms: f64,
+pub(crate) struct PageRun {
+    /// From handing over the first job to the last one's answer.
+    pub page_ms: f64,
+    /// The machine's CPU use during the run (measured here, not on the page).
+    #[serde(skip)]
+    pub cpu: Option<CpuUse>,
 }
 
 fn list<T: ToString>(values: impl Iterator<Item = T>) -> String {
@@ -600,7 +652,7 @@ mod tests {
         ClientResult {
             client,
             label: client.label(),
-            settings: client.settings().into(),
+            settings: client.settings(&PeerRate::BENCH),
             runs,
             share_of_limit: Spread::of(shares),
             cpu: None,

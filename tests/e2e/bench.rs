@@ -1,9 +1,10 @@
-//! `sluice bench --quick` and `sluice bench --peers` end to end, so that the bench cannot rot
+//! `sluice bench --quick`, `sluice bench --peers` and `sluice bench --limiters` end to end, so that the bench cannot rot
 //! unnoticed. Their figures are not judged here (a shared test machine is no place for that):
 //! only that every measurement ran and produced sane numbers, and the safety facts.
 
+use sluice::bench::limiters::{self, LimiterOptions};
 use sluice::bench::peers::{self, Client, PeerFiles, PeerOptions};
-use sluice::bench::{run, table, BenchOptions};
+use sluice::bench::{run, table, BenchError, BenchOptions};
 
 use crate::support::{ci, report, Turn};
 
@@ -143,6 +144,86 @@ async fn bench_peers_runs_each_client_once() {
     let json = serde_json::to_value(&r).expect("JSON");
     assert_eq!(
         json["clients"].as_array().map(Vec::len),
+        Some(3),
+        "the clients in the JSON report: {json}"
+    );
+}
+
+/// One short run of each client of `sluice bench --limiters` against one nginx and one node
+/// limiter (40 creates each, so that CI stays fast): each ran, the limiter logged its answers,
+/// and every create is counted once, more than once or lost. Sluice, configured as the browser
+/// tests configure it for these two limiters (`nginx_with_burst_at_its_rate`,
+/// `rate_limiter_flexible_at_its_rate`), draws no 429 and applies every create once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bench_limiters_runs_each_client_once() {
+    if !can_run("bench_limiters_runs_each_client_once") {
+        return;
+    }
+    let options = BenchOptions::default();
+    let limiter_options = LimiterOptions {
+        runs: Some(1),
+        jobs: Some(40),
+        only: vec!["nginx-burst-5".into(), "rlf".into()],
+    };
+    // Alone: it runs browsers one after another and measures time.
+    let _turn = Turn::take(true).await;
+    let result = tokio::time::timeout(
+        std::time::Duration::from_secs(90),
+        limiters::run(&options, &limiter_options, &|line| {
+            report(&format!("bench: {line}"))
+        }),
+    )
+    .await
+    .expect("one run of each client against two limiters took over 90 s");
+    let r = match result {
+        Ok(r) => r,
+        Err(e @ (BenchError::PeersNotInstalled { .. } | BenchError::Limiter(_))) if !ci() => {
+            report(&format!(
+                "SKIPPED bench_limiters_runs_each_client_once: {e}"
+            ));
+            return;
+        }
+        Err(e) => panic!("bench --limiters failed: {e}"),
+    };
+    report(&limiters::table(&r));
+    let names: Vec<&str> = r.limiters.iter().map(|l| l.config.name).collect();
+    assert_eq!(names, ["nginx-burst-5", "rlf"]);
+    for l in &r.limiters {
+        let clients: Vec<Client> = l.clients.iter().map(|c| c.client).collect();
+        assert_eq!(clients, Client::ALL, "{}", l.limiter);
+        for c in &l.clients {
+            let label = format!("{} against {}", c.label, l.limiter);
+            assert_eq!(c.runs.len(), 1, "{label}");
+            for run in &c.runs {
+                assert_eq!(
+                    run.applied_once + run.applied_more + run.lost,
+                    r.jobs,
+                    "{label}: {run:?}"
+                );
+                // A JSON POST to another origin: a fresh browser asks first, and the limiter
+                // answers (and logs) the preflight itself.
+                assert!(run.preflights >= 1, "{label}: no preflight logged: {run:?}");
+                assert!(run.share.is_finite() && run.share > 0.0, "{label}: {run:?}");
+            }
+        }
+        let sluice = &l.clients[0];
+        for run in &sluice.runs {
+            assert!(
+                !run.stalled && run.not_done == 0,
+                "sluice against {}: {run:?}",
+                l.limiter
+            );
+            assert_eq!(
+                (run.rate_limited, run.applied_once),
+                (0, r.jobs),
+                "sluice against {}: {run:?}",
+                l.limiter
+            );
+        }
+    }
+    let json = serde_json::to_value(&r).expect("JSON");
+    assert_eq!(
+        json["limiters"][1]["clients"].as_array().map(Vec::len),
         Some(3),
         "the clients in the JSON report: {json}"
     );

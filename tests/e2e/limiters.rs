@@ -17,21 +17,17 @@
 //! - *Told twice the real limit* (40/s where the server allows 20/s): it learns the real one
 //!   with at most a handful (5) of 429s, every create applied once.
 //!
-//! Each limiter is a child process on a free loopback port, killed when its test ends (also on
-//! a panic). Without nginx, node or `npm ci --prefix tests/limiters` the tests skip, unless
-//! `CI` is set. They measure time, so they run alone (`Turn::take(true)`).
+//! Each limiter is a child process on a free loopback port (`sluice::real_limiters`, shared with
+//! `sluice bench --limiters`), killed when its test ends (also on a panic). Without nginx, node
+//! or `npm ci --prefix tests/limiters` the tests skip, unless `CI` is set. They measure time, so they run alone (`Turn::take(true)`).
 //!
 //! Run: `cargo test --test e2e limiters` (each case prints its figures).
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use sluice::api::{self, ApiConfig, ApiHandle, HeaderMode};
+use sluice::api::ApiHandle;
 use sluice::browser;
+use sluice::real_limiters::{counting_backend, limiters_dir, rate_of, Limiter, LimiterProcess};
 
 use crate::support::{
     cpu_note, js, report, require, save_arrivals, BrowserHarness, Harness, Options, PageScript,
@@ -51,15 +47,6 @@ const RATE_TARGET: f64 = 0.9;
 const STALL_SECS: u64 = 45;
 /// How long one case may take, browser start included.
 const CASE_SECS: u64 = 120;
-
-/// Which limiter runs in front of the backend.
-#[derive(Clone, Copy, Debug)]
-enum Limiter {
-    /// nginx `limit_req` at [`RATE`] r/s, with `burst=N nodelay` when `burst > 0`.
-    Nginx { burst: u32 },
-    /// `tests/limiters/server.js` with this limiter argument (`erl-draft-8`, `rlf`, ...).
-    Node(&'static str),
-}
 
 /// One test: a limiter, and the budget Sluice is given for it (the JS object's fields besides
 /// its name, `concurrency` and `matchPrefixes`).
@@ -241,9 +228,9 @@ limiter_test!(
     }
 );
 
-/// Runs one case alone, under [`CASE_SECS`], or skips it (see [`Limiter::available`]).
+/// Runs one case alone, under [`CASE_SECS`], or skips it (see [`available`]).
 async fn run(name: &str, case: Case) {
-    if !case.limiter.available() {
+    if !available(case.limiter) {
         return;
     }
     let _turn = Turn::take(true).await;
@@ -254,28 +241,18 @@ async fn run(name: &str, case: Case) {
     report(&format!("{name} took {:.1?}", started.elapsed()));
 }
 
-/// The counting backend: the demo API, answering at once (10 ms), with no limit a test reaches
-/// and no rate-limit headers of its own: only the limiter in front speaks of limits.
-async fn counting_backend() -> (SocketAddr, ApiHandle) {
-    api::spawn(ApiConfig {
-        limit: 1_000_000,
-        window_ms: 1000,
-        latency_ms: 10,
-        headers: HeaderMode::None,
-        seed: Some(41),
-        ..ApiConfig::default()
-    })
-    .await
-    .expect("the counting backend starts")
-}
-
 async fn measure(name: &str, case: &Case) {
-    let (backend_addr, backend) = counting_backend().await;
+    let (backend_addr, backend) = counting_backend()
+        .await
+        .expect("the counting backend starts");
     // Starting it waits for its readiness (up to 10 s), off the runtime's two threads.
     let kind = case.limiter;
-    let limiter = tokio::task::spawn_blocking(move || LimiterProcess::start(kind, backend_addr))
-        .await
-        .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()));
+    let limiter = tokio::task::spawn_blocking(move || {
+        LimiterProcess::start(kind, backend_addr, RATE, &limiters_dir())
+            .unwrap_or_else(|e| panic!("{e}"))
+    })
+    .await
+    .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()));
     let Some(h) = Harness::start_with(
         name,
         Options::default().exclusive().also_allow(&limiter.origin),
@@ -312,7 +289,7 @@ async fn measure(name: &str, case: &Case) {
         h.wait_until(
             "the limiter to log every create the backend answered",
             Duration::from_secs(5),
-            || logged_creates(&limiter) >= backend_creates(&backend),
+            || limiter.logged_creates() >= backend_creates(&backend),
         )
         .await;
     }
@@ -321,7 +298,7 @@ async fn measure(name: &str, case: &Case) {
     report(&format!(
         "{name}: {} in front, Sluice {{ {} }}: {}; {:.1} s from enqueueing to the last create; \
          {}",
-        case.limiter.describe(),
+        case.limiter.describe(RATE),
         case.budget,
         figures.describe(),
         sent_for.as_secs_f64(),
@@ -376,25 +353,6 @@ fn backend_creates(backend: &ApiHandle) -> usize {
         .iter()
         .filter(|a| a.method == "POST")
         .count()
-}
-
-/// Creates the limiter logged as let through.
-fn logged_creates(limiter: &LimiterProcess) -> usize {
-    limiter
-        .answers()
-        .iter()
-        .filter(|a| a.method == "POST" && a.status != 429)
-        .count()
-}
-
-/// Arrivals (ms) per second, first to last: intervals over the time they took.
-fn rate_of(arrivals_ms: &[f64]) -> f64 {
-    match (arrivals_ms.first(), arrivals_ms.last()) {
-        (Some(first), Some(last)) if last > first => {
-            (arrivals_ms.len() - 1) as f64 * 1000.0 / (last - first)
-        }
-        _ => 0.0,
-    }
 }
 
 /// What a case measured, at the backend and at the limiter.
@@ -512,367 +470,10 @@ impl Figures {
     }
 }
 
-impl Limiter {
-    fn describe(&self) -> String {
-        match self {
-            Limiter::Nginx { burst: 0 } => format!("nginx limit_req rate={RATE}r/s"),
-            Limiter::Nginx { burst } => {
-                format!("nginx limit_req rate={RATE}r/s burst={burst} nodelay")
-            }
-            Limiter::Node(kind) => format!("server.js {kind}, {RATE} per 1,000 ms"),
-        }
+/// Whether this limiter can run here; skips with a message, or fails under CI, if not.
+fn available(limiter: Limiter) -> bool {
+    match limiter.missing(&limiters_dir()) {
+        None => true,
+        Some(missing) => require(false, &missing.what, &missing.install),
     }
-
-    /// Whether this limiter can run here; skips with a message, or fails under CI, if not.
-    fn available(&self) -> bool {
-        match self {
-            Limiter::Nginx { .. } => require(
-                find_nginx().is_some(),
-                "nginx not found (set SLUICE_NGINX or put nginx on PATH)",
-                "install it (apt-get install -y nginx-light)",
-            ),
-            Limiter::Node(_) => {
-                let node = Command::new("node")
-                    .arg("--version")
-                    .stdout(Stdio::null())
-                    .stderr(Stdio::null())
-                    .status()
-                    .is_ok_and(|s| s.success());
-                let missing: Vec<&str> = NODE_PACKAGES
-                    .iter()
-                    .copied()
-                    .filter(|p| !limiters_dir().join("node_modules").join(p).is_dir())
-                    .collect();
-                require(
-                    node,
-                    "node not found",
-                    "install Node.js 20 (apt-get install -y nodejs)",
-                ) && require(
-                    missing.is_empty(),
-                    &format!("tests/limiters/node_modules lacks {missing:?}"),
-                    "install them (npm ci --prefix tests/limiters)",
-                )
-            }
-        }
-    }
-}
-
-/// What `tests/limiters/server.js` needs from `npm ci --prefix tests/limiters`.
-const NODE_PACKAGES: [&str; 4] = [
-    "express",
-    "express-rate-limit",
-    "rate-limiter-flexible",
-    "cors",
-];
-
-fn limiters_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/limiters")
-}
-
-/// `SLUICE_NGINX`, else `nginx` on PATH, else Debian's `/usr/sbin/nginx` (not on a user's PATH).
-fn find_nginx() -> Option<PathBuf> {
-    let mut candidates = std::env::var_os("SLUICE_NGINX")
-        .map(PathBuf::from)
-        .into_iter()
-        .chain(std::env::var_os("PATH").into_iter().flat_map(|p| {
-            std::env::split_paths(&p)
-                .map(|d| d.join("nginx"))
-                .collect::<Vec<_>>()
-        }))
-        .chain([PathBuf::from("/usr/sbin/nginx")]);
-    candidates.find(|c| c.is_file())
-}
-
-/// One answer the limiter logged.
-#[derive(Clone, Debug)]
-struct Answer {
-    status: u16,
-    method: String,
-    /// When it was logged, Unix seconds (to the millisecond) on the limiter's clock.
-    at_s: f64,
-}
-
-/// `answered STATUS METHOD PATH SECONDS`, as both limiters log it.
-fn parse_answer(line: &str) -> Option<Answer> {
-    let mut words = line.strip_prefix("answered ")?.split_whitespace();
-    let status = words.next()?.parse().ok()?;
-    let method = words.next()?.to_string();
-    let at_s = words.nth(1)?.parse().ok()?;
-    Some(Answer {
-        status,
-        method,
-        at_s,
-    })
-}
-
-/// A limiter running as a child process on a free loopback port, killed when dropped.
-struct LimiterProcess {
-    /// `http://127.0.0.1:PORT`
-    origin: String,
-    child: Option<Child>,
-    /// nginx's prefix (config, logs, pid, temp files), or where node's stderr goes.
-    dir: tempfile::TempDir,
-    log: AnswerLog,
-}
-
-enum AnswerLog {
-    /// nginx's access log, in `dir`.
-    File(PathBuf),
-    /// server.js's stdout, read by a thread.
-    Lines(Arc<Mutex<Vec<String>>>),
-}
-
-impl LimiterProcess {
-    fn start(limiter: Limiter, backend: SocketAddr) -> Self {
-        match limiter {
-            Limiter::Nginx { burst } => Self::nginx(burst, backend),
-            Limiter::Node(kind) => Self::node(kind, backend),
-        }
-    }
-
-    /// nginx from a config of our own in a temporary prefix (nothing under /etc or /var is
-    /// touched), in the foreground as our child.
-    fn nginx(burst: u32, backend: SocketAddr) -> Self {
-        let nginx = find_nginx().expect("nginx, checked before");
-        let dir = tempfile::Builder::new()
-            .prefix("sluice-nginx-")
-            .tempdir()
-            .expect("a temporary directory for nginx");
-        // nginx takes no port 0: take a free one and hand it over.
-        let port = TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("a free loopback port")
-            .port();
-        let conf = dir.path().join("nginx.conf");
-        std::fs::write(&conf, nginx_conf(dir.path(), port, backend, burst))
-            .expect("writing nginx.conf");
-        let errors = std::fs::File::create(dir.path().join("stderr.log")).expect("stderr.log");
-        let child = Command::new(&nginx)
-            .arg("-c")
-            .arg(&conf)
-            .arg("-p")
-            .arg(dir.path())
-            .args(["-g", "daemon off;"])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(errors)
-            .spawn()
-            .unwrap_or_else(|e| panic!("starting {}: {e}", nginx.display()));
-        let mut running = LimiterProcess {
-            origin: format!("http://127.0.0.1:{port}"),
-            child: Some(child),
-            log: AnswerLog::File(dir.path().join("access.log")),
-            dir,
-        };
-        running.wait_for_nginx(port);
-        running
-    }
-
-    /// Readiness: nginx answers its `/__ready` location (or has exited: then its errors).
-    fn wait_for_nginx(&mut self, port: u16) {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            if let Some(status) = self
-                .child
-                .as_mut()
-                .and_then(|c| c.try_wait().ok().flatten())
-            {
-                panic!(
-                    "nginx exited ({status}) before it was ready:\n{}",
-                    self.errors()
-                );
-            }
-            if ready_probe(port) {
-                return;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "nginx did not answer on port {port} within 10 s:\n{}",
-                self.errors()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-
-    /// `node tests/limiters/server.js KIND BACKEND`, which listens on a free port of its own
-    /// and says which on its first line.
-    fn node(kind: &str, backend: SocketAddr) -> Self {
-        let dir = tempfile::Builder::new()
-            .prefix("sluice-limiter-")
-            .tempdir()
-            .expect("a temporary directory for the limiter's log");
-        let errors = std::fs::File::create(dir.path().join("stderr.log")).expect("stderr.log");
-        let mut child = Command::new("node")
-            .arg(limiters_dir().join("server.js"))
-            .arg(kind)
-            .arg(format!("http://{backend}"))
-            .arg(RATE.to_string())
-            .arg("1000")
-            .current_dir(limiters_dir())
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(errors)
-            .spawn()
-            .unwrap_or_else(|e| panic!("starting node server.js {kind}: {e}"));
-        let stdout = child.stdout.take().expect("server.js's stdout, piped");
-        let lines: Arc<Mutex<Vec<String>>> = Arc::default();
-        let (first_tx, first_rx) = mpsc::channel();
-        let kept = lines.clone();
-        std::thread::spawn(move || {
-            let mut reader = BufReader::new(stdout).lines();
-            let first = reader.next().and_then(Result::ok);
-            let _ = first_tx.send(first);
-            for line in reader.map_while(Result::ok) {
-                kept.lock().expect("the limiter's lines").push(line);
-            }
-        });
-        let mut running = LimiterProcess {
-            origin: String::new(),
-            child: Some(child),
-            dir,
-            log: AnswerLog::Lines(lines),
-        };
-        let first = first_rx
-            .recv_timeout(Duration::from_secs(10))
-            .ok()
-            .flatten();
-        running.origin = match first.as_deref().and_then(|l| l.strip_prefix("listening ")) {
-            Some(origin) => origin.trim().to_string(),
-            None => panic!(
-                "server.js {kind} did not say where it listens (first line {first:?}):\n{}",
-                running.errors()
-            ),
-        };
-        running
-    }
-
-    /// Every answer logged so far (preflights included).
-    fn answers(&self) -> Vec<Answer> {
-        let lines = match &self.log {
-            AnswerLog::File(path) => std::fs::read_to_string(path)
-                .unwrap_or_default()
-                .lines()
-                .map(str::to_owned)
-                .collect(),
-            AnswerLog::Lines(lines) => lines.lock().expect("the limiter's lines").clone(),
-        };
-        lines.iter().filter_map(|l| parse_answer(l)).collect()
-    }
-
-    /// The limiter's own error output (nginx's error log too), for a failure's message.
-    fn errors(&self) -> String {
-        ["stderr.log", "error.log"]
-            .iter()
-            .filter_map(|f| std::fs::read_to_string(self.dir.path().join(f)).ok())
-            .collect::<Vec<_>>()
-            .join("\n")
-    }
-}
-
-impl Drop for LimiterProcess {
-    fn drop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-        if std::thread::panicking() {
-            eprintln!(
-                "---- the limiter at {}: its errors ----\n{}",
-                self.origin,
-                self.errors()
-            );
-        }
-    }
-}
-
-/// `GET /__ready` answered 200.
-fn ready_probe(port: u16) -> bool {
-    let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) else {
-        return false;
-    };
-    let _ = s.set_read_timeout(Some(Duration::from_millis(500)));
-    let mut head = [0u8; 12];
-    s.write_all(b"GET /__ready HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
-        .is_ok()
-        && s.read_exact(&mut head).is_ok()
-        && head.ends_with(b" 200")
-}
-
-/// nginx's config: `limit_req` at [`RATE`] r/s (with `burst=N nodelay` when `burst > 0`)
-/// answering 429, in front of `backend`, everything it writes under `prefix`.
-fn nginx_conf(prefix: &Path, port: u16, backend: SocketAddr, burst: u32) -> String {
-    let p = prefix.display();
-    let burst = if burst > 0 {
-        format!(" burst={burst} nodelay")
-    } else {
-        String::new()
-    };
-    format!(
-        r#"# Written by tests/e2e/limiters.rs for one test.
-# One process, the test's child: killing it on drop leaves nothing behind (a master's workers
-# outlive a master that is killed outright). It serves as its own worker, as the user who ran
-# it, so it needs no `user` to reach this private prefix.
-master_process off;
-pid {p}/nginx.pid;
-error_log {p}/error.log warn;
-events {{ worker_connections 256; }}
-http {{
-    # One line per answer, which the test counts (a 429 never reaches the backend).
-    log_format answered 'answered $status $request_method $request_uri $msec';
-    access_log {p}/access.log answered;
-    client_body_temp_path {p}/client_body;
-    proxy_temp_path {p}/proxy;
-
-    # As nginx's docs configure limit_req: per client address, here {RATE} r/s.
-    limit_req_zone $binary_remote_addr zone=api:1m rate={RATE}r/s;
-    limit_req_status 429;
-
-    upstream backend {{
-        server {backend};
-        keepalive 8;
-    }}
-
-    server {{
-        listen 127.0.0.1:{port};
-
-        # The test's readiness probe.
-        location = /__ready {{
-            access_log off;
-            return 200 "ready\n";
-        }}
-
-        location /api/ {{
-            # CORS at nginx, as an API behind it that is called from other origins has it. A
-            # preflight is answered here: `if` ... `return` runs in nginx's rewrite phase,
-            # before limit_req's preaccess phase, so preflights are never counted against
-            # the rate (and the browser keeps them for Access-Control-Max-Age).
-            if ($request_method = OPTIONS) {{
-                add_header Access-Control-Allow-Origin $http_origin always;
-                add_header Access-Control-Allow-Methods "GET, POST, PUT, PATCH, DELETE, OPTIONS" always;
-                add_header Access-Control-Allow-Headers $http_access_control_request_headers always;
-                add_header Access-Control-Max-Age 7200 always;
-                add_header Vary "Origin, Access-Control-Request-Headers" always;
-                return 204;
-            }}
-
-            limit_req zone=api{burst};
-
-            proxy_pass http://backend;
-            proxy_http_version 1.1;
-            proxy_set_header Connection "";
-            # nginx owns CORS here: the backend's own headers would be a second, invalid value.
-            proxy_hide_header Access-Control-Allow-Origin;
-            proxy_hide_header Access-Control-Expose-Headers;
-            # `always`: add_header otherwise applies only to 200, 201, 204, 206, 301, 302,
-            # 303, 304, 307 and 308 (nginx's docs), and limit_req's 429 would carry no CORS
-            # header: the browser would then report it to the worker as a network error, not
-            # as a 429. A real deployment adds them to every answer, as here.
-            add_header Access-Control-Allow-Origin $http_origin always;
-            add_header Access-Control-Expose-Headers "Retry-After, RateLimit, RateLimit-Policy, X-RateLimit-Limit, X-RateLimit-Remaining, X-RateLimit-Reset, Date" always;
-            add_header Vary Origin always;
-        }}
-    }}
-}}
-"#
-    )
 }
