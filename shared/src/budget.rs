@@ -561,14 +561,23 @@ impl BudgetState {
             self.own_timing_429_at = Some(now);
             return true;
         }
-        // `ours` holds the refused request itself: the server had room for one fewer, and we
-        // keep one more below that. No lower than that either: what the window showed the
-        // server accepts, less one, is evidence; a cut beneath it is only loss.
-        let implied = u64::from(w.limit).saturating_sub(ours) as f64 + 2.0;
+        let ours_now = f64::from(w.limit) - self.others;
+        let implied = if early {
+            // An early refusal again, with starts already spaced strictly: the count says
+            // nothing (we had few starts in the window), the spacing was too tight. Half our
+            // rate is left to the server's unknown, as TCP halves its window on a loss. Read
+            // as others spending the rest of the count (`limit - ours`), nginx told twice its
+            // rate kept 2 of 40 a second and reached 0.34 of its rate.
+            self.others + ours_now / 2.0
+        } else {
+            // `ours` holds the refused request itself: the server had room for one fewer, and
+            // we keep one more below that. No lower than that either: what the window showed
+            // the server accepts, less one, is evidence; a cut beneath it is only loss.
+            u64::from(w.limit).saturating_sub(ours) as f64 + 2.0
+        };
         // A repeated refusal: our share shrinks by a tenth (at least one start), not by a
         // quarter of the others' estimate, which on a wrong configured limit (the "others"
         // being the half of it that never existed) would cut our rate by a quarter each time.
-        let ours_now = f64::from(w.limit) - self.others;
         let cut = (ours_now * 0.1).max(1.0);
         // Refused again while a belief learned from 429s stands (it was fading back, or a
         // probe above the real level was refused): each such 429 doubles how long the next

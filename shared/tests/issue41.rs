@@ -218,8 +218,9 @@ fn an_early_bare_429_from_a_server_without_burst_is_recovered_from_in_seconds() 
 
 /// A belief about others learned from 429s alone gives our share back in a minute of
 /// sending, not in a thousand windows' worth of our (by then few) starts: two refusals of the
-/// second request of a window, close together, leave us 1 start of 20 a second (the first is
-/// put down to our timing, the second to others); a minute later we have more than half back.
+/// eighth request of a window, 3 s apart, leave us 8 starts of 20 a second (the first is put
+/// down to our timing, the second to others spending the other 12 and 2 more); a minute later
+/// we have more than half of that back.
 #[test]
 fn a_belief_about_others_from_429s_fades_in_seconds() {
     let config = budget(20, 4);
@@ -227,12 +228,13 @@ fn a_belief_about_others_from_429s_fades_in_seconds() {
     let mut s = BudgetState::new(&config, &retry).unwrap();
     for round in 0..2u64 {
         let at = 3_000 * round;
-        s.record_start(at, false, &retry);
-        s.record_start(at + 30, false, &retry);
-        s.observe_rate_limited(at + 30, None, at + 60);
+        for i in 0..8 {
+            s.record_start(at + 10 * i, false, &retry);
+        }
+        s.observe_rate_limited(at + 70, None, at + 100);
     }
     let learned = s.others;
-    assert!(learned >= 15.0, "{learned}");
+    assert!(learned >= 12.0, "{learned}");
     // Sending at what is left, one start a second, for 60 s.
     let mut now = 10_000;
     while now < 70_000 {
@@ -413,5 +415,50 @@ fn a_fixed_window_behind_a_slow_preflight_stays_inside_the_first_window() {
                 r.summary()
             );
         }
+    }
+}
+
+/// An early refusal again while starts are already spaced strictly (a server without burst
+/// told twice its rate): the spacing was too tight, and half our rate is left to the server's
+/// unknown. Read as others spending the rest of the count, it left 2 of 40 a second (nginx told
+/// twice its rate reached 0.34 of it); halved, 20 of 40, which is the server's rate. In the
+/// simulator: at most 5 refusals and 0.6 of the rate over 10 s (was 0.35).
+#[test]
+fn a_second_early_refusal_halves_the_rate_instead_of_reading_others() {
+    let config = budget(40, 4);
+    let retry = RetryConfig::default();
+    let mut s = BudgetState::new(&config, &retry).unwrap();
+    s.record_start(0, false, &retry);
+    s.record_start(25, false, &retry);
+    s.observe_rate_limited(25, None, 40);
+    assert!(
+        s.limiter.no_burst(),
+        "spaced strictly after an early refusal"
+    );
+    assert_eq!(s.others, 0.0, "the first is put down to our spacing");
+    s.record_start(100, false, &retry);
+    s.record_start(125, false, &retry);
+    s.observe_rate_limited(125, None, 140);
+    assert!((19.0..=21.0).contains(&s.others), "{}", s.others);
+
+    for seed in 1..=3 {
+        let server = ServerModel {
+            no_burst: true,
+            first_extra_ms: 30,
+            one_way_ms: 5,
+            jitter_ms: 1,
+            headers: HeaderStyle::None,
+            retry_after: RetryAfterForm::None,
+            ..ServerModel::default()
+        };
+        let config = BudgetConfig {
+            algorithm: Algorithm::Gcra,
+            ..budget(40, 4)
+        };
+        let r = run(seed, 20, 200, config, server);
+        assert_eq!(r.done, 200, "{}", r.summary());
+        assert_eq!(r.duplicate_creates, 0, "{}", r.summary());
+        assert!(r.rate_limited <= 5, "{seed}: {}", r.summary());
+        assert!(r.share_of_limit >= 0.6, "{seed}: {}", r.summary());
     }
 }
