@@ -49,7 +49,7 @@ fn read_job_json(text: &str) -> Result<JobSpec, json::Error> {
 }
 
 /// `{"Name": "value"}` or `[["Name", "value"], ...]`.
-fn read_headers(v: &Json) -> Result<Vec<(String, String)>, json::Error> {
+pub fn read_headers(v: &Json) -> Result<Vec<(String, String)>, json::Error> {
     match v {
         Json::Obj(members) => {
             let mut out = Vec::with_capacity(members.len());

@@ -93,6 +93,10 @@ pub enum JobState {
     Done,
     Failed,
     Cancelled,
+    /// The server answered 409 Conflict or 412 Precondition Failed: the request was sound but
+    /// the record changed underneath it. Never retried by itself: the page decides (retry as
+    /// is, retry with a new body, or dismiss), with the server's answer in the job's outcome.
+    Conflict,
 }
 
 impl crate::json::Placeholder for JobState {
@@ -102,20 +106,22 @@ impl crate::json::Placeholder for JobState {
 }
 
 impl JobState {
-    pub const ALL: [JobState; 6] = [
+    pub const ALL: [JobState; 7] = [
         JobState::Queued,
         JobState::Sending,
         JobState::RetryWait,
         JobState::Done,
         JobState::Failed,
         JobState::Cancelled,
+        JobState::Conflict,
     ];
 
-    /// Done and cancelled are final; failed is final unless the user asks for a retry.
+    /// Done and cancelled are final; failed and conflict are final unless the user asks for a
+    /// retry.
     pub fn is_terminal(self) -> bool {
         matches!(
             self,
-            JobState::Done | JobState::Failed | JobState::Cancelled
+            JobState::Done | JobState::Failed | JobState::Cancelled | JobState::Conflict
         )
     }
 
@@ -132,6 +138,7 @@ impl JobState {
             JobState::Done => "done",
             JobState::Failed => "failed",
             JobState::Cancelled => "cancelled",
+            JobState::Conflict => "conflict",
         }
     }
 
@@ -151,7 +158,9 @@ impl JobState {
                 | (RetryWait, Sending)
                 | (RetryWait, Cancelled)
                 | (RetryWait, Failed)
+                | (Sending, Conflict)
                 | (Failed, Queued) // the user asked for a retry
+                | (Conflict, Queued) // the user resolved it by sending it again
         )
     }
 }
@@ -217,6 +226,34 @@ pub struct JobSpec {
     /// What it spends of its budget's resources besides one request (`{"tokens": 1200}`), an
     /// estimate the answer may correct; see `resources`.
     pub cost: Costs,
+}
+
+/// What a retry changes of a failed or conflicting job's request: a conflict resolved with a
+/// new body (the page merged its change into the record the server answered with), or headers
+/// set over the job's (an `If-Match` with the server's latest `ETag`, a fresh token).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RetryWith {
+    /// Replaces the body; `None`: as it was.
+    pub body: Option<String>,
+    /// Each one replaces the job's header of that name (any case) or is added; the job's other
+    /// headers stay. `None`: as they were.
+    pub headers: Option<Vec<(String, String)>>,
+}
+
+impl RetryWith {
+    /// `headers` with these set over them, by name in any case.
+    pub fn headers_over(&self, headers: &[(String, String)]) -> Vec<(String, String)> {
+        let Some(set) = &self.headers else {
+            return headers.to_vec();
+        };
+        let mut out: Vec<(String, String)> = headers
+            .iter()
+            .filter(|(name, _)| !set.iter().any(|(n, _)| n.eq_ignore_ascii_case(name)))
+            .cloned()
+            .collect();
+        out.extend(set.iter().cloned());
+        out
+    }
 }
 
 /// What the server said about a finished attempt, kept with a done job for its callers.

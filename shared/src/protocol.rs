@@ -57,8 +57,14 @@ pub enum Request {
     Cancel {
         target: String,
     },
+    /// Sends a failed or conflicting job again; `body` and `headers`, when given, replace the
+    /// job's (see [`crate::job::RetryWith`]).
     Retry {
         id: String,
+        #[serde(default)]
+        body: Option<String>,
+        #[serde(default)]
+        headers: Option<Vec<(String, String)>>,
     },
     /// Forget a failed job without retrying it.
     Dismiss {
@@ -566,7 +572,11 @@ mod tests {
                 group_id: Some("g".into()),
             },
             Request::Cancel { target: "g".into() },
-            Request::Retry { id: "j".into() },
+            Request::Retry {
+                id: "j".into(),
+                body: Some("{}".into()),
+                headers: Some(vec![("If-Match".into(), "\"v2\"".into())]),
+            },
             Request::Dismiss { id: "j".into() },
             Request::Configure {
                 config: RawJson::of(&EngineConfig::default()),
@@ -824,7 +834,11 @@ mod tests {
                 group_id: None,
             },
             Request::Cancel { target: "t".into() },
-            Request::Retry { id: "i".into() },
+            Request::Retry {
+                id: "i".into(),
+                body: None,
+                headers: None,
+            },
             Request::Dismiss { id: "i".into() },
             Request::Configure {
                 config: RawJson::of(&EngineConfig::default()),
@@ -858,6 +872,7 @@ mod tests {
             r#"{"requestId":"r","type":"enqueueMany","jobs":[]}"#,
             r#"{"requestId":"r","type":"cancel","target":"t"}"#,
             r#"{"requestId":"r","type":"retry","id":"i"}"#,
+            r#"{"requestId":"r","type":"retry","id":"i","body":"{}","headers":[["If-Match","\"v2\""]]}"#,
             r#"{"requestId":"r","type":"dismiss","id":"i"}"#,
             r#"{"requestId":"r","type":"configure","config":{"retentionMs":5}}"#,
             r#"{"requestId":"r","type":"snapshot"}"#,

@@ -16,6 +16,10 @@ pub enum Verdict {
     RateLimited,
     /// A transient failure: retry after a backoff, counting the attempt.
     Retryable,
+    /// 409 Conflict, 412 Precondition Failed: the record changed underneath the request. An
+    /// outcome of its own for the page to resolve, never retried by itself (the same request
+    /// would meet the same conflict).
+    Conflict,
     /// The request itself is wrong (other 4xx) or the server cannot do it: give up now.
     Fatal,
 }
@@ -29,6 +33,7 @@ pub fn classify(status: u16, rate_limited: bool) -> Verdict {
     match status {
         200..=399 => Verdict::Success,
         408 | 425 | 500 | 502 | 503 | 504 => Verdict::Retryable,
+        409 | 412 => Verdict::Conflict,
         _ => Verdict::Fatal,
     }
 }
@@ -61,8 +66,11 @@ mod tests {
         for s in [408, 425, 500, 502, 503, 504] {
             assert_eq!(classify(s, false), Verdict::Retryable, "{s}");
         }
-        for s in [400, 401, 403, 404, 409, 422, 501] {
+        for s in [400, 401, 403, 404, 422, 501] {
             assert_eq!(classify(s, false), Verdict::Fatal, "{s}");
+        }
+        for s in [409, 412] {
+            assert_eq!(classify(s, false), Verdict::Conflict, "{s}");
         }
         assert_eq!(classify(429, false), Verdict::RateLimited);
         assert_eq!(classify(403, true), Verdict::RateLimited);

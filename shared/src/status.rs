@@ -22,6 +22,9 @@ pub struct StateCounts {
     pub done: u64,
     pub failed: u64,
     pub cancelled: u64,
+    /// Jobs the server answered with a conflict, waiting for the page to resolve them.
+    #[serde(default)]
+    pub conflict: u64,
 }
 
 impl StateCounts {
@@ -82,6 +85,9 @@ pub struct GroupStatus {
     pub done: u64,
     pub failed: u64,
     pub cancelled: u64,
+    /// Jobs the server answered with a conflict, waiting for the page to resolve them.
+    #[serde(default)]
+    pub conflicts: u64,
     pub pending: u64,
     /// Set when the group needs more than a whole window's budget.
     pub warning: Option<String>,
@@ -269,6 +275,7 @@ mod tests {
                 done: 4,
                 failed: 5,
                 cancelled: 6,
+                conflict: 7,
             },
             budgets: vec![BudgetStatus {
                 name: "b".into(),
@@ -307,6 +314,7 @@ mod tests {
                 done: 0,
                 failed: 0,
                 cancelled: 0,
+                conflicts: 0,
                 pending: 1,
                 warning: Some("w".into()),
             }],

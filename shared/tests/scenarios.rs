@@ -3,7 +3,7 @@
 
 use sluice_shared::config::{BudgetConfig, EngineConfig, RetryConfig, Window};
 use sluice_shared::engine::{Engine, Response, Transmit, TransportError};
-use sluice_shared::job::{JobKind, JobSpec, JobState, Lane};
+use sluice_shared::job::{JobKind, JobSpec, JobState, Lane, RetryWith};
 use sluice_shared::random::Rng;
 use sluice_shared::sim::{self, HeaderStyle, RetryAfterForm, Scenario, ServerModel};
 
@@ -920,8 +920,111 @@ fn non_retryable_4xx_fails_at_once_with_the_server_message() {
     let err = job.last_error.as_ref().unwrap();
     assert_eq!(err.status, Some(422));
     assert_eq!(err.message, "HTTP 422: email is invalid");
-    assert!(e.retry(&id, 10).is_ok());
+    assert!(e.retry(&id, RetryWith::default(), 10).is_ok());
     assert_eq!(e.job(&id).unwrap().state, JobState::Queued);
+}
+
+/// The header a transmit carries, by name.
+fn header<'a>(t: &'a Transmit, name: &str) -> Option<&'a str> {
+    t.headers
+        .iter()
+        .find(|(n, _)| n.eq_ignore_ascii_case(name))
+        .map(|(_, v)| v.as_str())
+}
+
+#[test]
+fn a_409_is_a_conflict_kept_with_the_servers_answer_and_never_retried_by_itself() {
+    let mut e = engine_with(budget(100, 1_000, 4));
+    // A page's client puts a create's key among its headers.
+    let created = JobSpec {
+        headers: vec![
+            ("Content-Type".into(), "application/json".into()),
+            ("Idempotency-Key".into(), "k1".into()),
+        ],
+        ..post(0)
+    };
+    let id = e.enqueue(created, 0).unwrap().id;
+    let t = e.poll_transmit(0).unwrap();
+    let first_key = header(&t, "Idempotency-Key").unwrap().to_string();
+    assert_eq!(first_key, "k1");
+    e.on_response(
+        &t.job_id,
+        Response {
+            status: 409,
+            headers: vec![("etag".into(), "\"v7\"".into())],
+            body: "{\"message\":\"edited elsewhere\",\"name\":\"Ada\"}".into(),
+        },
+        5,
+    );
+    let job = e.job(&id).unwrap();
+    assert_eq!(job.state, JobState::Conflict);
+    assert!(job.state.is_terminal());
+    let outcome = job.outcome.as_ref().expect("the server's answer is kept");
+    assert_eq!(outcome.status, 409);
+    assert!(outcome.body.contains("Ada"));
+    let err = job.last_error.as_ref().unwrap();
+    assert_eq!(err.status, Some(409));
+    assert!(
+        err.message
+            .starts_with("conflict: HTTP 409: edited elsewhere"),
+        "{}",
+        err.message
+    );
+    assert_eq!(e.snapshot(5).counts.conflict, 1);
+    // Nothing goes again by itself, however long we wait.
+    assert!(drain(&mut e, 60_000).is_empty());
+
+    // Resolved with a new body and the server's ETag: sent again, under a new idempotency key
+    // (the refused request was not applied).
+    let with = RetryWith {
+        body: Some("{\"name\":\"Ada L.\"}".into()),
+        headers: Some(vec![("if-match".into(), "\"v7\"".into())]),
+    };
+    e.retry(&id, with, 60_000).unwrap();
+    let again = drain(&mut e, 60_000);
+    assert_eq!(again.len(), 1);
+    assert_eq!(again[0].body.as_deref(), Some("{\"name\":\"Ada L.\"}"));
+    assert_eq!(header(&again[0], "If-Match"), Some("\"v7\""));
+    assert_eq!(header(&again[0], "Content-Type"), Some("application/json"));
+    let second_key = header(&again[0], "Idempotency-Key").unwrap();
+    assert_ne!(second_key, first_key);
+    e.on_response(&again[0].job_id, ok(), 60_010);
+    assert_eq!(e.job(&id).unwrap().state, JobState::Done);
+    assert_eq!(e.snapshot(60_010).counts.conflict, 0);
+}
+
+#[test]
+fn a_412_conflict_can_be_retried_as_it_was_or_dismissed() {
+    let mut e = engine_with(budget(100, 1_000, 4));
+    let a = e.enqueue(post(0), 0).unwrap().id;
+    let b = e.enqueue(post(1), 0).unwrap().id;
+    for now in [0, 100, 200] {
+        for t in drain(&mut e, now) {
+            e.on_response(&t.job_id, with_headers(412, &[]), now + 5);
+        }
+    }
+    assert_eq!(e.snapshot(205).counts.conflict, 2);
+    e.retry(&a, RetryWith::default(), 300).unwrap();
+    let again = drain(&mut e, 300);
+    assert_eq!(again.len(), 1);
+    assert_eq!(again[0].body.as_deref(), Some("{\"n\":0}"));
+    e.dismiss(&b).unwrap();
+    assert!(e.job(&b).is_none());
+}
+
+#[test]
+fn a_conflict_resolved_with_a_bad_replacement_is_refused_and_stays_a_conflict() {
+    let mut e = engine_with(budget(100, 1_000, 4));
+    let id = e.enqueue(post(0), 0).unwrap().id;
+    let t = e.poll_transmit(0).unwrap();
+    e.on_response(&t.job_id, with_headers(409, &[]), 5);
+    let bad = RetryWith {
+        body: None,
+        headers: Some(vec![("If Match".into(), "x".into())]),
+    };
+    let err = e.retry(&id, bad, 10).unwrap_err();
+    assert!(err.to_string().contains("not a valid header name"), "{err}");
+    assert_eq!(e.job(&id).unwrap().state, JobState::Conflict);
 }
 
 #[test]
@@ -1026,7 +1129,7 @@ fn when_retries_run_out_the_budget_holds_until_the_user_retries() {
         .unwrap()
         .id
         .clone();
-    e.retry(&failed, now).unwrap();
+    e.retry(&failed, RetryWith::default(), now).unwrap();
     assert!(e.snapshot(now).budgets[0].trouble.is_none());
     assert!(e.poll_transmit(now + 1_000).is_some());
 }
@@ -1059,7 +1162,7 @@ fn cancel_by_group_and_bad_input_errors() {
         "a sending job cannot be cancelled"
     );
     assert!(
-        e.retry(&ids[1].id, 3).is_err(),
+        e.retry(&ids[1].id, RetryWith::default(), 3).is_err(),
         "a cancelled job is never retried"
     );
 

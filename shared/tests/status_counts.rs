@@ -9,7 +9,7 @@ use proptest::prelude::*;
 
 use sluice_shared::config::{BudgetConfig, EngineConfig, RetryConfig, Window};
 use sluice_shared::engine::{Engine, Response, Transmit, TransportError};
-use sluice_shared::job::{Job, JobKind, JobSpec, JobState, Lane};
+use sluice_shared::job::{Job, JobKind, JobSpec, JobState, Lane, RetryWith};
 use sluice_shared::random::Rng;
 use sluice_shared::status::Status;
 
@@ -68,7 +68,7 @@ fn op() -> impl Strategy<Value = Op> {
         4 => (0u8..4, 0u8..3, 0u8..2, prop::option::of(0u8..4), prop::option::of(0u8..3))
             .prop_map(|(kind, lane, budget, key, group)| Op::Enqueue { kind, lane, budget, key, group }),
         3 => Just(Op::Start),
-        3 => (any::<u8>(), prop::sample::select(vec![200u16, 201, 204, 400, 404, 429, 500, 503]))
+        3 => (any::<u8>(), prop::sample::select(vec![200u16, 201, 204, 400, 404, 409, 412, 429, 500, 503]))
             .prop_map(|(pick, status)| Op::Answer { pick, status }),
         1 => (any::<u8>(), 0u8..3).prop_map(|(pick, how)| Op::Fail { pick, how }),
         1 => any::<u8>().prop_map(Op::Cancel),
@@ -100,18 +100,19 @@ fn spec(kind: u8, lane: u8, budget: u8, key: Option<u8>, group: Option<u8>, n: u
     }
 }
 
-/// Jobs per state name, per group (total, done, failed, cancelled, not finished), and waiting
+/// Jobs per state name, per group (total, done, failed, cancelled, not finished, conflicts), and
+/// waiting
 /// per lane.
 type Counted = (
     BTreeMap<&'static str, u64>,
-    BTreeMap<String, [u64; 5]>,
+    BTreeMap<String, [u64; 6]>,
     [u64; 3],
 );
 
 /// The status's counts as a count of `jobs` gives them.
 fn counted(jobs: &[&Job]) -> Counted {
     let mut states = BTreeMap::new();
-    let mut groups: BTreeMap<String, [u64; 5]> = BTreeMap::new();
+    let mut groups: BTreeMap<String, [u64; 6]> = BTreeMap::new();
     let mut waiting = [0; 3];
     for job in jobs {
         *states.entry(job.state.name()).or_insert(0) += 1;
@@ -125,7 +126,8 @@ fn counted(jobs: &[&Job]) -> Counted {
                 JobState::Done => 1,
                 JobState::Failed => 2,
                 JobState::Cancelled => 3,
-                _ => 4,
+                JobState::Conflict => 5,
+                JobState::Queued | JobState::Sending | JobState::RetryWait => 4,
             }] += 1;
         }
     }
@@ -143,6 +145,7 @@ fn check(engine: &Engine, status: &Status) -> Result<(), TestCaseError> {
         ("done", c.done),
         ("failed", c.failed),
         ("cancelled", c.cancelled),
+        ("conflict", c.conflict),
     ]
     .into_iter()
     .filter(|(_, n)| *n > 0)
@@ -161,13 +164,20 @@ fn check(engine: &Engine, status: &Status) -> Result<(), TestCaseError> {
         })
         .collect();
     prop_assert_eq!(shown, states);
-    let shown_groups: BTreeMap<String, [u64; 5]> = status
+    let shown_groups: BTreeMap<String, [u64; 6]> = status
         .groups
         .iter()
         .map(|g| {
             (
                 g.id.clone(),
-                [g.total, g.done, g.failed, g.cancelled, g.pending],
+                [
+                    g.total,
+                    g.done,
+                    g.failed,
+                    g.cancelled,
+                    g.pending,
+                    g.conflicts,
+                ],
             )
         })
         .collect();
@@ -248,7 +258,8 @@ fn run(ops: &[Op]) -> Result<(), TestCaseError> {
             }
             &Op::Retry(pick) => {
                 if !ids.is_empty() {
-                    let _ = engine.retry(&ids[pick as usize % ids.len()], now);
+                    let _ =
+                        engine.retry(&ids[pick as usize % ids.len()], RetryWith::default(), now);
                 }
             }
             &Op::Dismiss(pick) => {

@@ -22,9 +22,10 @@ use super::*;
 /// Headers a cross-origin page or worker may read. Without this list a cross-origin `fetch`
 /// sees none of the rate-limit signals.
 pub(super) const EXPOSE_HEADERS: &str = "Retry-After, X-RateLimit-Limit, X-RateLimit-Remaining, \
-     X-RateLimit-Reset, RateLimit, RateLimit-Policy, Date, Location, Idempotent-Replayed";
+     X-RateLimit-Reset, RateLimit, RateLimit-Policy, Date, Location, Idempotent-Replayed, ETag";
 pub(super) const ALLOW_METHODS: &str = "GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS";
-pub(super) const ALLOW_HEADERS: &str = "Content-Type, Idempotency-Key, Authorization, Accept";
+pub(super) const ALLOW_HEADERS: &str =
+    "Content-Type, Idempotency-Key, Authorization, Accept, If-Match";
 /// Without it Chromium re-sends every preflight after 5 s, doubling the request count.
 pub(super) const PREFLIGHT_MAX_AGE: &str = "600";
 
@@ -82,6 +83,10 @@ pub(super) async fn api_request(
         query: uri.query().map(str::to_owned),
         idempotency_key,
         cookie: headers.contains_key(header::COOKIE),
+        if_match: headers
+            .get(header::IF_MATCH)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned),
         body,
     };
     let large = (req.path == "/api/large").then(|| large_size(req.query.as_deref()));

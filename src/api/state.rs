@@ -29,6 +29,8 @@ pub(super) struct Inner {
     pub(super) window_log: VecDeque<Instant>,
     pub(super) arrivals: Vec<Arrival>,
     pub(super) contacts: BTreeMap<u64, Value>,
+    /// Each contact's version, its `ETag` (`"v3"`): 1 when created, one more with each change.
+    pub(super) versions: BTreeMap<u64, u64>,
     pub(super) next_id: u64,
     pub(super) idempotency: HashMap<String, Stored>,
     pub(super) script: VecDeque<ScriptedResponse>,
@@ -53,6 +55,8 @@ pub(super) struct ApiRequest {
     pub(super) idempotency_key: Option<String>,
     /// Whether a `Cookie` header came with it (the echo says so).
     pub(super) cookie: bool,
+    /// Its `If-Match`: a change of a contact whose `ETag` it does not name is refused with 412.
+    pub(super) if_match: Option<String>,
     pub(super) body: Bytes,
 }
 
@@ -70,6 +74,8 @@ pub(super) struct Handled {
     pub(super) status: StatusCode,
     pub(super) body: Option<Value>,
     pub(super) location: Option<String>,
+    /// A contact's version, sent as `ETag`.
+    pub(super) etag: Option<String>,
     pub(super) outcome: Outcome,
     pub(super) replayed: bool,
 }
@@ -80,6 +86,7 @@ impl Handled {
             status,
             body: Some(json!({ "error": message.into() })),
             location: None,
+            etag: None,
             outcome: Outcome::Refused,
             replayed: false,
         }
@@ -90,6 +97,7 @@ impl Handled {
             status,
             body,
             location: None,
+            etag: None,
             outcome: Outcome::Applied,
             replayed: false,
         }
@@ -110,6 +118,7 @@ impl ApiHandle {
                 window_log: VecDeque::new(),
                 arrivals: Vec::new(),
                 contacts: BTreeMap::new(),
+                versions: BTreeMap::new(),
                 next_id: 1,
                 idempotency: HashMap::new(),
                 script: VecDeque::new(),
@@ -156,6 +165,7 @@ impl ApiHandle {
         inner.window_log.clear();
         inner.arrivals.clear();
         inner.contacts.clear();
+        inner.versions.clear();
         inner.next_id = 1;
         inner.idempotency.clear();
         inner.script.clear();
@@ -429,6 +439,9 @@ impl ApiHandle {
                 if let Some(loc) = h.location.and_then(|l| HeaderValue::from_str(&l).ok()) {
                     headers.push((header::LOCATION, loc));
                 }
+                if let Some(tag) = h.etag.and_then(|t| HeaderValue::from_str(&t).ok()) {
+                    headers.push((header::ETAG, tag));
+                }
                 status = h.status;
                 body = h.body;
                 outcome = h.outcome;
@@ -594,6 +607,7 @@ impl Inner {
                     status,
                     body: s.body.clone(),
                     location: s.location.clone(),
+                    etag: None,
                     outcome: Outcome::Replayed,
                     replayed: true,
                 };
@@ -629,8 +643,10 @@ impl Inner {
                     fields.insert("id".into(), id.into());
                     let record = Value::Object(fields);
                     self.contacts.insert(id, record.clone());
+                    self.versions.insert(id, 1);
                     Handled {
                         location: Some(format!("/api/contacts/{id}")),
+                        etag: Some(etag(1)),
                         ..Handled::ok(StatusCode::CREATED, Some(record))
                     }
                 }
@@ -649,18 +665,48 @@ impl Inner {
                 else {
                     return Handled::refused(StatusCode::NOT_FOUND, "no such contact");
                 };
-                self.contact(m, id, &req.body)
+                self.contact(m, id, req.if_match.as_deref(), &req.body)
             }
             _ => Handled::ok(StatusCode::OK, Some(echo(req))),
         }
     }
 
-    /// One existing contact.
-    pub(super) fn contact(&mut self, m: &Method, id: u64, body: &Bytes) -> Handled {
-        match *m {
-            Method::GET | Method::HEAD => {
-                Handled::ok(StatusCode::OK, self.contacts.get(&id).cloned())
+    /// One existing contact. A change whose `If-Match` does not name the contact's `ETag` is
+    /// refused with 412 and the contact as it is now (RFC 9110, 13.1.1), for the client to
+    /// merge its change into.
+    pub(super) fn contact(
+        &mut self,
+        m: &Method,
+        id: u64,
+        if_match: Option<&str>,
+        body: &Bytes,
+    ) -> Handled {
+        let version = self.versions.get(&id).copied().unwrap_or(1);
+        let current = etag(version);
+        let changes = matches!(*m, Method::PATCH | Method::PUT | Method::DELETE);
+        if let Some(wanted) = if_match.filter(|_| changes) {
+            let matches = wanted
+                .split(',')
+                .map(str::trim)
+                .any(|t| t == "*" || t == current);
+            if !matches {
+                return Handled {
+                    body: Some(json!({
+                        "error": format!(
+                            "precondition failed: contact {id} is at {current}, not {wanted}"
+                        ),
+                        "current": self.contacts.get(&id).cloned(),
+                    })),
+                    etag: Some(current),
+                    ..Handled::refused(StatusCode::PRECONDITION_FAILED, "")
+                };
             }
+        }
+        match *m {
+            Method::GET | Method::HEAD => Handled {
+                etag: Some(current),
+                ..Handled::ok(StatusCode::OK, self.contacts.get(&id).cloned())
+            },
             Method::PATCH | Method::PUT => {
                 let fields = match parse_object(body) {
                     Ok(f) => f,
@@ -678,13 +724,24 @@ impl Inner {
                 if let Value::Object(o) = record {
                     o.insert("id".into(), id.into());
                 }
-                Handled::ok(StatusCode::OK, Some(record.clone()))
+                let record = record.clone();
+                self.versions.insert(id, version + 1);
+                Handled {
+                    etag: Some(etag(version + 1)),
+                    ..Handled::ok(StatusCode::OK, Some(record))
+                }
             }
             Method::DELETE => {
                 self.contacts.remove(&id);
+                self.versions.remove(&id);
                 Handled::ok(StatusCode::NO_CONTENT, None)
             }
             _ => Handled::refused(StatusCode::METHOD_NOT_ALLOWED, "method not allowed"),
         }
     }
+}
+
+/// A contact version's entity tag, as `ETag` and `If-Match` carry it.
+fn etag(version: u64) -> String {
+    format!("\"v{version}\"")
 }

@@ -225,6 +225,57 @@ async fn a_rejected_or_failed_create_can_be_retried_with_its_key() {
     assert_eq!(api.arrivals().iter().filter(|a| a.admitted).count(), 2);
 }
 
+/// Conditional changes (RFC 9110's `If-Match`): every contact answer carries its version as
+/// `ETag`; a change naming another version is refused with 412 and the contact as it is now,
+/// and nothing changes.
+#[tokio::test(start_paused = true)]
+async fn a_change_whose_if_match_names_an_old_version_is_refused_with_412() {
+    let (app, api) = app(limited(100, 1000));
+    let created = send(&app, "POST", "/api/contacts", &[], r#"{"name":"Ada"}"#).await;
+    assert_eq!(created.headers["etag"], "\"v1\"");
+    let r = send(
+        &app,
+        "PATCH",
+        "/api/contacts/1",
+        &[("If-Match", "\"v1\"")],
+        r#"{"name":"Ada L."}"#,
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::OK);
+    assert_eq!(r.headers["etag"], "\"v2\"");
+    let stale = send(
+        &app,
+        "PATCH",
+        "/api/contacts/1",
+        &[("If-Match", "\"v1\"")],
+        r#"{"name":"Lovelace"}"#,
+    )
+    .await;
+    assert_eq!(stale.status, StatusCode::PRECONDITION_FAILED);
+    assert_eq!(stale.headers["etag"], "\"v2\"");
+    assert_eq!(stale.body["current"], json!({"id": 1, "name": "Ada L."}));
+    assert!(stale.body["error"]
+        .as_str()
+        .is_some_and(|e| e.contains("precondition failed")));
+    assert!(!api.arrivals().last().is_some_and(|a| a.applied));
+    // `*` and a list that names the current version both match; no `If-Match` always does.
+    for tag in ["*", "\"v9\", \"v3\""] {
+        let r = send(&app, "PATCH", "/api/contacts/1", &[("If-Match", tag)], "{}").await;
+        assert_eq!(r.status, StatusCode::OK, "{tag}");
+    }
+    let r = send(&app, "GET", "/api/contacts/1", &[], "").await;
+    assert_eq!(r.headers["etag"], "\"v4\"");
+    let gone = send(
+        &app,
+        "DELETE",
+        "/api/contacts/1",
+        &[("If-Match", "\"v1\"")],
+        "",
+    )
+    .await;
+    assert_eq!(gone.status, StatusCode::PRECONDITION_FAILED);
+}
+
 #[tokio::test(start_paused = true)]
 async fn contacts_support_patch_put_delete() {
     let (app, _api) = app(limited(100, 1000));

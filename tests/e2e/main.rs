@@ -24,6 +24,7 @@ mod support;
 
 mod basic;
 mod bench;
+mod conflicts;
 mod demo;
 mod dialects;
 mod firefox;

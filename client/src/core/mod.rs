@@ -160,6 +160,10 @@ pub struct JobEnd {
     pub status: Option<u16>,
     /// What to show a person: the server's message, "cancelled", ...
     pub reason: String,
+    /// A conflict's: the server's answer (often the record as it is now), for the page to
+    /// resolve it with (`retry` with a new body, or `dismiss`). Only in the tab that enqueued
+    /// the job, as every outcome.
+    pub outcome: Option<JobOutcome>,
 }
 
 impl fmt::Display for JobEnd {
@@ -201,6 +205,7 @@ impl std::future::Future for Done {
                     state: None,
                     status: None,
                     reason: ClientError::Closed.to_string(),
+                    outcome: None,
                 })
             })
         })
@@ -487,6 +492,7 @@ pub(super) fn end_of(
                 state: Some(state),
                 status,
                 reason,
+                outcome: outcome.filter(|_| state == JobState::Conflict).cloned(),
             })
         }
     }

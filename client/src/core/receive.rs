@@ -201,6 +201,7 @@ impl Core {
                     state: None,
                     status: None,
                     reason: format!("the worker no longer knows job {id} (dismissed or expired)"),
+                    outcome: None,
                 }));
             }
         }

@@ -369,7 +369,14 @@ fn a_job_that_ended_before_anyone_waited_is_remembered() {
 fn a_retry_forgets_the_old_failure() {
     let mut core = Core::new("c", Timing::default());
     core.receive(&jobs_broadcast(vec![update("j", JobState::Failed)]), 0.0);
-    let (text, _, mut p) = core.request(Request::Retry { id: "j".into() }, 1.0);
+    let (text, _, mut p) = core.request(
+        Request::Retry {
+            id: "j".into(),
+            body: None,
+            headers: None,
+        },
+        1.0,
+    );
     core.receive(
         &reply(&id_of(&text), ReplyBody::Retried { id: "j".into() }),
         2.0,
@@ -401,6 +408,42 @@ fn a_job_that_ended_at_once_resolves_at_once() {
     let mut done = ready(&mut p).ok().unwrap().done.unwrap();
     assert_eq!(ready(&mut done).unwrap_err().reason, "cancelled");
     assert!(!core.has_work());
+}
+
+#[test]
+fn a_conflict_ends_done_with_the_servers_answer_for_the_page_to_resolve() {
+    let mut core = Core::new("c", Timing::default());
+    let (text, mut p) = enqueue(&mut core, 0.0);
+    core.receive(
+        &reply(
+            &id_of(&text),
+            ReplyBody::Enqueued {
+                id: "j".into(),
+                coalesced: false,
+                state: JobState::Queued,
+            },
+        ),
+        1.0,
+    );
+    let mut done = ready(&mut p).ok().unwrap().done.unwrap();
+    let answer = JobOutcome {
+        status: 409,
+        headers: vec![("etag".into(), "\"v7\"".into())],
+        body: "{\"name\":\"Ada\"}".into(),
+    };
+    let conflict = JobUpdate {
+        last_error: Some(JobError {
+            status: Some(409),
+            message: "conflict: HTTP 409".into(),
+        }),
+        outcome: Some(answer.clone()),
+        ..update("j", JobState::Conflict)
+    };
+    core.receive(&jobs_broadcast(vec![conflict]), 2.0);
+    let end = ready(&mut done).unwrap_err();
+    assert_eq!(end.state, Some(JobState::Conflict));
+    assert_eq!(end.status, Some(409));
+    assert_eq!(end.outcome, Some(answer));
 }
 
 #[test]
@@ -723,7 +766,14 @@ fn typed_requests_and_replies_round_trip() {
 #[test]
 fn an_unreadable_reply_settles_its_request_with_a_decode_error() {
     let mut core = Core::new("c", Timing::default());
-    let (text, _, mut p) = core.request(Request::Retry { id: "j".into() }, 0.0);
+    let (text, _, mut p) = core.request(
+        Request::Retry {
+            id: "j".into(),
+            body: None,
+            headers: None,
+        },
+        0.0,
+    );
     let r = format!(
         r#"{{"type":"reply","requestId":"{}","body":{{"type":"retried","id":5}}}}"#,
         id_of(&text)

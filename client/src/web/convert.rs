@@ -4,7 +4,7 @@
 use std::cell::RefCell;
 
 use js_sys::{Array, Function, Object, Promise, Reflect, JSON};
-use sluice_shared::job::{JobOutcome, JobSpec, JobState};
+use sluice_shared::job::{JobOutcome, JobSpec, JobState, RetryWith};
 use sluice_shared::json::{self, FromJson, ToJson};
 use wasm_bindgen::prelude::*;
 use wasm_bindgen::JsCast;
@@ -130,6 +130,7 @@ pub(super) fn error_to_js(e: ClientError) -> JsValue {
 pub(super) fn job_end_to_js(e: JobEnd) -> JsValue {
     let code = match e.state {
         Some(JobState::Cancelled) => "cancelled",
+        Some(JobState::Conflict) => "conflict",
         Some(_) => "failed",
         None if e.reason == ClientError::Closed.to_string() => "closed",
         None => "gone",
@@ -147,6 +148,9 @@ pub(super) fn job_end_to_js(e: JobEnd) -> JsValue {
         "status",
         &e.status.map_or(JsValue::NULL, JsValue::from),
     );
+    if let Some(outcome) = &e.outcome {
+        set(&err, "outcome", &outcome_to_js(outcome));
+    }
     err.into()
 }
 
@@ -188,6 +192,39 @@ pub(super) fn is_plain_data(v: &JsValue) -> bool {
     };
     let proto = Object::get_prototype_of(obj);
     proto.is_null() || Object::is(&proto, &Object::get_prototype_of(&Object::new()))
+}
+
+/// A page's `retry` options (`{body, headers}`, both optional) to what the retry changes. A
+/// body is a string, or plain data sent as JSON; headers an object or `[name, value]` pairs.
+pub(super) fn retry_with_from_js(options: &JsValue) -> Result<RetryWith, ClientError> {
+    if options.is_undefined() || options.is_null() {
+        return Ok(RetryWith::default());
+    }
+    let invalid = |m: String| ClientError::InvalidJob(format!("retry options: {m}"));
+    if !options.is_object() {
+        return Err(invalid("an object like {body, headers}".into()));
+    }
+    let raw_body = Reflect::get(options, &"body".into()).unwrap_or(JsValue::UNDEFINED);
+    let body = if raw_body.is_undefined() || raw_body.is_null() {
+        None
+    } else if let Some(s) = raw_body.as_string() {
+        Some(s)
+    } else if is_plain_data(&raw_body) {
+        Some(json_text(&raw_body).map_err(|e| invalid(format!("body: {e}")))?)
+    } else {
+        return Err(invalid(
+            "a body must be a string or plain data to send as JSON".into(),
+        ));
+    };
+    let text = json_text(options).map_err(invalid)?;
+    let value = json::parse(&text).map_err(|e| invalid(e.0))?;
+    let members = json::members(&value, "struct RetryOptions").map_err(|e| invalid(e.0))?;
+    json::deny_unknown(members, &["body", "headers"]).map_err(|e| invalid(e.0))?;
+    let headers = match members.iter().find(|(name, _)| name.as_ref() == "headers") {
+        Some((_, json::Json::Null)) | None => None,
+        Some((_, v)) => Some(job::read_headers(v).map_err(|e| invalid(e.0))?),
+    };
+    Ok(RetryWith { body, headers })
 }
 
 /// A page's job object to the wire job.

@@ -11,8 +11,8 @@ use crate::core::{Answer, ClientError};
 use crate::input::{self, RegisterOptions};
 
 use super::convert::{
-    done_to_js, error_to_js, from_js_json, job_from_js, jobs_from_js, json_text, set, to_js,
-    UrlResolver,
+    done_to_js, error_to_js, from_js_json, job_from_js, jobs_from_js, json_text,
+    retry_with_from_js, set, to_js, UrlResolver,
 };
 use super::{
     cancelled, configured, dismissed, enqueued, enqueued_many, job_list, jobs_of, retried,
@@ -105,9 +105,24 @@ impl Sluice {
         })
     }
 
+    /// Sends a failed job or a conflict again, as it was or with `options` (`{body, headers}`:
+    /// a new body, headers set over the job's).
     #[wasm_bindgen(js_name = retry, unchecked_return_type = "Promise<Retried>")]
-    pub fn retry_js(&self, id: String) -> Promise {
-        answer_promise(&self.inner, Request::Retry { id }, |answer| {
+    pub fn retry_js(
+        &self,
+        id: String,
+        #[wasm_bindgen(unchecked_optional_param_type = "RetryOptions")] options: JsValue,
+    ) -> Promise {
+        let with = match retry_with_from_js(&options) {
+            Ok(with) => with,
+            Err(e) => return Promise::reject(&error_to_js(e)),
+        };
+        let request = Request::Retry {
+            id,
+            body: with.body,
+            headers: with.headers,
+        };
+        answer_promise(&self.inner, request, |answer| {
             let (id, done) = retried(answer)?;
             let obj = Object::new();
             set(&obj, "id", &JsValue::from_str(&id));

@@ -16,7 +16,7 @@ use std::rc::{Rc, Weak};
 
 use js_sys::{Function, Reflect};
 use sluice_shared::config::EngineConfig;
-use sluice_shared::job::{JobSpec, JobState};
+use sluice_shared::job::{JobSpec, JobState, RetryWith};
 use sluice_shared::json::{self, RawJson};
 use sluice_shared::protocol::{JobUpdate, ProtocolError, ReplyBody, Request, WorkerMessage};
 use sluice_shared::status::Status;
@@ -296,9 +296,25 @@ impl Sluice {
         cancelled(self.inner.request(request).await?)
     }
 
-    /// Sends a failed job again; the returned `Done` follows the new attempt.
+    /// Sends a failed job or a conflict again as it was; the returned `Done` follows the new
+    /// attempt.
     pub async fn retry(&self, id: &str) -> Result<(JobId, Done), ClientError> {
-        retried(self.inner.request(Request::Retry { id: id.into() }).await?)
+        self.retry_with(id, RetryWith::default()).await
+    }
+
+    /// Sends a failed job or a conflict again with a new body or headers set over its own (a
+    /// conflict resolved: the merged record, an `If-Match` with the server's `ETag`).
+    pub async fn retry_with(
+        &self,
+        id: &str,
+        with: RetryWith,
+    ) -> Result<(JobId, Done), ClientError> {
+        let request = Request::Retry {
+            id: id.into(),
+            body: with.body,
+            headers: with.headers,
+        };
+        retried(self.inner.request(request).await?)
     }
 
     /// Forgets a failed job without retrying it.

@@ -7,7 +7,7 @@ use wasm_bindgen::prelude::*;
 const TS_TYPES: &'static str = r#"
 export type Lane = "interactive" | "bulk" | "background";
 export type JobKind = "create" | "patch" | "delete" | "custom";
-export type JobState = "queued" | "sending" | "retry-wait" | "done" | "failed" | "cancelled";
+export type JobState = "queued" | "sending" | "retry-wait" | "done" | "failed" | "cancelled" | "conflict";
 
 /** A job as a page writes it. Only `url` is required. */
 export interface JobInput {
@@ -90,7 +90,7 @@ export interface RegisterOptions {
 export class SluiceError extends Error {
   /** The worker's code (e.g. "unknown-budget", "not-found", "cannot-start"), "no-answer",
    * "invalid-job", "unsupported", "registration", "decode", "closed"; for a job's `done`:
-   * "failed", "cancelled" or "gone". */
+   * "failed", "conflict", "cancelled" or "gone". */
   code: string;
   /** The worker's error object, when the worker refused the request. */
   detail?: unknown;
@@ -98,6 +98,18 @@ export class SluiceError extends Error {
   jobId?: string;
   state?: JobState | null;
   status?: number | null;
+  /** For a job's `done` that ended in a conflict (409, 412): the server's answer (often the
+   * record as it is now), in the tab that enqueued the job. Resolve it with `retry` (as it
+   * was, or with a new body or headers) or `dismiss`. */
+  outcome?: JobOutcome;
+}
+
+/** What `retry` changes of a failed job or a conflict; without it, it goes again as it was. */
+export interface RetryOptions {
+  /** Replaces the body: a string, or plain data sent as JSON. */
+  body?: unknown;
+  /** Set over the job's headers by name (e.g. `{"If-Match": etag}`); the others stay. */
+  headers?: Record<string, string> | [string, string][];
 }
 
 export interface JobError { status: number | null; message: string; }
@@ -131,12 +143,14 @@ export interface ResourceStatus {
 }
 export interface GroupStatus {
   id: string; total: number; done: number; failed: number; cancelled: number; pending: number;
+  /** Jobs the server answered with a conflict, waiting for the page to resolve them. */
+  conflicts: number;
   warning: string | null;
 }
 export interface LaneStatus { lane: Lane; waiting: number; waitP50Ms: number | null; waitP95Ms: number | null; }
 export interface Status {
   now: number;
-  counts: { queued: number; sending: number; retryWait: number; done: number; failed: number; cancelled: number };
+  counts: { queued: number; sending: number; retryWait: number; done: number; failed: number; cancelled: number; conflict: number };
   budgets: BudgetStatus[]; groups: GroupStatus[]; lanes: LaneStatus[];
   etaMs: number | null; attemptsPerJob: number; offline: boolean;
   /** Things to act on: a budget that is not configured, storage that is full, a setting the

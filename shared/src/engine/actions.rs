@@ -44,16 +44,62 @@ impl Engine {
         Ok(cancelled)
     }
 
-    /// Sends a failed job again from scratch (attempts reset), and lifts a budget's hold.
-    pub fn retry(&mut self, id: &str, now: Millis) -> Result<(), ProtocolError> {
+    /// Sends a failed or conflicting job again from scratch (attempts reset), with the body
+    /// and headers `with` replaces, and lifts a budget's hold. A replacement is checked as an
+    /// enqueued job's request is. A conflict's request was refused, not applied, so it goes
+    /// with a new idempotency key: a server that keeps answers by key would otherwise answer
+    /// the same 409 again, or refuse a new body under the old key.
+    pub fn retry(&mut self, id: &str, with: RetryWith, now: Millis) -> Result<(), ProtocolError> {
         let retry = self.config.retry.clone();
+        let was_conflict = self
+            .table
+            .get(id)
+            .is_some_and(|j| j.state == JobState::Conflict);
+        if with.body.is_some() || with.headers.is_some() {
+            let job = self
+                .table
+                .get(id)
+                .ok_or_else(|| ProtocolError::NotFound { id: id.into() })?;
+            let spec = JobSpec {
+                budget: job.budget.clone(),
+                method: job.method.clone(),
+                url: job.url.clone(),
+                headers: with.headers_over(&job.headers),
+                body: with.body.clone().or_else(|| job.body.clone()),
+                options: job.options.clone(),
+                ..JobSpec::default()
+            };
+            self.validate(&spec)?;
+        }
+        let new_key = was_conflict.then(|| self.new_identifier());
         let job = self
             .table
             .transition(id, JobState::Queued)
             .ok_or_else(|| ProtocolError::NotFound { id: id.into() })?
             .map_err(|e| ProtocolError::IllegalTransition {
-                message: format!("{e}: only failed jobs can be retried"),
+                message: format!("{e}: only failed jobs and conflicts can be retried"),
             })?;
+        let names_its_key = with.headers.as_ref().is_some_and(|h| {
+            h.iter()
+                .any(|(n, _)| n.eq_ignore_ascii_case("idempotency-key"))
+        });
+        job.headers = with.headers_over(&job.headers);
+        if let Some(body) = with.body {
+            job.body = Some(body);
+        }
+        if let Some(key) = new_key {
+            // The page's client puts a create's key among its headers: that one is renewed
+            // too, unless the page gave the key of its retry itself.
+            if !names_its_key {
+                for (name, value) in job.headers.iter_mut() {
+                    if name.eq_ignore_ascii_case("idempotency-key") {
+                        value.clone_from(&key);
+                    }
+                }
+            }
+            job.idempotency_key = key;
+        }
+        job.outcome = None;
         job.attempts = 0;
         job.not_before = now;
         job.finished_at = None;

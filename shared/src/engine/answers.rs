@@ -167,6 +167,27 @@ impl Engine {
                 };
                 self.fail_or_retry(&id, &budget_name, error, now);
             }
+            Verdict::Conflict => {
+                // The server's answer (often the record as it is now) goes to the page, which
+                // resolves it: `retry`, with or without a new body, or `dismiss`.
+                if let Some(job) = self.table.get_mut(&id) {
+                    job.attempts += 1;
+                    job.outcome = Some(JobOutcome {
+                        status: response.status,
+                        headers: response.headers,
+                        body: response.body.clone(),
+                    });
+                }
+                let error = JobError {
+                    status: Some(response.status),
+                    message: format!(
+                        "conflict: {} (resolve it: retry as is, retry with a new body, or \
+                         dismiss)",
+                        server_message(response.status, &response.body)
+                    ),
+                };
+                self.finish(&id, JobState::Conflict, Some(error), now);
+            }
             Verdict::Fatal => {
                 if let Some(job) = self.table.get_mut(&id) {
                     job.attempts += 1;
@@ -455,10 +476,15 @@ impl Engine {
                 job.headers = Vec::new();
                 job.body = None;
             }
-            JobState::Failed if self.config.drop_failed_headers => job.headers = Vec::new(),
+            JobState::Failed | JobState::Conflict if self.config.drop_failed_headers => {
+                job.headers = Vec::new()
+            }
             _ => {}
         }
-        if matches!(state, JobState::Done | JobState::Failed) {
+        if matches!(
+            state,
+            JobState::Done | JobState::Failed | JobState::Conflict
+        ) {
             self.counters.finished(job.attempts);
         }
         let key = job.key.clone();

@@ -62,7 +62,7 @@ use crate::budget::{BudgetState, Trip};
 use crate::config::{ConfigError, EngineConfig};
 use crate::headers::{read_signal, ServerSignal};
 use crate::id_map::IdMap;
-use crate::job::{Job, JobError, JobId, JobKind, JobOutcome, JobSpec, JobState};
+use crate::job::{Job, JobError, JobId, JobKind, JobOutcome, JobSpec, JobState, RetryWith};
 use crate::preflight::needs_preflight;
 use crate::protocol::ProtocolError;
 use crate::random::{uuid_v4_from, IdentifierSource, Rng};

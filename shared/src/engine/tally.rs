@@ -31,8 +31,9 @@ pub(super) struct Tally {
 #[derive(Debug, PartialEq)]
 pub(super) struct Counts {
     pub(super) id: String,
-    /// Jobs in all, done, failed, cancelled, and not finished (see [`Counts::TOTAL`] and on).
-    pub(super) jobs: [u64; 5],
+    /// Jobs in all, done, failed, cancelled, not finished, and in conflict (see
+    /// [`Counts::TOTAL`] and on).
+    pub(super) jobs: [u64; 6],
     /// A group's: the budget of the first job counted in it, which its capacity warning is
     /// about. A budget's: empty.
     pub(super) budget: String,
@@ -44,6 +45,7 @@ impl Counts {
     pub(super) const FAILED: usize = 2;
     pub(super) const CANCELLED: usize = 3;
     pub(super) const PENDING: usize = 4;
+    pub(super) const CONFLICTS: usize = 5;
 
     /// Where a job in `state` is counted besides [`Counts::TOTAL`].
     fn slot(state: JobState) -> usize {
@@ -51,7 +53,8 @@ impl Counts {
             JobState::Done => Counts::DONE,
             JobState::Failed => Counts::FAILED,
             JobState::Cancelled => Counts::CANCELLED,
-            _ => Counts::PENDING,
+            JobState::Conflict => Counts::CONFLICTS,
+            JobState::Queued | JobState::Sending | JobState::RetryWait => Counts::PENDING,
         }
     }
 
@@ -61,13 +64,14 @@ impl Counts {
 
     /// A group's counts as the status shows them (its warning is the snapshot's to set).
     pub(super) fn group_status(&self) -> GroupStatus {
-        let [total, done, failed, cancelled, pending] = self.jobs;
+        let [total, done, failed, cancelled, pending, conflicts] = self.jobs;
         GroupStatus {
             id: self.id.clone(),
             total,
             done,
             failed,
             cancelled,
+            conflicts,
             pending,
             warning: None,
         }
@@ -105,7 +109,7 @@ impl Tally {
     /// The same counts, whichever job each group's budget was taken from.
     #[cfg(debug_assertions)]
     pub(super) fn agrees_with(&self, other: &Tally) -> bool {
-        let ids_and_jobs = |all: &[Counts]| -> Vec<(String, [u64; 5])> {
+        let ids_and_jobs = |all: &[Counts]| -> Vec<(String, [u64; 6])> {
             all.iter().map(|c| (c.id.clone(), c.jobs)).collect()
         };
         self.counts == other.counts
@@ -141,6 +145,7 @@ impl Tally {
                 JobState::Done => &mut c.done,
                 JobState::Failed => &mut c.failed,
                 JobState::Cancelled => &mut c.cancelled,
+                JobState::Conflict => &mut c.conflict,
             },
             up,
         );
@@ -170,7 +175,7 @@ fn bump(all: &mut Vec<Counts>, id: &str, budget: &str, slot: usize, up: bool) {
                 i,
                 Counts {
                     id: id.to_string(),
-                    jobs: [0; 5],
+                    jobs: [0; 6],
                     budget: budget.to_string(),
                 },
             );

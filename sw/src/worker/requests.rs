@@ -4,6 +4,7 @@
 use js_sys::{Function, Object, Reflect};
 use rustc_hash::FxHashMap;
 use sluice_shared::config::EngineConfig;
+use sluice_shared::job::RetryWith;
 use sluice_shared::json::RawJson;
 use sluice_shared::protocol::{JobUpdate, ProtocolError, ReplyBody, Request, WorkerMessage};
 use sluice_shared::{Enqueued, Job, JobId, JobSpec};
@@ -249,8 +250,9 @@ impl Worker {
                 },
                 None,
             ),
-            Request::Retry { id } => {
-                self.engine.borrow_mut().retry(&id, now_ms())?;
+            Request::Retry { id, body, headers } => {
+                let with = RetryWith { body, headers };
+                self.engine.borrow_mut().retry(&id, with, now_ms())?;
                 (ReplyBody::Retried { id }, None)
             }
             Request::Dismiss { id } => {
