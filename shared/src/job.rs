@@ -226,6 +226,11 @@ pub struct JobSpec {
     /// What it spends of its budget's resources besides one request (`{"tokens": 1200}`), an
     /// estimate the answer may correct; see `resources`.
     pub cost: Costs,
+    /// Sent with `If-Match: <the ETag of the last answer to a job of its key>` (when one is
+    /// known and the job names no `If-Match` of its own), so that edits queued one after
+    /// another each apply to the version the one before produced, and a change someone else
+    /// made meanwhile is a conflict instead of being overwritten. Needs a `key`.
+    pub if_match_from_key: bool,
 }
 
 /// What a retry changes of a failed or conflicting job's request: a conflict resolved with a
@@ -286,6 +291,9 @@ pub struct Job {
     pub cost: Costs,
     /// Fixed at enqueue and sent with every attempt of a create.
     pub idempotency_key: String,
+    /// See [`JobSpec::if_match_from_key`].
+    #[serde(default)]
+    pub if_match_from_key: bool,
     pub state: JobState,
     /// Attempts that reached a verdict; 429s are not counted (they are the budget's fault).
     pub attempts: u32,
@@ -403,6 +411,7 @@ mod tests {
             cost: Costs::default(),
             body: None,
             idempotency_key: "k".into(),
+            if_match_from_key: false,
             state,
             attempts: 0,
             not_before: 0,

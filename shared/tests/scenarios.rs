@@ -993,6 +993,99 @@ fn a_409_is_a_conflict_kept_with_the_servers_answer_and_never_retried_by_itself(
     assert_eq!(e.snapshot(60_010).counts.conflict, 0);
 }
 
+/// An edit of contact 1 under the key `contact-1` that asks for its key's last `ETag`. Of kind
+/// `custom`, so that waiting edits are not folded into one (`patch`es would be, and go as one
+/// conditional request).
+fn edit_of_contact(name: &str) -> JobSpec {
+    JobSpec {
+        key: Some("contact-1".into()),
+        if_match_from_key: true,
+        body: Some(format!("{{\"name\":\"{name}\"}}")),
+        ..spec(
+            JobKind::Custom,
+            "PATCH",
+            "https://api.example/contacts/1",
+            Lane::Bulk,
+        )
+    }
+}
+
+fn answered_with_etag(etag: &str) -> Response {
+    with_headers(200, &[("ETag", etag)])
+}
+
+/// Edits queued one after another under one key, each sent with the `ETag` the answer before
+/// it carried, and the same after a restore (the done jobs' answers are read back with them):
+/// the third edit goes with the second's version, not with none.
+#[test]
+fn edits_of_one_key_are_sent_with_the_etag_of_the_answer_before() {
+    let config = EngineConfig {
+        budgets: vec![budget(100, 1_000, 4)],
+        ..EngineConfig::default()
+    };
+    let mut e = Engine::new(config.clone(), Rng::seeded(42)).unwrap();
+    let read = JobSpec {
+        key: Some("contact-1".into()),
+        ..spec(
+            JobKind::Custom,
+            "GET",
+            "https://api.example/contacts/1",
+            Lane::Bulk,
+        )
+    };
+    e.enqueue(read, 0).unwrap();
+    let first = e.enqueue(edit_of_contact("a"), 0).unwrap().id;
+    let second = e.enqueue(edit_of_contact("b"), 0).unwrap().id;
+    assert_ne!(first, second);
+    let mut sent_if_match = Vec::new();
+    let mut now = 0;
+    let mut version = 1;
+    while sent_if_match.len() < 3 && now < 10_000 {
+        for t in drain(&mut e, now) {
+            sent_if_match.push(header(&t, "If-Match").map(str::to_owned));
+            e.on_response(
+                &t.job_id,
+                answered_with_etag(&format!("\"v{version}\"")),
+                now + 5,
+            );
+            version += 1;
+        }
+        now += 100;
+    }
+    assert_eq!(
+        sent_if_match,
+        vec![None, Some("\"v1\"".into()), Some("\"v2\"".into())],
+        "the read goes without; each edit with the version before it"
+    );
+    // Killed and restored with the done jobs' answers: a third edit goes with v3.
+    let jobs: Vec<_> = e.jobs().cloned().collect();
+    let budgets = e.take_changes().budgets;
+    let mut r = Engine::restore(config, Rng::seeded(2), jobs, budgets, now).unwrap();
+    r.enqueue(edit_of_contact("c"), now).unwrap();
+    let third = drain(&mut r, now + 1_000);
+    assert_eq!(third.len(), 1);
+    assert_eq!(header(&third[0], "If-Match"), Some("\"v3\""));
+    r.on_response(&third[0].job_id, answered_with_etag("\"v4\""), now + 1_005);
+    // An If-Match the job names itself is the one sent.
+    let own = JobSpec {
+        headers: vec![("If-Match".into(), "\"v9\"".into())],
+        ..edit_of_contact("d")
+    };
+    r.enqueue(own, now + 1_000).unwrap();
+    let fourth = drain(&mut r, now + 2_000);
+    assert_eq!(header(&fourth[0], "If-Match"), Some("\"v9\""));
+    // Without a key there is nothing to take it from: refused with what to change.
+    let keyless = JobSpec {
+        key: None,
+        ..edit_of_contact("e")
+    };
+    let err = r.enqueue(keyless, now + 2_000).unwrap_err();
+    assert!(
+        err.to_string().contains("ifMatchFromKey needs a key"),
+        "{err}"
+    );
+}
+
 #[test]
 fn a_412_conflict_can_be_retried_as_it_was_or_dismissed() {
     let mut e = engine_with(budget(100, 1_000, 4));

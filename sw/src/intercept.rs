@@ -240,6 +240,7 @@ pub fn spec_from_request(
         group_id: get("x-sluice-group"),
         options: Some(options),
         cost,
+        if_match_from_key: false,
     })
 }
 

@@ -141,3 +141,68 @@ e2e!(
         assert_eq!(r["gone"], true, "{r}");
     }
 );
+
+e2e!(
+    /// A read and an edit under one key, the edit asking for its key's last `ETag`: when
+    /// another client changes the contact in between, the edit reaches the server with the
+    /// read's version and is a conflict rather than overwriting that change; a second edit
+    /// queued after a successful one goes with the version that one produced.
+    an_edit_sent_with_its_keys_last_etag_does_not_overwrite_another_change,
+    60,
+    |h| {
+        let tab = h.open_e2e().await;
+        let r: Value = tab
+            .eval(
+                r#"
+                const created = await fetch('/api/contacts', { method: 'POST',
+                  headers: { 'Content-Type': 'application/json' },
+                  body: JSON.stringify({ name: 'Grace' }) });
+                const { id } = await created.json();
+                const url = '/api/contacts/' + id, key = 'contact-' + id;
+                const read = await sluice.enqueue({ url, key });
+                const readAnswer = await read.done;
+                await fetch(url, { method: 'PATCH', headers: { 'Content-Type': 'application/json' },
+                  body: JSON.stringify({ city: 'Arlington' }) });
+                const stale = await sluice.enqueue({ url, method: 'PATCH', key,
+                  ifMatchFromKey: true, body: { name: 'Grace Hopper' } });
+                let code = null;
+                try { await stale.done; } catch (e) { code = e.code; }
+                const fresh = await sluice.enqueue({ url, key });
+                await fresh.done;
+                const one = await sluice.enqueue({ url, method: 'PATCH', key,
+                  ifMatchFromKey: true, body: { name: 'Grace Hopper' } });
+                const oneAnswer = await one.done;
+                const two = await sluice.enqueue({ url, method: 'PATCH', key,
+                  ifMatchFromKey: true, body: { rank: 'Rear Admiral' } });
+                const twoAnswer = await two.done;
+                let keyless = null;
+                try {
+                  await sluice.enqueue({ url, method: 'PATCH', ifMatchFromKey: true, body: {} });
+                } catch (e) { keyless = e.message; }
+                const stored = await (await fetch(url)).json();
+                return { readTag: readAnswer.headers.etag, code,
+                  oneStatus: oneAnswer.status, oneTag: oneAnswer.headers.etag,
+                  twoStatus: twoAnswer.status, twoTag: twoAnswer.headers.etag, keyless, stored };
+                "#,
+            )
+            .await;
+        report(&format!("edits with their key's ETag: {r}"));
+        assert_eq!(r["readTag"], "\"v1\"", "{r}");
+        assert_eq!(
+            r["code"], "conflict",
+            "sent with the read's version, after another change: {r}"
+        );
+        assert_eq!(r["oneStatus"], 200, "{r}");
+        assert_eq!(r["oneTag"], "\"v3\"", "{r}");
+        assert_eq!(r["twoStatus"], 200, "with the version the edit before produced: {r}");
+        assert_eq!(r["twoTag"], "\"v4\"", "{r}");
+        assert!(
+            r["keyless"]
+                .as_str()
+                .is_some_and(|m| m.contains("ifMatchFromKey needs a key")),
+            "{r}"
+        );
+        assert_eq!(r["stored"]["city"], "Arlington", "the other change kept: {r}");
+        assert_eq!(r["stored"]["rank"], "Rear Admiral", "{r}");
+    }
+);

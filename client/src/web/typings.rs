@@ -33,6 +33,10 @@ export interface JobInput {
   /** What it spends of its budget's resources besides one request, an estimate the answer may
    * correct: `{ tokens: 1200 }`. Default: each resource's `defaultCost`. */
   cost?: Record<string, number>;
+  /** Send it with `If-Match` and the `ETag` of the last answer to a job of its `key` (when one
+   * is known and it names no `If-Match` itself): queued edits each apply to the version the one
+   * before produced, and someone else's change in between is a `conflict`. Needs a `key`. */
+  ifMatchFromKey?: boolean;
   /** As in `fetch`; default "same-origin". */
   credentials?: "omit" | "same-origin" | "include";
   /** As in `fetch`; default "cors". "no-cors" is refused: its answer cannot be read. */

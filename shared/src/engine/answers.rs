@@ -89,6 +89,9 @@ impl Engine {
                     });
                 }
                 self.finish(&id, JobState::Done, None, now);
+                if let Some(job) = self.table.get(&id) {
+                    self.etags.learn(job);
+                }
             }
             Verdict::RateLimited => {
                 let retry = self.config.retry.clone();

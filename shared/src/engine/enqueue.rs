@@ -114,6 +114,13 @@ impl Engine {
         if let Some(options) = &spec.options {
             options.validate()?;
         }
+        if spec.if_match_from_key && spec.key.as_deref().is_none_or(str::is_empty) {
+            return Err(ProtocolError::InvalidRequest {
+                message: "ifMatchFromKey needs a key: it sends the ETag of the last answer to a \
+                          job of the same key"
+                    .into(),
+            });
+        }
         // Where the job may go is checked first, and for every job: naming a budget never
         // takes a job past what the worker script allows.
         let target = Target::parse(&spec.url).map_err(|e| ProtocolError::InvalidUrl {
@@ -166,6 +173,7 @@ impl Engine {
             options: spec.options.filter(|o| !o.is_default()),
             cost: spec.cost,
             idempotency_key: self.new_identifier(),
+            if_match_from_key: spec.if_match_from_key,
             state: JobState::Queued,
             attempts: 0,
             not_before: now,

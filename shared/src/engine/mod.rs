@@ -44,6 +44,7 @@
 mod actions;
 mod answers;
 mod enqueue;
+mod etags;
 mod in_flight;
 mod jobs;
 mod ledger;
@@ -72,6 +73,7 @@ use crate::scope::{Scope, Target};
 use crate::status::{capacity_warning, Status};
 use crate::time::{human_duration, DurationMs, Millis};
 
+use etags::KeyEtags;
 use in_flight::{Budget, InFlight, Mark};
 use jobs::JobTable;
 use ledger::SaveLedger;
@@ -168,6 +170,8 @@ pub struct Engine {
     unrecorded: bool,
     /// Nothing starts while `unrecorded` (see [`Engine::hold_while_full`]).
     held_while_full: bool,
+    /// The last `ETag` answered per key, for jobs sent with it as `If-Match`.
+    etags: KeyEtags,
 }
 
 impl Engine {
@@ -194,6 +198,7 @@ impl Engine {
             counters: StatusCounters::default(),
             unrecorded: false,
             held_while_full: false,
+            etags: KeyEtags::default(),
         })
     }
 
@@ -274,6 +279,7 @@ impl Engine {
                 job.state = JobState::Queued;
                 self.saves.job_changed(job.id.clone());
             }
+            self.etags.learn(&job);
             self.table.admit(job);
         }
         self.replace_all(now);

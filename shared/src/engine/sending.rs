@@ -100,7 +100,7 @@ impl Engine {
             job_id: id.clone(),
             method: job.method.clone(),
             url: job.url.clone(),
-            headers: job.request_headers(),
+            headers: self.etags.request_headers(job),
             body: job.body.clone(),
             options: job.options.clone(),
             timeout_ms,
