@@ -1,0 +1,138 @@
+//! A stopped worker holding a large queue: from the event that wakes it to its first request
+//! ([`run_cold_start`]).
+
+use super::*;
+
+pub(super) async fn run_cold_start(
+    options: &BenchOptions,
+    jobs: usize,
+) -> Result<ColdStartResult, Error> {
+    let rig = rig(options, 30).await?;
+    // No keep-alives: nothing but the measured message may wake the stopped worker.
+    let tab = rig.open_driver("keepAliveMs=3600000").await?;
+    configure(&tab).await?;
+    let empty_first_answer_ms = answer_after_stop(&rig, &tab).await?;
+    tab.eval(&bulk_jobs_js(jobs, "many", &rig.origin)).await?;
+    let cpu = rig.browser.cpu_sample();
+    let offset = rig.page_clock_offset_ms(&tab).await?;
+    let acked: Value = tab
+        .eval(
+            "const t0 = performance.now();\
+             await sluice.enqueueMany(window.bulkJobs, 'many');\
+             const t1 = performance.now();\
+             return { ms: t1 - t0, at: performance.timeOrigin + t1 };",
+        )
+        .await?;
+    let enqueue_many_ms = acked["ms"].as_f64().unwrap_or(f64::NAN);
+    let acked_at = acked["at"].as_f64().unwrap_or(f64::NAN);
+    // Stopped in its steady state, sending, not while it is still writing the batch.
+    let mut first: Option<Arrival> = None;
+    browser::wait_for("the batch's first send", Duration::from_secs(30), || {
+        first = rig.api.arrivals().into_iter().next();
+        first.is_some()
+    })
+    .await?;
+    let first_send_after_ack_ms = first
+        .as_ref()
+        .map_or(f64::NAN, |a| rig.arrival_unix_ms(a) - (acked_at - offset));
+    browser::wait_for("the batch to be under way", Duration::from_secs(30), || {
+        rig.api.total() >= 100
+    })
+    .await?;
+    // While requests are out, the worker writes a large batch one per record, a few jobs per
+    // save (about 20 s for 10,000); a worker stopped before that is done rebuilds from the
+    // whole store, not the queue's head. This measures the steady state after it.
+    tab.eval(
+        "const db = await new Promise((ok, no) => { const r = indexedDB.open('sluice');\
+           r.onsuccess = () => ok(r.result); r.onerror = () => no(r.error); });\
+         const deadline = performance.now() + 60000;\
+         for (;;) {\
+           const n = await new Promise((ok, no) => {\
+             const r = db.transaction('journal').objectStore('journal').count();\
+             r.onsuccess = () => ok(r.result); r.onerror = () => no(r.error); });\
+           if (n === 0) break;\
+           if (performance.now() > deadline) throw new Error('the batch is still journaled');\
+           await new Promise((ok) => setTimeout(ok, 50));\
+         }\
+         db.close();",
+    )
+    .await?;
+    let restarts = stop_for_good(&rig).await?;
+    let offset = rig.page_clock_offset_ms(&tab).await?;
+    let seen = rig.api.total();
+    let woke: Value = tab
+        .eval(
+            "const at = performance.timeOrigin + performance.now();\
+             const status = await sluice.snapshot();\
+             const answered = performance.timeOrigin + performance.now();\
+             return { at, answered, waiting: status.counts.queued + status.counts.retryWait \
+               + status.counts.sending };",
+        )
+        .await?;
+    let at = woke["at"].as_f64().unwrap_or(f64::NAN);
+    let answered = woke["answered"].as_f64().unwrap_or(f64::NAN);
+    let jobs_held = woke["waiting"].as_u64().unwrap_or(0);
+    let mut first: Option<Arrival> = None;
+    browser::wait_for(
+        "the restarted worker's first send",
+        Duration::from_secs(20),
+        || {
+            first = rig.api.arrivals_since(seen as u64).into_iter().next();
+            first.is_some()
+        },
+    )
+    .await?;
+    let cpu = cpu_use(cpu, &rig);
+    let first = first.ok_or_else(|| Error::Server("no arrival".into()))?;
+    Ok(ColdStartResult {
+        enqueue_many_jobs: jobs,
+        enqueue_many_ms,
+        first_send_after_ack_ms,
+        jobs_held,
+        first_send_ms: rig.arrival_unix_ms(&first) - (at - offset),
+        first_answer_ms: answered - at,
+        empty_first_answer_ms,
+        restarts_after_stop: restarts,
+        cpu,
+    })
+}
+
+/// Stops the worker and waits until it stays stopped: no request for 0.5 s after the stopped
+/// instance's responses settled and the limiter's window emptied (so the first send after the
+/// measured start is not held back by starts made before the stop). Chromium sometimes starts
+/// a worker again at once when it was stopped in the middle of its work (events still queued
+/// for it); such a start is stopped again. Returns how many there were.
+pub(super) async fn stop_for_good(rig: &Rig) -> Result<u32, Error> {
+    let mut restarts = 0;
+    loop {
+        rig.browser.stop_workers().await?;
+        tokio::time::sleep(Duration::from_millis(1_500)).await;
+        let quiet_since = rig.api.total();
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let sent = rig.api.total() - quiet_since;
+        if sent == 0 && !rig.browser.worker_running() {
+            return Ok(restarts);
+        }
+        restarts += 1;
+        if restarts == 5 {
+            let log = rig.browser.log();
+            let tail = log[log.len().saturating_sub(12)..].join("\n");
+            return Err(Error::Page(format!(
+                "the worker kept starting again after being stopped ({sent} requests in \
+                 0.5 s); last log lines:\n{tail}"
+            )));
+        }
+    }
+}
+
+/// Stops the worker and times the answer to the message that starts it again.
+pub(super) async fn answer_after_stop(rig: &Rig, tab: &Tab) -> Result<f64, Error> {
+    rig.browser.stop_workers().await?;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    tab.eval_as(
+        "const t0 = performance.now();\
+         await sluice.snapshot();\
+         return performance.now() - t0;",
+    )
+    .await
+}
