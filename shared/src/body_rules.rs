@@ -263,7 +263,7 @@ fn length_at(tokens: &[String]) -> Option<DurationMs> {
     let digits = first.bytes().take_while(u8::is_ascii_digit).count();
     if digits > 0 && digits < first.len() {
         let n: u64 = first[..digits].parse().ok()?;
-        return Some(n.checked_mul(unit_ms(&first[digits..])?)?);
+        return n.checked_mul(unit_ms(&first[digits..])?);
     }
     if let Ok(n) = first.parse::<u64>() {
         return n.checked_mul(unit_ms(tokens.get(1)?)?);

@@ -722,6 +722,7 @@ mod tests {
             options: None,
             cost: Default::default(),
             idempotency_key: "k".into(),
+            if_match_from_key: false,
             state: JobState::RetryWait,
             attempts: 1,
             not_before: 1_700_000_000_123,

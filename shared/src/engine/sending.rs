@@ -192,7 +192,7 @@ impl Engine {
         }
         let margin = b.state.limiter.margin();
         b.ready.behind_heads(BACKFILL_SCAN).find(|id| {
-            self.table.get(*id).is_some_and(|job| {
+            self.table.get(id).is_some_and(|job| {
                 b.state
                     .resources
                     .room_at(&b.config.resources, &job.cost, margin, t)

@@ -103,7 +103,7 @@ fn a_smaller_limit_the_server_reports_is_adopted_and_kept_by_a_reconfiguration()
         name: "points".into(),
         ..tokens(50, 1_000)
     };
-    r.reconfigure(&[points.clone()]);
+    r.reconfigure(std::slice::from_ref(&points));
     assert_eq!(r.0.len(), 1);
     assert_eq!(r.statuses(0)[0].name, "points");
 }
