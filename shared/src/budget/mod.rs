@@ -14,6 +14,9 @@ use crate::random::Rng;
 use crate::resources::Resources;
 use crate::time::{DurationMs, Millis};
 
+mod quota;
+mod refusals;
+
 /// Longest ramp delay after a pause: resuming at a random point of this second spreads the
 /// restart of many clients (and of our own in-flight retries) instead of bursting at once.
 pub const RESUME_JITTER_MS: DurationMs = 1_000;
@@ -288,152 +291,8 @@ impl BudgetState {
         true
     }
 
-    /// Takes in a quota the server reported in the response to the request that made `trip`;
-    /// `later_in_flight` of our requests started after it (answered or not) and are not in the
-    /// server's count yet. The more careful of the server's and our own view wins.
-    ///
-    /// A stated limit is adopted from the first response that states it when it is stricter
-    /// than what the budget enforces for that window; `configured` stays the ceiling, so a
-    /// server that says it allows more never raises a configured window. A limit stated
-    /// without its window's length (`X-RateLimit-Limit` alone) is taken for the shortest one.
-    pub fn apply_quota(
-        &mut self,
-        quota: &Quota,
-        trip: Trip,
-        later_in_flight: u64,
-        configured: &[Window],
-        now: Millis,
-    ) {
-        let request_started = trip.started;
-        // A limit stated without its length (`X-RateLimit-Limit` alone) is read against the
-        // shortest window; then only a stricter limit is news: an equal or looser one read
-        // against a guessed window would be no evidence of anything.
-        let stated_window = quota
-            .window_ms
-            .or_else(|| self.shortest_window().map(|w| w.length_ms));
-        let reported = match (quota.limit, stated_window) {
-            (Some(limit), Some(length_ms)) => {
-                let news = quota.window_ms.is_some()
-                    || self
-                        .shortest_window()
-                        .is_some_and(|w| limit < u64::from(w.limit));
-                news.then_some((limit, length_ms))
-            }
-            _ => None,
-        };
-        // Every policy the server declared is enforced by it, not only the one reported on;
-        // the reported one goes last so that it is the one kept for its length.
-        let declared = quota
-            .windows
-            .iter()
-            .map(|w| (u64::from(w.limit), w.length_ms));
-        for (limit, window_ms) in declared.chain(reported) {
-            let ceiling = configured
-                .iter()
-                .filter(|w| w.length_ms.abs_diff(window_ms) * 10 <= window_ms)
-                .map(|w| u64::from(w.limit))
-                .min()
-                .unwrap_or(u64::MAX);
-            let limit = limit.min(ceiling);
-            if limit == 0 || window_ms == 0 {
-                continue;
-            }
-            let window = Window {
-                limit: limit.min(u32::MAX as u64) as u32,
-                length_ms: window_ms,
-            };
-            if !self.limiter.windows().contains(&window) {
-                let pacing = self.limiter.is_paced();
-                self.limiter.retune(window);
-                self.limiter.set_pacing(pacing);
-                // Remember it the way the limiter does: one window per length (within 10%).
-                self.learned
-                    .retain(|w| w.length_ms.abs_diff(window_ms) * 10 > window_ms);
-                self.learned.push(window);
-            }
-        }
-        if let (Some(reset_after), Algorithm::FixedWindow) =
-            (quota.reset_after_ms, self.limiter.algorithm())
-        {
-            // A fixed window only mirrors the server if its boundaries fall where the server's do.
-            self.limiter.align_to(now.saturating_add(reset_after));
-        }
-        let (Some(remaining), Some(reset_after)) = (quota.remaining, quota.reset_after_ms) else {
-            return;
-        };
-        if self
-            .server
-            .as_ref()
-            .is_some_and(|s| s.observed_start > request_started && s.reset_at > now)
-        {
-            return;
-        }
-        // Judge the server's view against our expectation before this reading moves it.
-        let stricter = self.server_is_stricter(quota, remaining, trip);
-        if let Some(w) = self.shortest_window() {
-            let describes_shortest = quota
-                .window_ms
-                .is_none_or(|len| w.length_ms.abs_diff(len) * 10 <= len)
-                && quota.limit.is_none_or(|l| l == u64::from(w.limit));
-            if describes_shortest {
-                self.observe_others(quota.limit.unwrap_or(u64::from(w.limit)), remaining, trip);
-            }
-        }
-        if !stricter {
-            // Our own limiter already explains what the server sees, and it knows to the
-            // millisecond when a slot frees up, where a reset in whole seconds would make us wait
-            // up to a second for nothing. Drop any older, stricter view: this one is fresher.
-            self.server = None;
-            return;
-        }
-        self.server = Some(ServerView {
-            remaining: remaining.saturating_sub(later_in_flight),
-            // A reset "in 0 s" still means the current second: wait at least until it passes.
-            reset_at: now.saturating_add(reset_after.max(1)),
-            observed_start: request_started,
-        });
-    }
-
-    /// Whether the server counts more of the quota as spent than our own starts explain (other
-    /// callers share it, or we were told a limit that is too high). Only then is its view
-    /// worth obeying on top of the limiter.
-    ///
-    /// The server counts arrivals, which trail our starts by a varying network delay, so its
-    /// count may hold more of ours than our window does (see [`Self::ours_the_server_may_count`]);
-    /// that much difference is no evidence of anything.
-    fn server_is_stricter(&self, quota: &Quota, remaining: u64, trip: Trip) -> bool {
-        let windows = self.limiter.windows();
-        let window = quota
-            .window_ms
-            .and_then(|len| {
-                windows
-                    .iter()
-                    .find(|w| w.length_ms.abs_diff(len) * 10 <= len)
-            })
-            .or_else(|| {
-                quota
-                    .limit
-                    .and_then(|limit| windows.iter().find(|w| u64::from(w.limit) == limit))
-            })
-            .or_else(|| windows.iter().min_by_key(|w| w.length_ms));
-        let Some(window) = window else { return true };
-        let limit = quota.limit.unwrap_or(u64::from(window.limit));
-        // Past what the log holds, count what it has: that only makes the server look
-        // stricter, and obeying it is the careful side.
-        let ours = self
-            .ours_the_server_may_count(window.length_ms, trip)
-            .unwrap_or_else(|| {
-                u64::from(self.limiter.starts_within(trip.started, window.length_ms))
-            });
-        let expected_remaining = limit
-            .saturating_sub(ours)
-            .saturating_sub(u64::from(self.limiter.headroom()));
-        let edge_slack = (limit / 50).max(1);
-        remaining.saturating_add(edge_slack) < expected_remaining
-    }
-
     /// The shortest window: the one headroom and pacing apply to.
-    fn shortest_window(&self) -> Option<Window> {
+    pub(super) fn shortest_window(&self) -> Option<Window> {
         self.limiter
             .windows()
             .iter()
@@ -442,7 +301,7 @@ impl BudgetState {
     }
 
     /// The shortest window and our starts in it up to `at`.
-    fn shortest_window_use(&self, at: Millis) -> Option<(Window, u64)> {
+    pub(super) fn shortest_window_use(&self, at: Millis) -> Option<(Window, u64)> {
         let w = self.shortest_window()?;
         Some((w, u64::from(self.limiter.starts_within(at, w.length_ms))))
     }
@@ -462,188 +321,17 @@ impl BudgetState {
     /// caller to a third of it.
     ///
     /// `None` when the log no longer reaches back that far (the trip took very long).
-    fn ours_the_server_may_count(&self, window_ms: DurationMs, trip: Trip) -> Option<u64> {
+    pub(super) fn ours_the_server_may_count(
+        &self,
+        window_ms: DurationMs,
+        trip: Trip,
+    ) -> Option<u64> {
         let late_by = trip.arrived_by.saturating_sub(trip.started);
         // Plain sums: each term is far below 2^53 ms (and `saturating_add` here cost the
         // worker's wasm 280 bytes gzipped).
         let reach = window_ms + late_by + self.limiter.margin();
         (reach <= self.limiter.history_ms())
             .then(|| u64::from(self.limiter.starts_within(trip.arrived_by, reach)) + trip.unplaced)
-    }
-
-    /// A response reported `remaining` for the shortest window: whatever of the limit is spent
-    /// beyond our own starts was spent by others. Rising estimates are taken at once (they
-    /// cost 429s), falling ones only through the slow decay of [`Self::forget_others_slowly`].
-    fn observe_others(&mut self, limit: u64, remaining: u64, trip: Trip) {
-        let Some(w) = self.shortest_window() else {
-            return;
-        };
-        // A reading we cannot compare in full is no evidence of others.
-        let Some(ours) = self.ours_the_server_may_count(w.length_ms, trip) else {
-            return;
-        };
-        // A difference of a request or two is noise, not others: a few of ours may sit on the
-        // other side of the server's window edge (the same allowance `server_is_stricter` makes).
-        let edge_slack = (limit / 50).max(1);
-        let others = limit
-            .saturating_sub(remaining)
-            .saturating_sub(ours)
-            .saturating_sub(edge_slack) as f64;
-        // Others' traffic is bursty: leaving room for its average still collides with its peaks,
-        // and each collision costs a pause. So hold the peak, and let it decay as we probe.
-        // Headers that show others' use are the better source from here on.
-        if others > 0.0 {
-            self.others_from_429 = false;
-        }
-        self.others = self.others.max(others);
-        self.apply_headroom();
-    }
-
-    /// A 429: others must have spent what we did not. Grow the estimate at least to that, and
-    /// on a repeated refusal cut our own share by a tenth (multiplicative decrease of our rate),
-    /// so a handful of 429s finds the real share; it decays back as we probe.
-    ///
-    /// Only the first 429 of an episode counts: the requests that were in flight with it say
-    /// nothing new, and escalating on each would shut the budget down for nothing.
-    ///
-    /// A 429 that asks for a wait longer than the window is about a longer quota (or an outage),
-    /// not about others sharing this window: the pause covers it and it teaches nothing here.
-    ///
-    /// A 429 while our own starts filled the whole limit, with no others known, is most likely
-    /// our own bad luck: one arrival that trailed by more than the margin into the next window. It
-    /// cuts nothing (on a limit of 10 the least cut is a tenth of the rate, for the rest of the
-    /// run); the caller widens the arrival margin instead, and only a second such 429 within
-    /// [`OWN_TIMING_WINDOWS`] windows counts as others'. Returns whether it was put down to
-    /// our timing.
-    pub fn observe_rate_limited(
-        &mut self,
-        request_started: Millis,
-        retry_after: Option<DurationMs>,
-        now: Millis,
-    ) -> bool {
-        if self.paused_until.is_some_and(|p| p > now) {
-            return false;
-        }
-        let shortest = self.shortest_window().map(|w| w.length_ms);
-        // Retry-After comes in whole seconds: "1" is the least a server can say.
-        if retry_after
-            .zip(shortest)
-            .is_some_and(|(wait, len)| wait > len.max(1_000))
-        {
-            return false;
-        }
-        let Some((w, ours)) = self.shortest_window_use(request_started) else {
-            return false;
-        };
-        let own_share = u64::from(w.limit.saturating_sub(self.limiter.headroom()).max(1));
-        let recently = self.own_timing_429_at.is_some_and(|t| {
-            let within = w
-                .length_ms
-                .saturating_mul(OWN_TIMING_WINDOWS)
-                .max(OWN_TIMING_AT_LEAST_MS);
-            now.saturating_sub(t) < within
-        });
-        // With room already left to others, a 429 at our share says their share grew.
-        let full = ours + 1 >= own_share && self.limiter.headroom() == 0;
-        // A refusal while our own starts used at most a quarter of our share says little
-        // about a quota others spend: far likelier, the server counts a burst or a spacing we
-        // did not keep (a leaky bucket without burst, nginx's `limit_req`, refusing a second
-        // request that arrived 30 ms after the first on 20 a second). Reading it as others
-        // spending the rest (`limit - ours`) left 1 of 20 a second. It is put down to our
-        // timing, as a full window's is, and starts are spaced strictly from now on. A quarter,
-        // not a half: told 200 a second where the server allows 100, the first refusal comes
-        // at half our share, and that one is the limit, not the spacing.
-        let early = ours.saturating_mul(4) <= own_share;
-        if early {
-            self.limiter.set_no_burst(true);
-        }
-        if (full || early) && !recently {
-            self.own_timing_429_at = Some(now);
-            return true;
-        }
-        let ours_now = f64::from(w.limit) - self.others;
-        let implied = if early {
-            // An early refusal again, with starts already spaced strictly: the count says
-            // nothing (we had few starts in the window), the spacing was too tight. Half our
-            // rate is left to the server's unknown, as TCP halves its window on a loss. Read
-            // as others spending the rest of the count (`limit - ours`), nginx told twice its
-            // rate kept 2 of 40 a second and reached 0.34 of its rate.
-            self.others + ours_now / 2.0
-        } else {
-            // `ours` holds the refused request itself: the server had room for one fewer, and
-            // we keep one more below that. No lower than that either: what the window showed
-            // the server accepts, less one, is evidence; a cut beneath it is only loss.
-            u64::from(w.limit).saturating_sub(ours) as f64 + 2.0
-        };
-        // A repeated refusal: our share shrinks by a tenth (at least one start), not by a
-        // quarter of the others' estimate, which on a wrong configured limit (the "others"
-        // being the half of it that never existed) would cut our rate by a quarter each time.
-        let cut = (ours_now * 0.1).max(1.0);
-        // Refused again while a belief learned from 429s stands (it was fading back, or a
-        // probe above the real level was refused): each such 429 doubles how long the next
-        // start takes to come back (at most 2^6 = 64 times).
-        if self.others_from_429 {
-            self.failed_probes = (self.failed_probes + 1).min(6);
-        }
-        self.others = implied.max(self.others + cut).min(implied.max(self.others));
-        self.others_from_429 = true;
-        self.others_faded_at = Some(now);
-        self.apply_headroom();
-        false
-    }
-
-    /// Each start is a probe: an estimate read from headers halves over about twenty windows'
-    /// worth of our starts, so we find our way back up when the others stop, without inviting
-    /// a 429 every window. One learned from 429s alone halves over a thousand, and besides
-    /// gives back one start per [`OTHERS_FROM_429_STEP_WINDOWS_PER_START`] windows of sending
-    /// time for each start of our share, twice as long after each refused probe
-    /// ([`Self::failed_probes`]): told 40 a second where nginx allows 20 with a burst of 5, in
-    /// windows of 150 ms, a fixed step probed (and drew a 429) every 2-3 s.
-    fn forget_others_slowly(&mut self, now: Millis) {
-        if self.others <= 0.0 {
-            return;
-        }
-        let Some(w) = self.shortest_window() else {
-            return;
-        };
-        let ours = w.limit.saturating_sub(self.limiter.headroom()).max(1);
-        let windows = if self.others_from_429 {
-            OTHERS_FROM_429_HALF_LIFE_WINDOWS
-        } else {
-            OTHERS_HALF_LIFE_WINDOWS
-        };
-        self.others *= half_life_factor(windows * f64::from(ours));
-        if self.others_from_429 {
-            // Time while sending: a gap between starts counts one window at most, so an idle
-            // budget does not forget what it has not probed.
-            if let Some(at) = self.others_faded_at {
-                let since = now.saturating_sub(at).min(w.length_ms);
-                let windows = (OTHERS_FROM_429_STEP_WINDOWS_PER_START * f64::from(ours)).max(1.0)
-                    * f64::from(1u32 << self.failed_probes);
-                self.others -= since as f64 / (windows * w.length_ms as f64);
-            }
-            self.others_faded_at = Some(now);
-        }
-        if self.others < 0.5 {
-            self.others = 0.0;
-            self.failed_probes = 0;
-        }
-        self.apply_headroom();
-    }
-
-    fn apply_headroom(&mut self) {
-        let limit = self.shortest_window().map_or(1, |w| w.limit);
-        // Others' traffic arrives at random: leave room for its spread too (about one standard
-        // deviation of a count, as for arrivals at random), since every collision costs a pause.
-        // A share learned from 429s alone is the level at which the server refused: it is held
-        // as it is.
-        let spread = if self.others > 0.0 && !self.others_from_429 {
-            self.others.sqrt()
-        } else {
-            0.0
-        };
-        let headroom = ((self.others + spread).ceil() as u32).min(limit.saturating_sub(1));
-        self.limiter.set_headroom(headroom);
     }
 
     /// Takes one retry token if there is one.
