@@ -88,7 +88,17 @@ pub struct GroupStatus {
     /// Jobs the server answered with a conflict, waiting for the page to resolve them.
     #[serde(default)]
     pub conflicts: u64,
+    /// Not finished: waiting or sending.
     pub pending: u64,
+    /// Waiting to be sent (queued, or waiting to retry).
+    #[serde(default)]
+    pub waiting: u64,
+    /// By when its budget will have sent what it has pending, this group's jobs included, at
+    /// the rate it achieves (0 when the group has nothing pending; `None` while the budget is
+    /// held for trouble). The group's own jobs may be done sooner when other work shares the
+    /// budget.
+    #[serde(default)]
+    pub eta_ms: Option<DurationMs>,
     /// Set when the group needs more than a whole window's budget.
     pub warning: Option<String>,
 }
@@ -316,6 +326,8 @@ mod tests {
                 cancelled: 0,
                 conflicts: 0,
                 pending: 1,
+                waiting: 1,
+                eta_ms: Some(1_000),
                 warning: Some("w".into()),
             }],
             lanes: vec![LaneStatus {

@@ -1972,3 +1972,38 @@ fn a_hold_the_proxy_reports_is_not_taken_for_network_spread() {
         "unreported holds cost {u} starts against {r}: the scenario no longer shows the spread"
     );
 }
+
+/// A group's progress says how many of its jobs wait (not those sending) and when its budget
+/// will have sent them: 40 creates at 10 a second, 4 in flight, take about 4 s; once all are
+/// done the group's ETA is 0.
+#[test]
+fn a_groups_progress_counts_its_waiting_jobs_and_gives_an_eta() {
+    let mut e = engine_with(budget(10, 1_000, 4));
+    let specs: Vec<JobSpec> = (0..40).map(post).collect();
+    e.enqueue_many(specs, Some("import".into()), 0).unwrap();
+    let sent = drain(&mut e, 0);
+    let group = |e: &Engine, now| {
+        e.snapshot(now)
+            .groups
+            .into_iter()
+            .find(|g| g.id == "import")
+            .unwrap()
+    };
+    let g = group(&e, 0);
+    assert_eq!(g.pending, 40);
+    assert_eq!(g.waiting, 40 - sent.len() as u64);
+    let eta = g.eta_ms.expect("an ETA while the budget is not in trouble");
+    assert!((3_000..=6_000).contains(&eta), "{eta}");
+    let mut now = 0;
+    let mut out = sent;
+    while now < 20_000 {
+        for t in out.drain(..) {
+            e.on_response(&t.job_id, ok(), now + 5);
+        }
+        now += 50;
+        out = drain(&mut e, now);
+    }
+    let g = group(&e, now);
+    assert_eq!((g.done, g.pending, g.waiting), (40, 0, 0));
+    assert_eq!(g.eta_ms, Some(0));
+}

@@ -100,19 +100,19 @@ fn spec(kind: u8, lane: u8, budget: u8, key: Option<u8>, group: Option<u8>, n: u
     }
 }
 
-/// Jobs per state name, per group (total, done, failed, cancelled, not finished, conflicts), and
-/// waiting
+/// Jobs per state name, per group (total, done, failed, cancelled, not finished, conflicts,
+/// waiting to be sent), and waiting
 /// per lane.
 type Counted = (
     BTreeMap<&'static str, u64>,
-    BTreeMap<String, [u64; 6]>,
+    BTreeMap<String, [u64; 7]>,
     [u64; 3],
 );
 
 /// The status's counts as a count of `jobs` gives them.
 fn counted(jobs: &[&Job]) -> Counted {
     let mut states = BTreeMap::new();
-    let mut groups: BTreeMap<String, [u64; 6]> = BTreeMap::new();
+    let mut groups: BTreeMap<String, [u64; 7]> = BTreeMap::new();
     let mut waiting = [0; 3];
     for job in jobs {
         *states.entry(job.state.name()).or_insert(0) += 1;
@@ -129,6 +129,9 @@ fn counted(jobs: &[&Job]) -> Counted {
                 JobState::Conflict => 5,
                 JobState::Queued | JobState::Sending | JobState::RetryWait => 4,
             }] += 1;
+            if job.state.is_waiting() {
+                entry[6] += 1;
+            }
         }
     }
     (states, groups, waiting)
@@ -164,7 +167,7 @@ fn check(engine: &Engine, status: &Status) -> Result<(), TestCaseError> {
         })
         .collect();
     prop_assert_eq!(shown, states);
-    let shown_groups: BTreeMap<String, [u64; 6]> = status
+    let shown_groups: BTreeMap<String, [u64; 7]> = status
         .groups
         .iter()
         .map(|g| {

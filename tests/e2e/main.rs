@@ -29,6 +29,7 @@ mod demo;
 mod dialects;
 mod firefox;
 mod first_hour;
+mod groups;
 mod input;
 mod lifecycle;
 mod limiters;

@@ -2,7 +2,7 @@
 
 use std::rc::Rc;
 
-use js_sys::{Function, Object, Promise};
+use js_sys::{Array, Function, Object, Promise, Reflect};
 use sluice_shared::protocol::{ProtocolError, Request};
 use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::future_to_promise;
@@ -165,6 +165,32 @@ impl Sluice {
     pub fn snapshot_js(&self) -> Promise {
         answer_promise(&self.inner, Request::Snapshot, |answer| {
             Ok(to_js(&snapshot(answer)?))
+        })
+    }
+
+    /// One group's progress as the status carries it (`total`, `done`, `failed`,
+    /// `conflicts`, `waiting`, `pending`, `etaMs`), or `null` when the worker holds no job of
+    /// that group.
+    #[wasm_bindgen(js_name = group, unchecked_return_type = "Promise<GroupStatus | null>")]
+    pub fn group_js(&self, id: String) -> Promise {
+        let inner = self.inner.clone();
+        future_to_promise(async move {
+            let answer = inner
+                .request(Request::Snapshot)
+                .await
+                .map_err(error_to_js)?;
+            let status = to_js(&snapshot(answer).map_err(error_to_js)?);
+            let groups = Reflect::get(&status, &"groups".into()).unwrap_or(JsValue::UNDEFINED);
+            let named = |g: &JsValue| {
+                Reflect::get(g, &"id".into())
+                    .ok()
+                    .and_then(|v| v.as_string())
+                    .is_some_and(|g| g == id)
+            };
+            Ok(Array::from(&groups)
+                .iter()
+                .find(named)
+                .unwrap_or(JsValue::NULL))
         })
     }
 

@@ -19,7 +19,7 @@ use sluice_shared::config::EngineConfig;
 use sluice_shared::job::{JobSpec, JobState, RetryWith};
 use sluice_shared::json::{self, RawJson};
 use sluice_shared::protocol::{JobUpdate, ProtocolError, ReplyBody, Request, WorkerMessage};
-use sluice_shared::status::Status;
+use sluice_shared::status::{GroupStatus, Status};
 use sluice_shared::JobId;
 use wasm_bindgen::prelude::*;
 use wasm_bindgen::JsCast;
@@ -339,6 +339,17 @@ impl Sluice {
                 message: format!("the worker's status: {e}"),
             })
         })
+    }
+
+    /// One group's progress (see [`GroupStatus`]), or `None` when the worker holds no job of
+    /// that group.
+    pub async fn group(&self, id: &str) -> Result<Option<GroupStatus>, ClientError> {
+        Ok(self
+            .snapshot()
+            .await?
+            .groups
+            .into_iter()
+            .find(|g| g.id == id))
     }
 
     /// Lists the worker's jobs, optionally of one group.

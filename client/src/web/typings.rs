@@ -146,9 +146,16 @@ export interface ResourceStatus {
   freesAt: number;
 }
 export interface GroupStatus {
-  id: string; total: number; done: number; failed: number; cancelled: number; pending: number;
+  id: string; total: number; done: number; failed: number; cancelled: number;
+  /** Not finished: waiting or sending. */
+  pending: number;
+  /** Waiting to be sent (queued, or waiting to retry). */
+  waiting: number;
   /** Jobs the server answered with a conflict, waiting for the page to resolve them. */
   conflicts: number;
+  /** By when its budget will have sent what it has pending, this group's jobs included (0 when
+   * the group has nothing pending; null while the budget is held for trouble). */
+  etaMs: number | null;
   warning: string | null;
 }
 export interface LaneStatus { lane: Lane; waiting: number; waitP50Ms: number | null; waitP95Ms: number | null; }

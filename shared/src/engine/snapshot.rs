@@ -169,6 +169,12 @@ impl StatusCounters {
                 if let Some(b) = budgets.get(&g.budget) {
                     status.warning = capacity_warning(status.pending, b.state.limiter.windows());
                 }
+                status.eta_ms = budget_statuses
+                    .iter()
+                    .find(|b| b.name == g.budget)
+                    .and_then(|b| b.eta_ms);
+            } else {
+                status.eta_ms = Some(0);
             }
             if let Some(note) = &status.warning {
                 notes.push(note.clone());

@@ -31,9 +31,9 @@ pub(super) struct Tally {
 #[derive(Debug, PartialEq)]
 pub(super) struct Counts {
     pub(super) id: String,
-    /// Jobs in all, done, failed, cancelled, not finished, and in conflict (see
-    /// [`Counts::TOTAL`] and on).
-    pub(super) jobs: [u64; 6],
+    /// Jobs in all, done, failed, cancelled, not finished, in conflict, and sending (also
+    /// among the not finished) (see [`Counts::TOTAL`] and on).
+    pub(super) jobs: [u64; 7],
     /// A group's: the budget of the first job counted in it, which its capacity warning is
     /// about. A budget's: empty.
     pub(super) budget: String,
@@ -46,6 +46,7 @@ impl Counts {
     pub(super) const CANCELLED: usize = 3;
     pub(super) const PENDING: usize = 4;
     pub(super) const CONFLICTS: usize = 5;
+    pub(super) const SENDING: usize = 6;
 
     /// Where a job in `state` is counted besides [`Counts::TOTAL`].
     fn slot(state: JobState) -> usize {
@@ -64,7 +65,7 @@ impl Counts {
 
     /// A group's counts as the status shows them (its warning is the snapshot's to set).
     pub(super) fn group_status(&self) -> GroupStatus {
-        let [total, done, failed, cancelled, pending, conflicts] = self.jobs;
+        let [total, done, failed, cancelled, pending, conflicts, sending] = self.jobs;
         GroupStatus {
             id: self.id.clone(),
             total,
@@ -73,6 +74,8 @@ impl Counts {
             cancelled,
             conflicts,
             pending,
+            waiting: pending.saturating_sub(sending),
+            eta_ms: None,
             warning: None,
         }
     }
@@ -109,7 +112,7 @@ impl Tally {
     /// The same counts, whichever job each group's budget was taken from.
     #[cfg(debug_assertions)]
     pub(super) fn agrees_with(&self, other: &Tally) -> bool {
-        let ids_and_jobs = |all: &[Counts]| -> Vec<(String, [u64; 6])> {
+        let ids_and_jobs = |all: &[Counts]| -> Vec<(String, [u64; 7])> {
             all.iter().map(|c| (c.id.clone(), c.jobs)).collect()
         };
         self.counts == other.counts
@@ -153,9 +156,10 @@ impl Tally {
             step(&mut self.waiting_per_lane[counted.lane.index()], up);
         }
         let slot = Counts::slot(counted.state);
-        bump(&mut self.budgets, &job.budget, "", slot, up);
+        let sending = counted.state == JobState::Sending;
+        bump(&mut self.budgets, &job.budget, "", slot, sending, up);
         if let Some(group) = &job.group_id {
-            bump(&mut self.groups, group, &job.budget, slot, up);
+            bump(&mut self.groups, group, &job.budget, slot, sending, up);
         }
     }
 }
@@ -165,8 +169,9 @@ fn step(n: &mut u64, up: bool) {
 }
 
 /// Counts a job in or out of `id`'s entry in `all` (kept in id order), at `slot` and in the
-/// total; an entry is made for the first job and dropped with the last.
-fn bump(all: &mut Vec<Counts>, id: &str, budget: &str, slot: usize, up: bool) {
+/// total (and among the sending ones when it is); an entry is made for the first job and
+/// dropped with the last.
+fn bump(all: &mut Vec<Counts>, id: &str, budget: &str, slot: usize, sending: bool, up: bool) {
     let i = match all.binary_search_by(|c| c.id.as_str().cmp(id)) {
         Ok(i) => i,
         Err(_) if !up => return,
@@ -175,7 +180,7 @@ fn bump(all: &mut Vec<Counts>, id: &str, budget: &str, slot: usize, up: bool) {
                 i,
                 Counts {
                     id: id.to_string(),
-                    jobs: [0; 6],
+                    jobs: [0; 7],
                     budget: budget.to_string(),
                 },
             );
@@ -185,6 +190,9 @@ fn bump(all: &mut Vec<Counts>, id: &str, budget: &str, slot: usize, up: bool) {
     let jobs = &mut all[i].jobs;
     step(&mut jobs[Counts::TOTAL], up);
     step(&mut jobs[slot], up);
+    if sending {
+        step(&mut jobs[Counts::SENDING], up);
+    }
     if jobs[Counts::TOTAL] == 0 {
         all.remove(i);
     }
