@@ -56,6 +56,11 @@ impl<V> IdMap<V> {
         }
     }
 
+    /// Keeps the entries `keep` says to, in their order.
+    pub fn retain(&mut self, mut keep: impl FnMut(&str, &V) -> bool) {
+        self.0.retain(|(id, v)| keep(id, v));
+    }
+
     /// The value of `id`, made by `make` when there is none yet.
     pub fn get_or_insert_with(&mut self, id: &str, make: impl FnOnce() -> V) -> &mut V {
         let i = match self.position(id) {

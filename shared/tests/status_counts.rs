@@ -180,6 +180,7 @@ fn check(engine: &Engine, status: &Status) -> Result<(), TestCaseError> {
                     g.cancelled,
                     g.pending,
                     g.conflicts,
+                    g.waiting,
                 ],
             )
         })
