@@ -86,6 +86,10 @@ pub struct ServerModel {
     /// windows, an arrival less than `window_ms / limit` after the last accepted one is refused.
     #[serde(default)]
     pub no_burst: bool,
+    /// With `no_burst`, nginx's `burst=N nodelay`: a leaky bucket that lets `N` arrivals more
+    /// through at once (GCRA with a tolerance of `N` intervals), and no sliding window besides.
+    #[serde(default)]
+    pub burst: u32,
     /// The first request's way there takes this much longer (its CORS preflight goes first).
     #[serde(default)]
     pub first_extra_ms: DurationMs,
@@ -130,6 +134,7 @@ impl Default for ServerModel {
             slow_rate: 0.0,
             slow_ms: 0,
             no_burst: false,
+            burst: 0,
             first_extra_ms: 0,
             client_clock_ahead_ms: 0,
             extra_windows: vec![],
@@ -553,16 +558,20 @@ pub fn run(scenario: &Scenario) -> Report {
                 };
                 // Without burst: one interval after the last accepted arrival, in whole ms.
                 let interval = windows[0].length_ms.div_ceil(u64::from(windows[0].limit));
+                let tolerance = interval * u64::from(server.burst);
                 let too_soon = last_accepted
                     .filter(|_| server.no_burst)
-                    .map(|t: Millis| (t + interval).saturating_sub(server_now))
+                    .map(|tat: Millis| (tat + interval).saturating_sub(server_now + tolerance))
                     .filter(|&w| w > 0);
+                // A leaky bucket with burst is that alone: no sliding window besides.
+                let leaky_only = server.no_burst && server.burst > 0;
                 let no_tokens = token_server
                     .as_mut()
                     .and_then(|s| s.refusal(server_now, req.tokens));
                 let wait = server_logs
                     .iter()
                     .zip(&windows)
+                    .filter(|_| !leaky_only)
                     .filter_map(|(log, w)| room_in(log, w))
                     .chain(too_soon)
                     .chain(no_tokens)
@@ -594,7 +603,12 @@ pub fn run(scenario: &Scenario) -> Report {
                     for log in &mut server_logs {
                         log.push_back(server_now);
                     }
-                    last_accepted = Some(server_now);
+                    // As a theoretical arrival time less one interval: without burst, the last
+                    // accepted arrival; with it, where the bucket's level stands.
+                    last_accepted = Some(match last_accepted {
+                        Some(tat) if server.no_burst => (tat + interval).max(server_now),
+                        _ => server_now,
+                    });
                     our_arrivals.push(server_now);
                     if let Some(s) = token_server.as_mut() {
                         s.accept(server_now, req.tokens);

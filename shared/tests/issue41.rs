@@ -462,3 +462,36 @@ fn a_second_early_refusal_halves_the_rate_instead_of_reading_others() {
         assert!(r.share_of_limit >= 0.6, "{seed}: {}", r.summary());
     }
 }
+
+/// nginx's `limit_req rate=20r/s burst=5 nodelay` (a leaky bucket with a burst of 5 and no
+/// window besides), Sluice on GCRA told twice its rate (6 per 150 ms) and told its figures (6
+/// per 300 ms). Told twice: each refusal read as others doubles how long the next start takes
+/// to come back, from the first such refusal on (before, from the second: 6 refusals in about
+/// 19 s, as in Chromium). Told its figures: none, at 0.98 of the rate.
+#[test]
+fn nginx_with_burst_told_twice_its_rate_learns_with_a_handful_of_refusals() {
+    for seed in 1..=4 {
+        let server = ServerModel {
+            no_burst: true,
+            burst: 5,
+            first_extra_ms: 30,
+            one_way_ms: 5,
+            jitter_ms: 2,
+            headers: HeaderStyle::None,
+            retry_after: RetryAfterForm::None,
+            ..ServerModel::default()
+        };
+        let told = |limit, length_ms| BudgetConfig {
+            algorithm: Algorithm::Gcra,
+            windows: vec![Window { limit, length_ms }],
+            ..budget(20, 4)
+        };
+        let twice = run(seed, 20, 200, told(6, 150), server.clone());
+        assert_eq!(twice.done, 200, "{}", twice.summary());
+        assert_eq!(twice.duplicate_creates, 0, "{}", twice.summary());
+        assert!(twice.rate_limited <= 5, "{seed}: {}", twice.summary());
+        let exact = run(seed, 20, 200, told(6, 300), server);
+        assert_clean(&exact, 200);
+        assert!(exact.share_of_limit >= 0.98, "{seed}: {}", exact.summary());
+    }
+}
