@@ -159,19 +159,28 @@ async fn bench(args: BenchArgs) -> Result<(), MainError> {
         let report = run(&options, &progress).await.map_err(MainError::Bench)?;
         (serde_json::to_string_pretty(&report), table(&report))
     };
-    let json = json.map_err(|e| MainError::Simulate(e.to_string()))?;
-    if let Some(dir) = args.out.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir).map_err(|source| MainError::Write {
-            path: dir.to_path_buf(),
-            source,
-        })?;
+    save_report(json, &text, &args.out)
+}
+
+/// Where a bench mode's JSON goes: `--out` if given, else the mode's own default file.
+fn bench_out(out: PathBuf, own_default: &str) -> PathBuf {
+    if out == std::path::Path::new(DEFAULT_BENCH_OUT) {
+        PathBuf::from(own_default)
+    } else {
+        out
     }
-    std::fs::write(&args.out, json).map_err(|source| MainError::Write {
-        path: args.out.clone(),
-        source,
-    })?;
+}
+
+/// Writes a bench's JSON to `out` and prints its table for people.
+fn save_report(
+    json: serde_json::Result<String>,
+    text: &str,
+    out: &std::path::Path,
+) -> Result<(), MainError> {
+    let json = json.map_err(|e| MainError::Simulate(e.to_string()))?;
+    write_json(out, &json)?;
     print!("{text}");
-    println!("\nJSON: {}", args.out.display());
+    println!("\nJSON: {}", out.display());
     Ok(())
 }
 
@@ -182,17 +191,11 @@ async fn bench_proxy(args: BenchArgs) -> Result<(), MainError> {
     })
     .await
     .map_err(|e| MainError::Simulate(e.to_string()))?;
-    let json =
-        serde_json::to_string_pretty(&report).map_err(|e| MainError::Simulate(e.to_string()))?;
-    let out = if args.out == std::path::Path::new(DEFAULT_BENCH_OUT) {
-        PathBuf::from("target/bench-proxy.json")
-    } else {
-        args.out
-    };
-    write_json(&out, &json)?;
-    print!("{}", table(&report));
-    println!("\nJSON: {}", out.display());
-    Ok(())
+    save_report(
+        serde_json::to_string_pretty(&report),
+        &table(&report),
+        &bench_out(args.out, "target/bench-proxy.json"),
+    )
 }
 
 async fn bench_limiters(args: BenchArgs) -> Result<(), MainError> {
@@ -211,17 +214,11 @@ async fn bench_limiters(args: BenchArgs) -> Result<(), MainError> {
     })
     .await
     .map_err(MainError::Bench)?;
-    let json =
-        serde_json::to_string_pretty(&report).map_err(|e| MainError::Simulate(e.to_string()))?;
-    let out = if args.out == std::path::Path::new(DEFAULT_BENCH_OUT) {
-        PathBuf::from("target/bench-limiters.json")
-    } else {
-        args.out
-    };
-    write_json(&out, &json)?;
-    print!("{}", table(&report));
-    println!("\nJSON: {}", out.display());
-    Ok(())
+    save_report(
+        serde_json::to_string_pretty(&report),
+        &table(&report),
+        &bench_out(args.out, "target/bench-limiters.json"),
+    )
 }
 
 const DEFAULT_BENCH_OUT: &str = "target/bench.json";

@@ -126,6 +126,15 @@ pub fn find_nginx() -> Option<PathBuf> {
     candidates.find(|c| c.is_file())
 }
 
+/// Creates the counting backend has seen (each one the limiter let through).
+pub fn backend_creates(backend: &ApiHandle) -> usize {
+    backend
+        .arrivals()
+        .iter()
+        .filter(|a| a.method == "POST")
+        .count()
+}
+
 /// The counting backend: the demo API, answering at once (10 ms), with no limit a run reaches
 /// and no rate-limit headers of its own: only the limiter in front speaks of limits.
 pub async fn counting_backend() -> std::io::Result<(SocketAddr, ApiHandle)> {

@@ -28,7 +28,7 @@ use crate::api::{ApiConfig, ApiHandle};
 use crate::browser::load::CpuUse;
 use crate::browser::{self, Error, Rig, RigOptions};
 use crate::real_limiters::{
-    counting_backend, limiters_dir, rate_of, Limiter, LimiterError, LimiterProcess,
+    backend_creates, counting_backend, limiters_dir, rate_of, Limiter, LimiterError, LimiterProcess,
 };
 
 /// What every limiter here allows: 20 requests a second, as in the browser tests.
@@ -389,15 +389,6 @@ async fn run_once(
         preflights: answers.iter().filter(|a| a.method == "OPTIONS").count(),
         cpu,
     })
-}
-
-/// Creates the backend has seen.
-fn backend_creates(backend: &ApiHandle) -> usize {
-    backend
-        .arrivals()
-        .iter()
-        .filter(|a| a.method == "POST")
-        .count()
 }
 
 /// How often the backend applied each of the creates `GROUP 0` .. `GROUP jobs-1`.

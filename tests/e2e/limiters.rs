@@ -28,7 +28,9 @@ use std::time::{Duration, Instant};
 
 use sluice::api::ApiHandle;
 use sluice::browser;
-use sluice::real_limiters::{counting_backend, limiters_dir, rate_of, Limiter, LimiterProcess};
+use sluice::real_limiters::{
+    backend_creates, counting_backend, limiters_dir, rate_of, Limiter, LimiterProcess,
+};
 
 use crate::support::{
     cpu_note, js, report, require, save_arrivals, BrowserHarness, Harness, Options, PageScript,
@@ -346,15 +348,6 @@ async fn measure(name: &str, case: &Case) {
             );
         }
     }
-}
-
-/// Creates the backend has seen.
-fn backend_creates(backend: &ApiHandle) -> usize {
-    backend
-        .arrivals()
-        .iter()
-        .filter(|a| a.method == "POST")
-        .count()
 }
 
 /// What a case measured, at the backend and at the limiter.
