@@ -8,6 +8,7 @@
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
+use crate::headers::Headers;
 use crate::json::{FromJson, ToJson};
 use crate::request_options::RequestOptions;
 use crate::resources::Costs;
@@ -349,11 +350,7 @@ impl Job {
     /// The headers to send on every attempt: the job's own plus, for a create, its key.
     pub fn request_headers(&self) -> Vec<(String, String)> {
         let mut headers = self.headers.clone();
-        if self.kind == JobKind::Create
-            && !headers
-                .iter()
-                .any(|(n, _)| n.eq_ignore_ascii_case("idempotency-key"))
-        {
+        if self.kind == JobKind::Create && !Headers(&headers).has("idempotency-key") {
             headers.push(("Idempotency-Key".into(), self.idempotency_key.clone()));
         }
         headers

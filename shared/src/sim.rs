@@ -16,6 +16,7 @@ use serde::{Deserialize, Serialize};
 use crate::budget::BudgetState;
 use crate::config::{EngineConfig, Window};
 use crate::engine::{Changes, Engine, Response, Transmit, TransportError};
+use crate::headers::Headers;
 use crate::job::{Job, JobId, JobKind, JobSpec, JobState, Lane};
 use crate::pump::Pump;
 use crate::random::Rng;
@@ -394,11 +395,10 @@ pub fn run(scenario: &Scenario) -> Report {
             });
             busy_from.get_or_insert(now);
             let job = engine.job(&t.job_id);
-            let idem = t
-                .headers
-                .iter()
-                .find(|(n, _)| n.eq_ignore_ascii_case("idempotency-key"))
-                .map(|(_, v)| v.clone());
+            let idem = Headers(&t.headers)
+                .values("idempotency-key")
+                .next()
+                .map(str::to_owned);
             let key = job.and_then(|j| j.key.clone());
             let seq_tag = job.map_or(0, |j| j.seq);
             requests.push(InFlight {

@@ -79,10 +79,10 @@ impl Engine {
             .map_err(|e| ProtocolError::IllegalTransition {
                 message: format!("{e}: only failed jobs and conflicts can be retried"),
             })?;
-        let names_its_key = with.headers.as_ref().is_some_and(|h| {
-            h.iter()
-                .any(|(n, _)| n.eq_ignore_ascii_case("idempotency-key"))
-        });
+        let names_its_key = with
+            .headers
+            .as_ref()
+            .is_some_and(|h| Headers(h).has("idempotency-key"));
         job.headers = with.headers_over(&job.headers);
         if let Some(body) = with.body {
             job.body = Some(body);

@@ -7,6 +7,7 @@
 //! them until they expire), rather than saved on its own: one record less for every answer.
 //! At most [`MAX_KEYS`] keys are remembered; past that the least recently answered go.
 
+use crate::headers::Headers;
 use crate::id_map::IdMap;
 use crate::job::{Job, JobState};
 
@@ -34,12 +35,9 @@ impl KeyEtags {
         let (Some(key), Some(outcome), JobState::Done) = (&job.key, &job.outcome, job.state) else {
             return;
         };
-        let Some(etag) = outcome
-            .headers
-            .iter()
-            .find(|(name, _)| name.eq_ignore_ascii_case("etag"))
-            .map(|(_, value)| value.trim())
-            .filter(|v| !v.is_empty())
+        let Some(etag) = Headers(&outcome.headers)
+            .values("etag")
+            .find(|v| !v.is_empty())
         else {
             return;
         };
@@ -76,11 +74,7 @@ impl KeyEtags {
     /// `ETag`, one is known, and it names no `If-Match` itself.
     pub(super) fn request_headers(&self, job: &Job) -> Vec<(String, String)> {
         let mut headers = job.request_headers();
-        if !job.if_match_from_key
-            || headers
-                .iter()
-                .any(|(n, _)| n.eq_ignore_ascii_case("if-match"))
-        {
+        if !job.if_match_from_key || Headers(&headers).has("if-match") {
             return headers;
         }
         if let Some(seen) = job.key.as_deref().and_then(|k| self.by_key.get(k)) {

@@ -61,7 +61,7 @@ use serde::{Deserialize, Serialize};
 use crate::body_rules::apply_body_rules;
 use crate::budget::{BudgetState, Trip};
 use crate::config::{ConfigError, EngineConfig};
-use crate::headers::{read_signal, ServerSignal};
+use crate::headers::{read_signal, Headers, ServerSignal};
 use crate::id_map::IdMap;
 use crate::job::{Job, JobError, JobId, JobKind, JobOutcome, JobSpec, JobState, RetryWith};
 use crate::preflight::needs_preflight;

@@ -57,7 +57,7 @@ use crate::time::{DurationMs, Millis};
 use families::*;
 use http_date::*;
 use ietf::*;
-use structured::*;
+pub(crate) use structured::Headers;
 use values::*;
 
 /// The longest wait (`retry_after_ms`, `reset_after_ms`) a response can impose. A server that

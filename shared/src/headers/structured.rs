@@ -3,12 +3,13 @@
 
 use super::values::parse_count;
 
-/// The response's headers, looked up the way HTTP means them: names case-insensitive, values
-/// without surrounding whitespace.
-pub(super) struct Headers<'a>(pub(super) &'a [(String, String)]);
+/// Headers looked up the way HTTP means them: names case-insensitive, values without
+/// surrounding whitespace. A response's, and a request's where the engine asks what a job
+/// already names (its `Idempotency-Key`, its `If-Match`).
+pub(crate) struct Headers<'a>(pub(crate) &'a [(String, String)]);
 
 impl<'a> Headers<'a> {
-    pub(super) fn values<'n>(&self, name: &'n str) -> impl Iterator<Item = &'a str> + 'n
+    pub(crate) fn values<'n>(&self, name: &'n str) -> impl Iterator<Item = &'a str> + 'n
     where
         'a: 'n,
     {
@@ -16,6 +17,11 @@ impl<'a> Headers<'a> {
             .iter()
             .filter(move |(n, _)| n.trim().eq_ignore_ascii_case(name))
             .map(|(_, v)| v.trim())
+    }
+
+    /// Whether a header of that name is present.
+    pub(crate) fn has(&self, name: &str) -> bool {
+        self.values(name).next().is_some()
     }
 
     /// For single-valued fields: a repeated header (proxies do that) is taken at its first
