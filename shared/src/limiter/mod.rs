@@ -598,12 +598,8 @@ impl Limiter {
         }
         if let Some(pace) = &mut self.pace {
             // One interval after its arrival for itself and for each start sent behind it.
-            let slots = u128::from(preflighted.followed_by) + 1;
-            let from = u128::from(arrived_by.max(sent)) * u128::from(pace.per)
-                + u128::from(pace.step) * slots;
-            if pace.scaled() < from {
-                pace.set_scaled(from);
-            }
+            let slots = u64::from(preflighted.followed_by) + 1;
+            pace.not_before(arrived_by.max(sent), slots);
         }
     }
 
@@ -623,10 +619,7 @@ impl Limiter {
         // The grid too: the next start comes an interval after this one really went out, not
         // at once to make up for a wait that was ours, not the runtime's.
         if let Some(pace) = &mut self.pace {
-            let after = u128::from(sent) * u128::from(pace.per) + u128::from(pace.step);
-            if pace.scaled() < after {
-                pace.set_scaled(after);
-            }
+            pace.not_before(sent, 1);
         }
     }
 

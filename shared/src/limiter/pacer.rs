@@ -106,12 +106,19 @@ impl Pacer {
         self
     }
 
+    /// Moves the next slot up to `intervals` intervals after `at`, if it lies before: starts
+    /// are spaced from a start at `at` (one that really went out, or arrived, then).
+    pub(super) fn not_before(&mut self, at: Millis, intervals: u64) {
+        let from =
+            u128::from(at) * u128::from(self.per) + u128::from(self.step) * u128::from(intervals);
+        if self.scaled() < from {
+            self.set_scaled(from);
+        }
+    }
+
     /// Moves the next slot up to `at` if it lies before: the time before `at` is not owed.
     pub(super) fn skip_to(&mut self, at: Millis) {
-        let at = u128::from(at) * u128::from(self.per);
-        if self.scaled() < at {
-            self.set_scaled(at);
-        }
+        self.not_before(at, 0);
     }
 
     /// The pacer after a start at `at`, or none once its window is over.
