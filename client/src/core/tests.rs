@@ -34,6 +34,24 @@ fn type_of(text: &str) -> &'static str {
     sent(text).request.kind()
 }
 
+/// Enqueues a job at 0 and has the worker answer at 1 that it saved it as `id`, in `state`:
+/// the job's `done`.
+fn enqueued_done(core: &mut Core, id: &str, coalesced: bool, state: JobState) -> Done {
+    let (text, mut p) = enqueue(core, 0.0);
+    core.receive(
+        &reply(
+            &id_of(&text),
+            ReplyBody::Enqueued {
+                id: id.into(),
+                coalesced,
+                state,
+            },
+        ),
+        1.0,
+    );
+    ready(&mut p).ok().unwrap().done.unwrap()
+}
+
 fn reply(request_id: &str, body: ReplyBody) -> String {
     encode(&WorkerMessage::Reply {
         request_id: request_id.into(),
@@ -306,19 +324,7 @@ fn unanswered_requests_are_resent_then_given_up() {
 #[test]
 fn an_enqueue_reply_gives_a_done_that_a_broadcast_resolves() {
     let mut core = Core::new("c", Timing::default());
-    let (text, mut p) = enqueue(&mut core, 0.0);
-    core.receive(
-        &reply(
-            &id_of(&text),
-            ReplyBody::Enqueued {
-                id: "j1".into(),
-                coalesced: false,
-                state: JobState::Queued,
-            },
-        ),
-        1.0,
-    );
-    let mut done = ready(&mut p).ok().unwrap().done.unwrap();
+    let mut done = enqueued_done(&mut core, "j1", false, JobState::Queued);
     assert!(poll(&mut done).is_pending());
     assert!(core.has_work());
     // Non-terminal news changes nothing.
@@ -393,19 +399,7 @@ fn a_retry_forgets_the_old_failure() {
 #[test]
 fn a_job_that_ended_at_once_resolves_at_once() {
     let mut core = Core::new("c", Timing::default());
-    let (text, mut p) = enqueue(&mut core, 0.0);
-    core.receive(
-        &reply(
-            &id_of(&text),
-            ReplyBody::Enqueued {
-                id: "j".into(),
-                coalesced: true,
-                state: JobState::Cancelled,
-            },
-        ),
-        1.0,
-    );
-    let mut done = ready(&mut p).ok().unwrap().done.unwrap();
+    let mut done = enqueued_done(&mut core, "j", true, JobState::Cancelled);
     assert_eq!(ready(&mut done).unwrap_err().reason, "cancelled");
     assert!(!core.has_work());
 }
@@ -413,19 +407,7 @@ fn a_job_that_ended_at_once_resolves_at_once() {
 #[test]
 fn a_conflict_ends_done_with_the_servers_answer_for_the_page_to_resolve() {
     let mut core = Core::new("c", Timing::default());
-    let (text, mut p) = enqueue(&mut core, 0.0);
-    core.receive(
-        &reply(
-            &id_of(&text),
-            ReplyBody::Enqueued {
-                id: "j".into(),
-                coalesced: false,
-                state: JobState::Queued,
-            },
-        ),
-        1.0,
-    );
-    let mut done = ready(&mut p).ok().unwrap().done.unwrap();
+    let mut done = enqueued_done(&mut core, "j", false, JobState::Queued);
     let answer = JobOutcome {
         status: 409,
         headers: vec![("etag".into(), "\"v7\"".into())],
