@@ -51,15 +51,12 @@ impl Engine {
     /// the same 409 again, or refuse a new body under the old key.
     pub fn retry(&mut self, id: &str, with: RetryWith, now: Millis) -> Result<(), ProtocolError> {
         let retry = self.config.retry.clone();
-        let was_conflict = self
+        let job = self
             .table
             .get(id)
-            .is_some_and(|j| j.state == JobState::Conflict);
+            .ok_or_else(|| ProtocolError::NotFound { id: id.into() })?;
+        let was_conflict = job.state == JobState::Conflict;
         if with.body.is_some() || with.headers.is_some() {
-            let job = self
-                .table
-                .get(id)
-                .ok_or_else(|| ProtocolError::NotFound { id: id.into() })?;
             let spec = JobSpec {
                 budget: job.budget.clone(),
                 method: job.method.clone(),
