@@ -377,8 +377,10 @@ fn the_servers_token_headers_hold_the_queue_until_its_reset() {
 /// answer's cap) and really half to all of that (in each answer's body, and in one run the
 /// tokens left in its headers). The tokens bind (about 20 completions a minute): no 429, no
 /// minute above the limit even counting what the server refused, every job done, and at least
-/// 0.95 of the token limit (0.958-0.967; 0.94-0.95 before jobs could pass a head that waits
-/// for room, see `Engine::backfill`). Deterministic: a fake clock and seeded randomness.
+/// 0.95 of the token limit, counted in whole minutes as the server's sliding minute allows
+/// (0.976 in each run: the last few completions, whose bounds do not fit what their minute
+/// leaves although their real costs would, wait a minute more; see `ideal_tokens_ms`). Deterministic: a fake clock and seeded
+/// randomness.
 #[test]
 fn a_tokens_a_minute_limit_is_kept_with_random_costs() {
     use sluice_shared::sim::{self, HeaderStyle, Scenario, ServerModel};
@@ -426,7 +428,7 @@ fn a_tokens_a_minute_limit_is_kept_with_random_costs() {
         assert_eq!(r.rate_limited, 0, "{}", r.summary());
         assert!(tokens.max_attempted_in_window <= 20_000, "{}", r.summary());
         assert!(
-            tokens.share_of_limit >= 0.85,
+            tokens.share_of_limit >= 0.95,
             "seed {seed}: {}",
             r.summary()
         );
