@@ -99,9 +99,6 @@ limiter_test!(
 limiter_test!(
     /// nginx without burst, Sluice on GCRA as the burst case maps it: a burst of one, so one
     /// per 50 ms. What a user who reads "no burst" as GCRA's burst tolerance writes.
-    #[ignore = "issue 41 open: 0 429s and 0.935-0.942 of the rate in most runs; about one run in \
-                four draws one 429 (an arrival ~1 ms early, seen at 0.2, 1.4 and 6.0 s) and \
-                0.80-0.86; run with --ignored"]
     nginx_without_burst_as_one_per_50_ms_at_its_rate,
     Case {
         limiter: Limiter::Nginx { burst: 0 },

@@ -318,7 +318,9 @@ impl Engine {
             // `headers::HOLD_FIELD`).
             let trip = now.saturating_sub(sent);
             let measured = trip.saturating_sub(answer.held_ms.unwrap_or(0));
-            b.round_trips.record(measured);
+            if !attempt.after_preflight {
+                b.round_trips.record(measured);
+            }
             // Karn's rule: only answered attempts are measured (see `rto`). The whole trip, a
             // proxy's hold included: the timeout is about when an answer may still come.
             b.rto.record(trip);
@@ -332,7 +334,8 @@ impl Engine {
                 self.saves.budget_changed(budget_name.clone());
             }
             let arrived_by = b.round_trips.arrived_by(sent, now);
-            b.state.limiter.answered(sent, arrived_by);
+            let typical = !attempt.after_preflight && b.round_trips.within_spread(measured);
+            b.state.limiter.answered(sent, arrived_by, typical);
             arrived_by
         } else {
             now

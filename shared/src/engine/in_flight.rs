@@ -94,6 +94,10 @@ pub(super) struct InFlight {
     pub(super) unsent: bool,
     /// How long it was given before the transport gives it up (see `rto`).
     pub(super) timeout_ms: DurationMs,
+    /// It carried a CORS preflight that the start before it did not: its trip is two round
+    /// trips, which say nothing of how the budget's single trips vary, so it is not measured
+    /// as one (see `round_trips`); its answer still bounds where it arrived.
+    pub(super) after_preflight: bool,
 }
 
 impl Budget {

@@ -122,7 +122,8 @@ impl Engine {
         let preflighted = needs_preflight(&transmit.method, &transmit.headers)
             && b.preflights
                 .on_start(&transmit.url, now, b.config.preflight_max_age_ms);
-        if preflighted && !b.last_start_preflighted {
+        let after_preflight = preflighted && !b.last_start_preflighted;
+        if after_preflight {
             b.state.limiter.await_preflight();
         }
         b.last_start_preflighted = preflighted;
@@ -137,6 +138,7 @@ impl Engine {
             shifted: 0,
             unsent: save_first,
             timeout_ms,
+            after_preflight,
         });
         if save_first {
             // Written as sending (a plain start is not: see `Changes::started`), so that a
