@@ -8,6 +8,7 @@
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
+use crate::engine::EngineError;
 use crate::job::{Job, JobError, JobId, JobOutcome, JobSpec, JobState, Lane};
 use crate::json::{FromJson, RawJson, ToJson};
 use crate::request_options::InvalidOption;
@@ -419,6 +420,43 @@ impl fmt::Display for ProtocolError {
 }
 
 impl std::error::Error for ProtocolError {}
+
+/// The engine's refusals on the wire: the one place their words are chosen (the engine's
+/// `Display` comes here too).
+impl From<EngineError> for ProtocolError {
+    fn from(e: EngineError) -> Self {
+        match e {
+            EngineError::InvalidUrl { url, message } => ProtocolError::InvalidUrl { url, message },
+            EngineError::InvalidRequest { message } => ProtocolError::InvalidRequest { message },
+            EngineError::BodyTooLarge { bytes, max_bytes } => ProtocolError::TooLarge {
+                what: TOO_LARGE_BODY.into(),
+                bytes,
+                max_bytes,
+            },
+            EngineError::UnknownBudget { budget, known } => {
+                ProtocolError::UnknownBudget { budget, known }
+            }
+            EngineError::NoBudgetForUrl { url } => ProtocolError::NoBudgetForUrl { url },
+            EngineError::UrlNotAllowed { url, allowed } => {
+                ProtocolError::UrlNotAllowed { url, allowed }
+            }
+            EngineError::InGroup {
+                position,
+                total,
+                error,
+            } => ProtocolError::InvalidRequest {
+                message: format!(
+                    "job {position} of {total}: {}; nothing was enqueued",
+                    ProtocolError::from(*error)
+                ),
+            },
+            EngineError::NotFound { id } => ProtocolError::NotFound { id },
+            EngineError::IllegalTransition { message } => {
+                ProtocolError::IllegalTransition { message }
+            }
+        }
+    }
+}
 
 impl From<InvalidOption> for ProtocolError {
     fn from(e: InvalidOption) -> Self {

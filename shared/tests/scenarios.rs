@@ -1734,8 +1734,12 @@ fn jobs_and_budgets_stay_inside_the_allowed_scopes() {
             ..spec(JobKind::Custom, "POST", url, Lane::Interactive)
         };
         e.enqueue(spec, 0).map(|_| ()).map_err(|err| {
+            // As the page receives it: the wire's error, converted at the worker's edge.
             let mut out = String::new();
-            sluice_shared::json::ToJson::write_json(&err, &mut out);
+            sluice_shared::json::ToJson::write_json(
+                &sluice_shared::protocol::ProtocolError::from(err),
+                &mut out,
+            );
             out
         })
     };

@@ -5,7 +5,7 @@ use super::*;
 impl Engine {
     /// Cancels a waiting job, or every waiting job of a group. Jobs already sending cannot be
     /// called back; they are left out of the returned list.
-    pub fn cancel(&mut self, target: &str, now: Millis) -> Result<Vec<JobId>, ProtocolError> {
+    pub fn cancel(&mut self, target: &str, now: Millis) -> Result<Vec<JobId>, EngineError> {
         let ids: Vec<JobId> = if self.table.contains(target) {
             vec![target.to_string()]
         } else {
@@ -16,7 +16,7 @@ impl Engine {
                 }
             }
             if jobs.is_empty() {
-                return Err(ProtocolError::NotFound { id: target.into() });
+                return Err(EngineError::NotFound { id: target.into() });
             }
             crate::job::sort_by_seq(&mut jobs);
             let mut ids = Vec::with_capacity(jobs.len());
@@ -28,7 +28,7 @@ impl Engine {
         if ids.len() == 1 && ids[0] == target {
             let state = self.table.get(target).map(|j| j.state);
             if let Some(state) = state.filter(|s| !s.is_waiting()) {
-                return Err(ProtocolError::IllegalTransition {
+                return Err(EngineError::IllegalTransition {
                     message: format!("job {target} is {state} and can no longer be cancelled"),
                 });
             }
@@ -49,12 +49,12 @@ impl Engine {
     /// enqueued job's request is. A conflict's request was refused, not applied, so it goes
     /// with a new idempotency key: a server that keeps answers by key would otherwise answer
     /// the same 409 again, or refuse a new body under the old key.
-    pub fn retry(&mut self, id: &str, with: RetryWith, now: Millis) -> Result<(), ProtocolError> {
+    pub fn retry(&mut self, id: &str, with: RetryWith, now: Millis) -> Result<(), EngineError> {
         let retry = self.config.retry.clone();
         let job = self
             .table
             .get(id)
-            .ok_or_else(|| ProtocolError::NotFound { id: id.into() })?;
+            .ok_or_else(|| EngineError::NotFound { id: id.into() })?;
         let was_conflict = job.state == JobState::Conflict;
         if with.body.is_some() || with.headers.is_some() {
             let spec = JobSpec {
@@ -72,8 +72,8 @@ impl Engine {
         let job = self
             .table
             .transition(id, JobState::Queued)
-            .ok_or_else(|| ProtocolError::NotFound { id: id.into() })?
-            .map_err(|e| ProtocolError::IllegalTransition {
+            .ok_or_else(|| EngineError::NotFound { id: id.into() })?
+            .map_err(|e| EngineError::IllegalTransition {
                 message: format!("{e}: only failed jobs and conflicts can be retried"),
             })?;
         let names_its_key = with
@@ -116,13 +116,13 @@ impl Engine {
     }
 
     /// Forgets a finished job (a failed one the user does not want to retry).
-    pub fn dismiss(&mut self, id: &str) -> Result<(), ProtocolError> {
+    pub fn dismiss(&mut self, id: &str) -> Result<(), EngineError> {
         let job = self
             .table
             .get(id)
-            .ok_or_else(|| ProtocolError::NotFound { id: id.into() })?;
+            .ok_or_else(|| EngineError::NotFound { id: id.into() })?;
         if !job.state.is_terminal() {
-            return Err(ProtocolError::IllegalTransition {
+            return Err(EngineError::IllegalTransition {
                 message: format!(
                     "job {id} is {} and cannot be dismissed; cancel it first",
                     job.state

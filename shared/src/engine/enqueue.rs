@@ -24,7 +24,7 @@ impl Engine {
 
     /// Accepts one action. The result names the job that will carry it: a new one, or an
     /// earlier waiting one it was folded into (`coalesced`).
-    pub fn enqueue(&mut self, spec: JobSpec, now: Millis) -> Result<Enqueued, ProtocolError> {
+    pub fn enqueue(&mut self, spec: JobSpec, now: Millis) -> Result<Enqueued, EngineError> {
         let (budget, method) = self.validate(&spec)?;
         Ok(self.enqueue_valid(spec, budget, method, now))
     }
@@ -36,15 +36,17 @@ impl Engine {
         specs: Vec<JobSpec>,
         group_id: Option<String>,
         now: Millis,
-    ) -> Result<(Vec<Enqueued>, Option<String>), ProtocolError> {
+    ) -> Result<(Vec<Enqueued>, Option<String>), EngineError> {
         let total = specs.len();
         let mut checked = Vec::with_capacity(total);
         for (i, spec) in specs.into_iter().enumerate() {
             match self.validate(&spec) {
                 Ok((budget, method)) => checked.push((spec, budget, method)),
                 Err(e) => {
-                    return Err(ProtocolError::InvalidRequest {
-                        message: format!("job {} of {total}: {e}; nothing was enqueued", i + 1),
+                    return Err(EngineError::InGroup {
+                        position: i + 1,
+                        total,
+                        error: Box::new(e),
                     })
                 }
             }
@@ -66,89 +68,6 @@ impl Engine {
             })
             .next();
         Ok((results, warning))
-    }
-
-    pub(super) fn validate(&self, spec: &JobSpec) -> Result<(String, String), ProtocolError> {
-        validate_url(&spec.url)?;
-        let method = if spec.method.trim().is_empty() {
-            "GET".to_string()
-        } else {
-            spec.method.trim().to_ascii_uppercase()
-        };
-        if !method.bytes().all(is_token_byte) {
-            return Err(ProtocolError::InvalidRequest {
-                message: format!("'{}' is not an HTTP method", spec.method),
-            });
-        }
-        if matches!(method.as_str(), "CONNECT" | "TRACE" | "TRACK") {
-            return Err(ProtocolError::InvalidRequest {
-                message: format!("browsers do not allow {method} requests"),
-            });
-        }
-        if matches!(method.as_str(), "GET" | "HEAD") && spec.body.is_some() {
-            return Err(ProtocolError::InvalidRequest {
-                message: format!("a {method} request cannot have a body"),
-            });
-        }
-        if let Some(body) = &spec.body {
-            if body.len() > self.config.max_body_bytes {
-                return Err(ProtocolError::TooLarge {
-                    what: crate::protocol::TOO_LARGE_BODY.into(),
-                    bytes: body.len(),
-                    max_bytes: self.config.max_body_bytes,
-                });
-            }
-        }
-        for (name, value) in &spec.headers {
-            if name.is_empty() || !name.bytes().all(is_token_byte) {
-                return Err(ProtocolError::InvalidRequest {
-                    message: format!("'{name}' is not a valid header name"),
-                });
-            }
-            if value.bytes().any(|b| b == b'\r' || b == b'\n' || b == 0) {
-                return Err(ProtocolError::InvalidRequest {
-                    message: format!("the value of header '{name}' contains a line break"),
-                });
-            }
-        }
-        if let Some(options) = &spec.options {
-            options.validate()?;
-        }
-        if spec.if_match_from_key && spec.key.as_deref().is_none_or(str::is_empty) {
-            return Err(ProtocolError::InvalidRequest {
-                message: "ifMatchFromKey needs a key: it sends the ETag of the last answer to a \
-                          job of the same key"
-                    .into(),
-            });
-        }
-        // Where the job may go is checked first, and for every job: naming a budget never
-        // takes a job past what the worker script allows.
-        let target = Target::parse(&spec.url).map_err(|e| ProtocolError::InvalidUrl {
-            url: spec.url.chars().take(200).collect(),
-            message: e.0,
-        })?;
-        if !self.allowed.is_empty() && !self.allowed.iter().any(|s| s.covers(&target)) {
-            return Err(ProtocolError::UrlNotAllowed {
-                url: spec.url.chars().take(200).collect(),
-                allowed: self.config.allowed_list(),
-            });
-        }
-        let budget = if spec.budget.is_empty() {
-            self.config
-                .budget_for_url(&target)
-                .map(|b| b.name.clone())
-                .ok_or_else(|| ProtocolError::NoBudgetForUrl {
-                    url: spec.url.clone(),
-                })?
-        } else if self.budgets.contains_key(&spec.budget) {
-            spec.budget.clone()
-        } else {
-            return Err(ProtocolError::UnknownBudget {
-                budget: spec.budget.clone(),
-                known: self.budgets.keys().cloned().collect(),
-            });
-        };
-        Ok((budget, method))
     }
 
     pub(super) fn enqueue_valid(

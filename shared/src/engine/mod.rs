@@ -44,6 +44,7 @@
 mod actions;
 mod answers;
 mod enqueue;
+mod error;
 mod etags;
 mod in_flight;
 mod jobs;
@@ -55,6 +56,7 @@ mod scheduler;
 mod sending;
 mod snapshot;
 mod tally;
+mod validate;
 
 use serde::{Deserialize, Serialize};
 
@@ -65,7 +67,6 @@ use crate::headers::{read_signal, Headers, ServerSignal};
 use crate::id_map::IdMap;
 use crate::job::{Job, JobError, JobId, JobKind, JobOutcome, JobSpec, JobState, RetryWith};
 use crate::preflight::needs_preflight;
-use crate::protocol::ProtocolError;
 use crate::random::{uuid_v4_from, IdentifierSource, Rng};
 use crate::request_options::RequestOptions;
 use crate::retry::{backoff, classify, default_pause, Verdict};
@@ -73,6 +74,7 @@ use crate::scope::{Scope, Target};
 use crate::status::{capacity_warning, Status};
 use crate::time::{human_duration, DurationMs, Millis};
 
+pub use error::EngineError;
 use etags::KeyEtags;
 use in_flight::{Budget, InFlight, Mark};
 use jobs::JobTable;
@@ -81,6 +83,7 @@ pub use ledger::{Changes, SaveId};
 pub use scheduler::AGED_TURN_EVERY;
 use scheduler::{Rank, Scheduler, Turn};
 use snapshot::{count_in, StatusCounters};
+pub use validate::validate_url;
 
 /// Longest time between probes while the network is down.
 const OFFLINE_PROBE_MAX_MS: DurationMs = 60_000;
@@ -366,40 +369,6 @@ fn server_message(status: u16, body: &str) -> String {
     } else {
         format!("HTTP {status}: {short}")
     }
-}
-
-fn is_token_byte(b: u8) -> bool {
-    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
-}
-
-/// An absolute http(s) URL with a host and no spaces or control characters. (The worker has
-/// already resolved relative URLs against its origin.)
-pub fn validate_url(url: &str) -> Result<(), ProtocolError> {
-    let invalid = |message: &str| ProtocolError::InvalidUrl {
-        url: url.chars().take(200).collect(),
-        message: message.into(),
-    };
-    if url.len() > 16_384 {
-        return Err(invalid("longer than 16,384 characters"));
-    }
-    let rest = if let Some(r) = url.strip_prefix("https://") {
-        r
-    } else if let Some(r) = url.strip_prefix("http://") {
-        r
-    } else {
-        return Err(invalid(
-            "only absolute http:// and https:// URLs can be sent",
-        ));
-    };
-    if url.chars().any(|c| c.is_whitespace() || c.is_control()) {
-        return Err(invalid("contains spaces or control characters"));
-    }
-    let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
-    let host = authority.rsplit('@').next().unwrap_or("");
-    if host.is_empty() || host.starts_with(':') {
-        return Err(invalid("has no host"));
-    }
-    Ok(())
 }
 
 /// Whether an attempt may be given up at the timeout learned from round trips (see `rto`) and
