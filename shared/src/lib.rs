@@ -38,7 +38,9 @@ pub mod round_trips;
 pub mod rto;
 pub mod status;
 
-pub use engine::{Changes, Engine, Enqueued, Response, SaveId, Transmit, TransportError};
+pub use engine::{
+    Changes, Engine, Enqueued, Response, SaveId, StorageMode, Transmit, TransportError,
+};
 #[cfg(any(test, feature = "sim"))]
 pub mod sim;
 #[cfg(any(test, feature = "sim"))]

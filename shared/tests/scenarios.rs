@@ -2,7 +2,7 @@
 //! fake clock.
 
 use sluice_shared::config::{BudgetConfig, EngineConfig, RetryConfig, Window};
-use sluice_shared::engine::{Engine, Response, Transmit, TransportError};
+use sluice_shared::engine::{Engine, Response, StorageMode, Transmit, TransportError};
 use sluice_shared::job::{JobKind, JobSpec, JobState, Lane, RetryWith};
 use sluice_shared::random::Rng;
 use sluice_shared::sim::{self, HeaderStyle, RetryAfterForm, Scenario, ServerModel};
@@ -849,7 +849,7 @@ fn while_storage_is_full_starts_go_out_unsaved_and_a_restore_waits_out_the_windo
     );
     assert_eq!(again.jobs, refused.jobs);
     e.retake(&again);
-    e.send_unrecorded(true);
+    e.set_storage_mode(StorageMode::Unrecorded);
     for t in &first {
         e.on_response(&t.job_id, ok(), 30);
     }

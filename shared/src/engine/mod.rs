@@ -80,6 +80,7 @@ use in_flight::{Budget, InFlight, Mark};
 use jobs::JobTable;
 use ledger::SaveLedger;
 pub use ledger::{Changes, SaveId};
+pub use persistence::StorageMode;
 pub use scheduler::AGED_TURN_EVERY;
 use scheduler::{Rank, Scheduler, Turn};
 use snapshot::{count_in, StatusCounters};
@@ -168,11 +169,8 @@ pub struct Engine {
     saves: SaveLedger,
     /// Queue waits and attempts per finished job, for the status.
     counters: StatusCounters,
-    /// Storage refuses every save (it is full): starts go out without waiting for one (see
-    /// [`Engine::send_unrecorded`]).
-    unrecorded: bool,
-    /// Nothing starts while `unrecorded` (see [`Engine::hold_while_full`]).
-    held_while_full: bool,
+    /// Whether starts wait for a save, go out unrecorded, or are held (see [`StorageMode`]).
+    storage: StorageMode,
     /// The last `ETag` answered per key, for jobs sent with it as `If-Match`.
     etags: KeyEtags,
 }
@@ -199,8 +197,7 @@ impl Engine {
             offline_streak: 0,
             saves: SaveLedger::default(),
             counters: StatusCounters::default(),
-            unrecorded: false,
-            held_while_full: false,
+            storage: StorageMode::Recorded,
             etags: KeyEtags::default(),
         })
     }

@@ -99,29 +99,15 @@ impl Engine {
         self.saves.release_held();
     }
 
-    /// Whether starts go out without a save first, `true` while storage refuses every save
-    /// (it is full). A start that waited for a save would then wait for space, and the queue
-    /// would stop for want of storage it does not need to send. The price is the record of
-    /// the starts: the worker marks storage as missing them (a delete still goes through on a
-    /// full storage), and the next start from storage counts every window as full
-    /// ([`Engine::count_unrecorded_sends`]).
-    pub fn send_unrecorded(&mut self, on: bool) {
-        self.unrecorded = on;
-    }
-
-    /// While starts go out unrecorded ([`Engine::send_unrecorded`]), whether none goes out at
-    /// all. The worker holds the queue so while a journal entry in storage still holds jobs
-    /// (a large batch saved in one record, then written one job per record): a restart fills
-    /// in from the entry every job whose own record is missing, and while storage is full the
-    /// record of a job that ends is deleted, so a job that ended then would come back from the
-    /// entry and be sent again. Requests already out may still end meanwhile: a restart while
-    /// storage is still full sends those again, with the same keys, as after a crash.
-    pub fn hold_while_full(&mut self, on: bool) {
-        self.held_while_full = on;
+    /// How starts relate to storage from now on (see [`StorageMode`]): the worker says
+    /// `Unrecorded` or `Held` once storage refuses every save, and `Recorded` once a save
+    /// lands again.
+    pub fn set_storage_mode(&mut self, mode: StorageMode) {
+        self.storage = mode;
     }
 
     /// A restore from storage that misses the record of some starts (they went out while
-    /// storage was full, [`Engine::send_unrecorded`]): each budget counts its largest window's
+    /// storage was full, [`StorageMode::Unrecorded`]): each budget counts its largest window's
     /// limit at `now`, the careful side, as none of those starts can have been later than
     /// `now`. Sending resumes once the windows have moved past them.
     pub fn count_unrecorded_sends(&mut self, now: Millis) {
@@ -156,4 +142,28 @@ impl Engine {
         }
         changed
     }
+}
+
+/// How starts relate to storage: one state, where two flags once allowed a fourth
+/// combination (held while recorded) that meant nothing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StorageMode {
+    /// Storage takes saves: a start waits for the save that records it whenever the budget
+    /// asks for one (see `Transmit::save_first`).
+    Recorded,
+    /// Storage refuses every save (it is full): starts go out without a save first. A start
+    /// that waited for a save would wait for space, and the queue would stop for want of
+    /// storage it does not need to send. The price is the record of the starts: the worker
+    /// marks storage as missing them (a delete still goes through on a full storage), and the
+    /// next start from storage counts every window as full
+    /// ([`Engine::count_unrecorded_sends`]).
+    Unrecorded,
+    /// Storage is full and nothing starts at all. The worker holds the queue so while a
+    /// journal entry in storage still holds jobs (a large batch saved in one record, then
+    /// written one job per record): a restart fills in from the entry every job whose own
+    /// record is missing, and while storage is full the record of a job that ends is deleted,
+    /// so a job that ended then would come back from the entry and be sent again. Requests
+    /// already out may still end meanwhile: a restart while storage is still full sends those
+    /// again, with the same keys, as after a crash.
+    Held,
 }

@@ -22,7 +22,7 @@ impl Engine {
     }
 
     pub(super) fn poll_start(&mut self, now: Millis, saved_first: bool) -> Option<Transmit> {
-        if self.is_offline(now) || self.unrecorded && self.held_while_full {
+        if self.is_offline(now) || self.storage == StorageMode::Held {
             return None;
         }
         // Per budget: the head of its top lane, and the head that ranks first once aged.
@@ -108,7 +108,7 @@ impl Engine {
         };
         let b = self.budgets.get_mut(&budget_name)?;
         let save_first = saved_first
-            || (!self.unrecorded
+            || (self.storage == StorageMode::Recorded
                 && (b.mark != Mark::Saved || b.unsaved_starts >= b.config.concurrency));
         b.state.sends_before_saving = true;
         if !save_first {
@@ -212,7 +212,7 @@ impl Engine {
             return waiting.then_some(t);
         }
         let mut next = self.scheduler.next_due();
-        if self.unrecorded && self.held_while_full {
+        if self.storage == StorageMode::Held {
             // Nothing starts until a save lands, which wakes the pump anyway.
             return next;
         }

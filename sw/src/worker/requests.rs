@@ -308,7 +308,7 @@ impl Worker {
                 return Ok(ReplyBody::Jobs { jobs: updates });
             }
             Request::KeepAlive => {
-                // A queue held while storage is full (see `Engine::hold_while_full`) saves
+                // A queue held while storage is full (see `StorageMode::Held`) saves
                 // nothing of its own that would find room again: the pages' keep-alives try.
                 let _ = self.refuse_while_full().await;
                 return Ok(ReplyBody::Alive);

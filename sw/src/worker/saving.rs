@@ -3,7 +3,7 @@
 //! the queue waits for room while a journal is pending).
 
 use sluice_shared::protocol::JobUpdate;
-use sluice_shared::{Changes, JobId, Lane, Millis, Transmit};
+use sluice_shared::{Changes, JobId, Lane, Millis, StorageMode, Transmit};
 
 use crate::error::SwError;
 use crate::runtime::{now_ms, warn};
@@ -86,7 +86,8 @@ impl Worker {
     /// them again; what they became is in memory and with the pages), and so is the mark that
     /// storage holds every start (a restart then counts the windows as full,
     /// [`Engine::count_unrecorded_sends`]). Only once that landed do starts go out without a
-    /// save ([`Engine::send_unrecorded`]). New jobs are refused meanwhile
+    /// save ([`StorageMode::Unrecorded`], or `Held` while a journal entry still holds jobs).
+    /// New jobs are refused meanwhile
     /// ([`Worker::refuse_while_full`]).
     pub(super) async fn go_on_unrecorded(
         &self,
@@ -105,10 +106,15 @@ impl Worker {
             return Err(e);
         }
         let journal_pending = !self.journals.borrow().is_empty();
-        self.engine.borrow_mut().hold_while_full(journal_pending);
+        self.engine
+            .borrow_mut()
+            .set_storage_mode(if journal_pending {
+                StorageMode::Held
+            } else {
+                StorageMode::Unrecorded
+            });
         if self.full_until.get().is_none() {
             warn("storage is full: the queue goes on sending");
-            self.engine.borrow_mut().send_unrecorded(true);
             self.full_until.set(Some(now_ms() + FULL_STORAGE_RETRY_MS));
             self.batcher.borrow_mut().mark_status();
         }
@@ -140,7 +146,7 @@ impl Worker {
                 Ok(_) => {
                     let mut engine = self.engine.borrow_mut();
                     engine.on_saved(all.save);
-                    engine.send_unrecorded(false);
+                    engine.set_storage_mode(StorageMode::Recorded);
                     drop(engine);
                     self.full_until.set(None);
                     self.journals_wait_for_room.set(false);
