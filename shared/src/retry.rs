@@ -49,10 +49,20 @@ pub fn backoff(attempt: u32, config: &RetryConfig, rng: &mut Rng) -> DurationMs 
     rng.below_or_equal(ceiling)
 }
 
-/// The pause after a rate-limit response that named no time: doubles with each one in a row.
-pub fn default_pause(consecutive: u32, config: &RetryConfig) -> DurationMs {
-    config
-        .default_pause_ms
+/// The pause after a rate-limit response that named no time: the configured default, but no
+/// longer than the budget's shortest window to begin with (a window limiter's refusal frees
+/// within one; nginx's 20 a second frees in 50 ms), doubling with each one in a row. Against
+/// nginx with `burst=5` told twice its rate, the simulator's share went from 0.54-0.59 to
+/// 0.70-0.79 with the same 5 refusals: each of them had cost a second's pause.
+pub fn default_pause(
+    consecutive: u32,
+    shortest_window_ms: Option<DurationMs>,
+    config: &RetryConfig,
+) -> DurationMs {
+    let first = shortest_window_ms.map_or(config.default_pause_ms, |w| {
+        config.default_pause_ms.min(w.max(1))
+    });
+    first
         .saturating_mul(1u64 << consecutive.min(16))
         .min(config.max_delay_ms.max(config.default_pause_ms))
 }
@@ -92,8 +102,15 @@ mod tests {
     #[test]
     fn default_pause_doubles_and_caps() {
         let cfg = RetryConfig::default();
-        assert_eq!(default_pause(0, &cfg), 1_000);
-        assert_eq!(default_pause(1, &cfg), 2_000);
-        assert_eq!(default_pause(10, &cfg), 30_000);
+        assert_eq!(default_pause(0, None, &cfg), 1_000);
+        assert_eq!(default_pause(1, None, &cfg), 2_000);
+        assert_eq!(default_pause(10, None, &cfg), 30_000);
+        assert_eq!(
+            default_pause(0, Some(150), &cfg),
+            150,
+            "no longer than a window"
+        );
+        assert_eq!(default_pause(2, Some(150), &cfg), 600);
+        assert_eq!(default_pause(0, Some(60_000), &cfg), 1_000);
     }
 }

@@ -467,7 +467,9 @@ fn a_second_early_refusal_halves_the_rate_instead_of_reading_others() {
 /// window besides), Sluice on GCRA told twice its rate (6 per 150 ms) and told its figures (6
 /// per 300 ms). Told twice: each refusal read as others doubles how long the next start takes
 /// to come back, from the first such refusal on (before, from the second: 6 refusals in about
-/// 19 s, as in Chromium). Told its figures: none, at 0.98 of the rate.
+/// 19 s, as in Chromium), and each bare refusal pauses for a window (150 ms), not a second:
+/// 0.70-0.79 of the rate (0.54-0.59 with a second's pause). Told its figures: none, at 0.98 of
+/// the rate.
 #[test]
 fn nginx_with_burst_told_twice_its_rate_learns_with_a_handful_of_refusals() {
     for seed in 1..=4 {
@@ -490,6 +492,7 @@ fn nginx_with_burst_told_twice_its_rate_learns_with_a_handful_of_refusals() {
         assert_eq!(twice.done, 200, "{}", twice.summary());
         assert_eq!(twice.duplicate_creates, 0, "{}", twice.summary());
         assert!(twice.rate_limited <= 5, "{seed}: {}", twice.summary());
+        assert!(twice.share_of_limit >= 0.65, "{seed}: {}", twice.summary());
         let exact = run(seed, 20, 200, told(6, 300), server);
         assert_clean(&exact, 200);
         assert!(exact.share_of_limit >= 0.98, "{seed}: {}", exact.summary());

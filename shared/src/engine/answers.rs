@@ -132,9 +132,10 @@ impl Engine {
                     } else {
                         b.state.consecutive_rate_limits
                     };
+                    let shortest = b.state.shortest_window().map(|w| w.length_ms);
                     let wait = signal
                         .retry_after_ms
-                        .unwrap_or_else(|| default_pause(streak, &retry));
+                        .unwrap_or_else(|| default_pause(streak, shortest, &retry));
                     if !in_pause {
                         b.state.consecutive_rate_limits += 1;
                     }
