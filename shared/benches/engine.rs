@@ -53,7 +53,7 @@ fn engine_with(queued: usize) -> (Engine, usize) {
     engine
         .enqueue_many(specs, Some("bench".into()), 0)
         .expect("valid jobs");
-    engine.take_changes();
+    engine.persistence().take_changes();
     (engine, queued)
 }
 
@@ -78,7 +78,7 @@ fn one_request(c: &mut Criterion) {
                     },
                     now,
                 );
-                engine.take_changes()
+                engine.persistence().take_changes()
             });
         });
     }

@@ -204,10 +204,10 @@ impl Pump {
     }
 
     /// Whether the pump's save begins now: take the engine's changes
-    /// ([`Engine::take_changes`]) and write them; report the end with [`Pump::on_saved`]. Pull
-    /// after [`Pump::poll_sends`], so that the fetches are not held up by the save. (A save
-    /// that finds no changes, because a request's own save took them, waits for the saves
-    /// before it instead.)
+    /// ([`Persistence::take_changes`](crate::engine::Persistence::take_changes)) and write them;
+    /// report the end with [`Pump::on_saved`]. Pull after [`Pump::poll_sends`], so that the
+    /// fetches are not held up by the save. (A save that finds no changes, because a request's own
+    /// save took them, waits for the saves before it instead.)
     pub fn poll_save(&mut self) -> bool {
         std::mem::take(&mut self.save_to_begin)
     }

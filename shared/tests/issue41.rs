@@ -162,8 +162,8 @@ fn one_hung_request_leaves_the_others_at_the_limit_and_the_status_says_so() {
             };
             e.on_response(&id, response, now);
         }
-        let changes = e.take_changes();
-        e.on_saved(changes.save);
+        let changes = e.persistence().take_changes();
+        e.persistence().on_saved(changes.save);
         if hung.is_some() && now % 100 == 0 {
             let status = e.snapshot(now);
             saw_overdue |= status.budgets[0].overdue.is_some();

@@ -62,8 +62,8 @@ fn sends(pump: &mut Pump, engine: &mut Engine, now: u64) -> Vec<Transmit> {
 fn pumps_save_lands(pump: &mut Pump, engine: &mut Engine, now: u64) {
     pump.turn(engine, now);
     assert!(pump.poll_save(), "the pump's save begins at {now}");
-    let changes = engine.take_changes();
-    engine.on_saved(changes.save);
+    let changes = engine.persistence().take_changes();
+    engine.persistence().on_saved(changes.save);
     pump.on_saved(true);
 }
 
@@ -75,12 +75,12 @@ fn an_idle_budgets_first_start_goes_out_only_once_its_save_landed() {
     p.turn(&mut e, 0);
     assert!(sends(&mut p, &mut e, 0).is_empty(), "saved first");
     assert!(p.poll_save(), "the save it waits for begins at once");
-    let changes = e.take_changes();
+    let changes = e.persistence().take_changes();
     // More turns while it is being saved start nothing and begin no second save.
     p.turn(&mut e, 3);
     assert!(sends(&mut p, &mut e, 3).is_empty());
     assert!(!p.poll_save());
-    e.on_saved(changes.save);
+    e.persistence().on_saved(changes.save);
     p.on_saved(true);
     let out = sends(&mut p, &mut e, 7);
     assert_eq!(out.len(), 1);
@@ -105,7 +105,7 @@ fn a_busy_budget_sends_at_once_while_the_pumps_save_is_in_flight() {
         p.poll_save(),
         "a start is out unsaved: its save begins at once"
     );
-    let _second = e.take_changes();
+    let _second = e.persistence().take_changes();
     let out = sends(&mut p, &mut e, 30);
     assert_eq!(out.len(), 1, "the freed slot is refilled in the same turn");
     assert!(!out[0].save_first);
@@ -130,9 +130,9 @@ fn a_start_released_by_a_slow_save_paces_the_next_from_when_it_left() {
     e.enqueue(create(1), 0).unwrap();
     assert!(sends(&mut p, &mut e, 0).is_empty());
     assert!(p.poll_save());
-    let c = e.take_changes();
+    let c = e.persistence().take_changes();
     // The save takes longer than the pacing interval.
-    e.on_saved(c.save);
+    e.persistence().on_saved(c.save);
     p.on_saved(true);
     let first = sends(&mut p, &mut e, 30);
     assert_eq!(
@@ -145,8 +145,8 @@ fn a_start_released_by_a_slow_save_paces_the_next_from_when_it_left() {
     let mut second = None;
     for _ in 0..50 {
         if p.poll_save() {
-            let c = e.take_changes();
-            e.on_saved(c.save);
+            let c = e.persistence().take_changes();
+            e.persistence().on_saved(c.save);
             p.on_saved(true);
         }
         now = p.poll_timeout(&e, now).unwrap();
@@ -197,7 +197,7 @@ fn a_requests_own_save_carries_its_starts_and_the_pump_waits_for_it() {
     let starts = p.request_save_begins(&mut e, 0);
     assert_eq!(starts.len(), 1);
     let job0 = starts[0].job_id.clone();
-    let c = e.take_changes();
+    let c = e.persistence().take_changes();
     p.save_taken(0);
     // Another job comes while that save is in flight: the pump takes no start of its own,
     // which would leave before the request's.
@@ -209,7 +209,7 @@ fn a_requests_own_save_carries_its_starts_and_the_pump_waits_for_it() {
         Some(2 + MIN_STALL_DELAY_MS),
         "held, the pump never spins on a deadline in the past"
     );
-    e.on_saved(c.save);
+    e.persistence().on_saved(c.save);
     p.request_save_ended(starts, true);
     p.turn(&mut e, 6);
     let out = sends(&mut p, &mut e, 6);
@@ -235,14 +235,14 @@ fn a_requests_save_holds_the_pump_even_when_it_carries_no_start() {
     e.enqueue(create(1), 1).unwrap();
     let starts = p.request_save_begins(&mut e, 1);
     assert!(starts.is_empty());
-    let c = e.take_changes();
+    let c = e.persistence().take_changes();
     p.save_taken(1);
     // The answer frees the slot before the request's save lands: the new job, not saved
     // yet, must not go (were the save refused, the page would enqueue it again).
     p.on_response(&mut e, &first[0].job_id, ok(), 3);
     p.turn(&mut e, 3);
     assert!(sends(&mut p, &mut e, 3).is_empty());
-    e.on_saved(c.save);
+    e.persistence().on_saved(c.save);
     p.request_save_ended(starts, true);
     assert_eq!(
         sends(&mut p, &mut e, 5).len(),
@@ -380,7 +380,7 @@ impl World {
     }
 
     fn begin(&mut self, by_pump: bool, request_starts: Vec<Transmit>, acks: Vec<JobId>) {
-        let changes = self.engine.take_changes();
+        let changes = self.engine.persistence().take_changes();
         let mut starts_saved: Vec<JobId> = changes
             .started
             .iter()
@@ -464,7 +464,7 @@ impl World {
                         self.stored_budgets.retain(|s| s.name != b.name);
                         self.stored_budgets.push(b);
                     }
-                    self.engine.on_saved(save.changes.save);
+                    self.engine.persistence().on_saved(save.changes.save);
                     self.durable_starts.extend(save.starts_saved);
                     self.acknowledged.extend(save.acknowledges);
                     if save.by_pump {

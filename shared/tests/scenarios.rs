@@ -664,7 +664,7 @@ fn a_rebuild_in_two_steps_sends_what_a_rebuild_in_one_step_sends() {
     now += 20;
     let in_flight = drain(&mut e, now);
     assert!(!in_flight.is_empty());
-    let budgets = e.take_changes().budgets;
+    let budgets = e.persistence().take_changes().budgets;
     let saved: Vec<_> = e.jobs().cloned().collect();
     let unfinished = saved.iter().filter(|j| !j.state.is_terminal()).count();
     // The head a start reads first: every job that was sending, and the waiting ones up to
@@ -727,7 +727,7 @@ fn a_rebuild_keeps_the_pause_and_retries_in_flight_jobs_with_the_same_key() {
         with_headers(429, &[("Retry-After", "30")]),
         10,
     );
-    let changes = e.take_changes();
+    let changes = e.persistence().take_changes();
     // Killed here: the other two were in flight.
     let jobs: Vec<_> = e.jobs().cloned().collect();
     assert_eq!(
@@ -766,9 +766,9 @@ fn only_the_first_round_after_idle_is_saved_before_it_goes_out_and_a_restore_cou
         first.iter().all(|t| t.save_first),
         "the whole round: storage does not say yet that starts may go out unsaved"
     );
-    let saved = e.take_changes();
+    let saved = e.persistence().take_changes();
     assert!(saved.budgets[0].sends_before_saving);
-    e.on_saved(saved.save);
+    e.persistence().on_saved(saved.save);
     for t in &first {
         e.on_response(&t.job_id, ok(), 30);
     }
@@ -814,7 +814,7 @@ fn only_the_first_round_after_idle_is_saved_before_it_goes_out_and_a_restore_cou
     idle.enqueue(post(0), 0).unwrap();
     let t = drain(&mut idle, 0);
     idle.on_response(&t[0].job_id, ok(), 10);
-    assert!(!idle.take_changes().budgets[0].sends_before_saving);
+    assert!(!idle.persistence().take_changes().budgets[0].sends_before_saving);
     idle.enqueue(post(1), 20).unwrap();
     assert!(drain(&mut idle, 2_000)[0].save_first);
 }
@@ -830,26 +830,26 @@ fn while_storage_is_full_starts_go_out_unsaved_and_a_restore_waits_out_the_windo
         e.enqueue(post(i), 0).unwrap();
     }
     // The save of the enqueues landed; then storage fills up.
-    let saved = e.take_changes();
-    e.on_saved(saved.save);
+    let saved = e.persistence().take_changes();
+    e.persistence().on_saved(saved.save);
     let first = drain(&mut e, 0);
     assert!(first.iter().all(|t| t.save_first), "{first:?}");
-    let refused = e.take_changes();
+    let refused = e.persistence().take_changes();
     assert_eq!(refused.budgets.len(), 1, "the first round marks the budget");
-    e.retake(&refused);
+    e.persistence().retake(&refused);
     assert!(
-        e.take_changes().is_empty(),
+        e.persistence().take_changes().is_empty(),
         "a refused save is held apart from the next ones"
     );
-    e.release_held();
-    let again = e.take_changes();
+    e.persistence().release_held();
+    let again = e.persistence().take_changes();
     assert_eq!(
         again.budgets, refused.budgets,
         "and taken again once released"
     );
     assert_eq!(again.jobs, refused.jobs);
-    e.retake(&again);
-    e.set_storage_mode(StorageMode::Unrecorded);
+    e.persistence().retake(&again);
+    e.persistence().set_storage_mode(StorageMode::Unrecorded);
     for t in &first {
         e.on_response(&t.job_id, ok(), 30);
     }
@@ -865,8 +865,8 @@ fn while_storage_is_full_starts_go_out_unsaved_and_a_restore_waits_out_the_windo
     }
     assert_eq!(unsaved, 3, "the limit of 5 still holds in memory");
     // What the refused saves held is taken again, with what changed since.
-    e.release_held();
-    let next = e.take_changes();
+    e.persistence().release_held();
+    let next = e.persistence().take_changes();
     assert_eq!(
         next.budgets.len(),
         1,
@@ -884,7 +884,7 @@ fn while_storage_is_full_starts_go_out_unsaved_and_a_restore_waits_out_the_windo
     // the window as full, and sends nothing until it has moved on.
     let stale: Vec<_> = saved.jobs.clone();
     let mut r = Engine::restore(config, Rng::seeded(2), stale, saved.budgets, now).unwrap();
-    r.count_unrecorded_sends(now);
+    r.persistence().count_unrecorded_sends(now);
     let restored_at = now;
     let mut sent = Vec::new();
     while now < restored_at + 2_500 {
@@ -1059,7 +1059,7 @@ fn edits_of_one_key_are_sent_with_the_etag_of_the_answer_before() {
     );
     // Killed and restored with the done jobs' answers: a third edit goes with v3.
     let jobs: Vec<_> = e.jobs().cloned().collect();
-    let budgets = e.take_changes().budgets;
+    let budgets = e.persistence().take_changes().budgets;
     let mut r = Engine::restore(config, Rng::seeded(2), jobs, budgets, now).unwrap();
     r.enqueue(edit_of_contact("c"), now).unwrap();
     let third = drain(&mut r, now + 1_000);
@@ -1558,8 +1558,8 @@ fn a_count_taken_after_a_request_was_held_back_is_not_read_as_other_callers() {
             // once). Never reported sent, each counted as arriving at every moment until its
             // answer, and the server's count held starts our log placed later.
             let out = drain(&mut e, now);
-            let saved = e.take_changes();
-            e.on_saved(saved.save);
+            let saved = e.persistence().take_changes();
+            e.persistence().on_saved(saved.save);
             for t in &out {
                 if t.save_first {
                     e.on_sent(&t.job_id, now);
@@ -1634,10 +1634,10 @@ fn starts_across_a_hand_over(handover_at: u64, announced: bool) -> Vec<u64> {
                 "nothing may be in flight"
             );
             if announced {
-                assert!(e.hand_over());
+                assert!(e.persistence().hand_over());
             }
-            let changes = e.take_changes();
-            e.on_saved(changes.save);
+            let changes = e.persistence().take_changes();
+            e.persistence().on_saved(changes.save);
             let jobs: Vec<_> = e.jobs().cloned().collect();
             let budgets: Vec<_> = e.budget_states().cloned().collect();
             e = Engine::restore(config.clone(), Rng::seeded(2), jobs, budgets, now).unwrap();

@@ -30,7 +30,7 @@ pub(super) struct Budget {
     /// ([`Transmit::save_first`](super::Transmit::save_first) false) and are not known to be
     /// saved yet. Never more than `concurrency`: that is what a restore counts.
     pub(super) unsaved_starts: u32,
-    /// Of those, the ones no [`Engine::take_changes`](super::Engine::take_changes) has taken yet.
+    /// Of those, the ones no [`Persistence::take_changes`](super::Persistence::take_changes) has taken yet.
     pub(super) untaken_starts: u32,
     /// Where the saved `sends_before_saving` mark stands: a start may go out unsaved only once
     /// storage holds the mark, or a restore would not count it.

@@ -2,7 +2,7 @@
 //! confirmed carry starts that went out unsaved.
 //!
 //! The engine saves by difference: every change marks an id here, and
-//! [`Engine::take_changes`](super::Engine::take_changes) takes the marks in one go, so a burst
+//! [`Persistence::take_changes`](super::Persistence::take_changes) takes the marks in one go, so a burst
 //! of changes to one job is one write. The starts a save carries are kept per save because a
 //! start counts as saved only once the save that took it is confirmed, and only then may
 //! another start go out unsaved (see [`Transmit::save_first`](super::Transmit::save_first)).
@@ -15,7 +15,7 @@ use crate::budget::BudgetState;
 use crate::job::{Job, JobId};
 
 /// What changed since the last call to
-/// [`Engine::take_changes`](super::Engine::take_changes): save it, then broadcast it.
+/// [`Persistence::take_changes`](super::Persistence::take_changes): save it, then broadcast it.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Changes {
@@ -29,12 +29,12 @@ pub struct Changes {
     pub started: Vec<Job>,
     pub removed: Vec<JobId>,
     pub budgets: Vec<BudgetState>,
-    /// Names this save for [`Engine::on_saved`](super::Engine::on_saved).
+    /// Names this save for [`Persistence::on_saved`](super::Persistence::on_saved).
     #[serde(default)]
     pub save: SaveId,
 }
 
-/// One [`Engine::take_changes`](super::Engine::take_changes), in the order they were taken.
+/// One [`Persistence::take_changes`](super::Persistence::take_changes), in the order they were taken.
 pub type SaveId = u64;
 
 impl Changes {
@@ -61,7 +61,7 @@ pub(super) struct SaveLedger {
     /// many each carries per budget.
     saves_with_starts: VecDeque<(SaveId, Vec<(String, u32)>)>,
     /// The marks of saves that storage refused, held apart until the caller tries to save
-    /// them again (see [`Engine::retake`](super::Engine::retake)): taken with every save,
+    /// them again (see [`Persistence::retake`](super::Persistence::retake)): taken with every save,
     /// they would make each save while storage is full as large as everything since.
     held_jobs: IdSet,
     held_removed: IdSet,

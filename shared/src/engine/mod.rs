@@ -2,8 +2,8 @@
 //!
 //! Shaped like `quinn-proto`: the engine owns no clock, socket or timer. Inputs arrive as method
 //! calls that carry `now` ([`Engine::enqueue`], [`Engine::on_response`], ...); outputs are pulled
-//! ([`Engine::poll_transmit`] for the next request to start, [`Engine::take_changes`] for what to
-//! persist and broadcast), and [`Engine::poll_timeout`] names the single next instant at which
+//! ([`Engine::poll_transmit`] for the next request to start, [`Persistence::take_changes`] for
+//! what to persist and broadcast), and [`Engine::poll_timeout`] names the single next instant at which
 //! anything could start, so the worker arms exactly one timer and never polls.
 //!
 //! [`Engine`] holds no algorithm of its own beyond the order in which an input touches its
@@ -23,20 +23,21 @@
 //! checked and made), `placement` (where each waiting job stands; `handle_timeout`), `sending`
 //! (`poll_transmit`, `poll_timeout`, and the room a job's cost needs), `answers` (`on_sent`,
 //! `on_response`, `on_transport_error`, and how a job ends or is retried), `actions` (cancel,
-//! retry, dismiss), `persistence` (`take_changes` and the save protocol around it); this file
+//! retry, dismiss), `persistence` (the save protocol around `take_changes`, behind the
+//! [`Persistence`] view that `Engine::persistence` gives); this file
 //! keeps the type, its construction and restore, and the getters.
 //!
 //! # The order of calls
 //!
 //! What the worker's pump (`crate::pump`) and the simulator do, on every wake-up:
 //! 1. the inputs that arrived, each with its `now`: `enqueue`/`enqueue_many`, `on_response`,
-//!    `on_transport_error`, `on_sent` (a request saved first went out), `on_saved` (a save
-//!    landed), `cancel`/`retry`/`dismiss`, `configure`;
+//!    `on_transport_error`, `on_sent` (a request saved first went out), `persistence().on_saved`
+//!    (a save landed), `cancel`/`retry`/`dismiss`, `configure`;
 //! 2. `handle_timeout(now)`: what fell due happens (backoffs end, done jobs are forgotten);
 //! 3. `poll_transmit(now)` until it returns `None`, starting each request it returns (saving
-//!    `take_changes` first when its `save_first` says so);
-//! 4. `take_changes` when `has_changes`, saved and broadcast, its landing reported with
-//!    `on_saved`;
+//!    `persistence().take_changes` first when its `save_first` says so);
+//! 4. `persistence().take_changes` when `has_changes`, saved and broadcast, its landing
+//!    reported with `persistence().on_saved`;
 //! 5. one timer for `poll_timeout(now)`, whose firing is the next wake-up.
 //!
 //! Getters (`job`, `jobs`, `budget_state`, `snapshot`) may be called at any time.
@@ -80,7 +81,7 @@ use in_flight::{Budget, InFlight, Mark};
 use jobs::JobTable;
 use ledger::SaveLedger;
 pub use ledger::{Changes, SaveId};
-pub use persistence::StorageMode;
+pub use persistence::{Persistence, StorageMode};
 pub use scheduler::AGED_TURN_EVERY;
 use scheduler::{Rank, Scheduler, Turn};
 use snapshot::{count_in, StatusCounters};
@@ -106,11 +107,11 @@ pub struct Transmit {
     pub options: Option<RequestOptions>,
     /// Abort the request after this long and report [`TransportError::Timeout`].
     pub timeout_ms: DurationMs,
-    /// Save [`Engine::take_changes`] before starting this request. When false, the request
+    /// Save [`Persistence::take_changes`] before starting this request. When false, the request
     /// may start at once and its start be saved by the next save, which need not wait for
     /// earlier ones: the saved budget already says that starts may go out unsaved, and a
     /// restore counts `concurrency` of them (see [`Engine::restore`]). The engine keeps that
-    /// true by asking to save first until [`Engine::on_saved`] confirms the save that marked
+    /// true by asking to save first until [`Persistence::on_saved`] confirms the save that marked
     /// the budget, and whenever `concurrency` starts are out unsaved, until it confirms some.
     /// Saving first would hold every request back by a storage commit, a few milliseconds on
     /// every start, which with a few requests in flight is what keeps a worker under the
@@ -164,7 +165,7 @@ pub struct Engine {
     scheduler: Scheduler,
     offline_until: Option<Millis>,
     offline_streak: u32,
-    /// What changed since the last [`Engine::take_changes`], and the unsaved starts of the
+    /// What changed since the last [`Persistence::take_changes`], and the unsaved starts of the
     /// saves not yet confirmed.
     saves: SaveLedger,
     /// Queue waits and attempts per finished job, for the status.

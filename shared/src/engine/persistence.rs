@@ -1,4 +1,8 @@
-//! Saving: what changed since the last save and the protocol around it (`take_changes`, `on_saved`, storage that is full), in the order `pump` calls them.
+//! Saving: what changed since the last save and the protocol around it, behind one view,
+//! [`Persistence`] (`engine.persistence()`): `take_changes`, `on_saved`, and what a storage
+//! that is full asks for (`retake`, `release_held`, [`StorageMode`],
+//! `count_unrecorded_sends`), and `hand_over` to a successor. The worker's pump and the
+//! simulator call them in the order `pump` writes down.
 
 use super::*;
 
@@ -8,54 +12,68 @@ impl Engine {
         self.budgets.values().any(|b| !b.in_flight.is_empty())
     }
 
-    /// Whether [`Engine::take_changes`] has anything to take (besides what it decides itself).
+    /// Whether [`Persistence::take_changes`] has anything to take (besides what it decides itself).
     pub fn has_changes(&self) -> bool {
         self.saves.has_changes()
     }
 
+    /// The save protocol's view of the engine (see the module docs).
+    pub fn persistence(&mut self) -> Persistence<'_> {
+        Persistence { engine: self }
+    }
+}
+
+/// The engine as the worker's storage sees it: what to save, what landed, what storage
+/// refused. Only a view: the state it changes is the engine's (its `SaveLedger`, each budget's
+/// mark and unsaved starts, the storage mode).
+pub struct Persistence<'a> {
+    engine: &'a mut Engine,
+}
+
+impl Persistence<'_> {
     /// Everything that changed since the last call, to save (then broadcast).
     pub fn take_changes(&mut self) -> Changes {
         // Both in id order: a job that also changed otherwise is saved, not just told.
         // Plain loops here: each filtered `collect` is several generic functions in the wasm.
-        let changed = self.saves.take_changed_jobs();
+        let changed = self.engine.saves.take_changed_jobs();
         let mut started = Vec::new();
-        for id in self.saves.take_started_jobs() {
+        for id in self.engine.saves.take_started_jobs() {
             if changed.binary_search(&id).is_err() {
-                if let Some(job) = self.table.get(&id) {
+                if let Some(job) = self.engine.table.get(&id) {
                     started.push(job.clone());
                 }
             }
         }
         let mut jobs = Vec::with_capacity(changed.len());
         for id in &changed {
-            if let Some(job) = self.table.get(id) {
+            if let Some(job) = self.engine.table.get(id) {
                 jobs.push(job.clone());
             }
         }
-        let removed = self.saves.take_removed();
-        let save = self.saves.begin_save();
+        let removed = self.engine.saves.take_removed();
+        let save = self.engine.saves.begin_save();
         let mut carried = Vec::new();
-        for (name, b) in self.budgets.iter_mut() {
+        for (name, b) in self.engine.budgets.iter_mut() {
             // A budget with nothing in flight and nothing ready has no start that could go out
             // unsaved: its next start is saved first again, and a restore owes nothing. (Starts
             // carried by earlier saves are saved once this one is: saves land in order.)
             if b.state.sends_before_saving && b.in_flight.is_empty() && !b.has_ready() {
                 b.state.sends_before_saving = false;
                 b.mark = Mark::NotSaved;
-                self.saves.budget_changed(name.clone());
+                self.engine.saves.budget_changed(name.clone());
             }
             if b.state.sends_before_saving && b.mark == Mark::NotSaved {
                 b.mark = Mark::Saving(save);
-                self.saves.budget_changed(name.clone());
+                self.engine.saves.budget_changed(name.clone());
             }
             if b.untaken_starts > 0 {
                 carried.push((name.clone(), std::mem::take(&mut b.untaken_starts)));
             }
         }
-        self.saves.carries(save, carried);
+        self.engine.saves.carries(save, carried);
         let mut budgets = Vec::new();
-        for name in self.saves.take_changed_budgets() {
-            if let Some(b) = self.budgets.get(&name) {
+        for name in self.engine.saves.take_changed_budgets() {
+            if let Some(b) = self.engine.budgets.get(&name) {
                 budgets.push(b.state.clone());
             }
         }
@@ -72,14 +90,14 @@ impl Engine {
     /// the worker stops) is durable: the unsaved starts it carried are unsaved no longer, and
     /// that many more may go out before being saved.
     pub fn on_saved(&mut self, save: SaveId) {
-        for b in self.budgets.values_mut() {
+        for b in self.engine.budgets.values_mut() {
             if matches!(b.mark, Mark::Saving(s) if s <= save) {
                 b.mark = Mark::Saved;
             }
         }
-        while let Some(carried) = self.saves.pop_confirmed(save) {
+        while let Some(carried) = self.engine.saves.pop_confirmed(save) {
             for (name, n) in carried {
-                if let Some(b) = self.budgets.get_mut(&name) {
+                if let Some(b) = self.engine.budgets.get_mut(&name) {
                     b.unsaved_starts = b.unsaved_starts.saturating_sub(n);
                 }
             }
@@ -87,23 +105,23 @@ impl Engine {
     }
 
     /// Storage refused the save `changes` (it is full): nothing of it landed. What it held is
-    /// held apart from the next saves until [`Engine::release_held`], which marks it again
+    /// held apart from the next saves until [`Persistence::release_held`], which marks it again
     /// for the save after, taken as it is by then.
     pub fn retake(&mut self, changes: &Changes) {
-        self.saves.hold(changes);
+        self.engine.saves.hold(changes);
     }
 
-    /// Marks again everything [`Engine::retake`] held: call before the save that tries
+    /// Marks again everything [`Persistence::retake`] held: call before the save that tries
     /// storage again.
     pub fn release_held(&mut self) {
-        self.saves.release_held();
+        self.engine.saves.release_held();
     }
 
     /// How starts relate to storage from now on (see [`StorageMode`]): the worker says
     /// `Unrecorded` or `Held` once storage refuses every save, and `Recorded` once a save
     /// lands again.
     pub fn set_storage_mode(&mut self, mode: StorageMode) {
-        self.storage = mode;
+        self.engine.storage = mode;
     }
 
     /// A restore from storage that misses the record of some starts (they went out while
@@ -111,7 +129,7 @@ impl Engine {
     /// limit at `now`, the careful side, as none of those starts can have been later than
     /// `now`. Sending resumes once the windows have moved past them.
     pub fn count_unrecorded_sends(&mut self, now: Millis) {
-        for (name, b) in self.budgets.iter_mut() {
+        for (name, b) in self.engine.budgets.iter_mut() {
             let mut most = 0;
             for w in b.state.limiter.windows() {
                 most = most.max(w.limit);
@@ -120,7 +138,7 @@ impl Engine {
             b.state
                 .resources
                 .count_unrecorded(&b.config.resources, most, now);
-            self.saves.budget_changed(name.clone());
+            self.engine.saves.budget_changed(name.clone());
         }
     }
 
@@ -132,11 +150,11 @@ impl Engine {
     /// Returns whether a mark changed (a save must take it; the caller saves next).
     pub fn hand_over(&mut self) -> bool {
         let mut changed = false;
-        for (name, b) in self.budgets.iter_mut() {
+        for (name, b) in self.engine.budgets.iter_mut() {
             if b.state.sends_before_saving && b.in_flight.is_empty() && b.untaken_starts == 0 {
                 b.state.sends_before_saving = false;
                 b.mark = Mark::NotSaved;
-                self.saves.budget_changed(name.clone());
+                self.engine.saves.budget_changed(name.clone());
                 changed = true;
             }
         }
@@ -156,7 +174,7 @@ pub enum StorageMode {
     /// storage it does not need to send. The price is the record of the starts: the worker
     /// marks storage as missing them (a delete still goes through on a full storage), and the
     /// next start from storage counts every window as full
-    /// ([`Engine::count_unrecorded_sends`]).
+    /// ([`Persistence::count_unrecorded_sends`]).
     Unrecorded,
     /// Storage is full and nothing starts at all. The worker holds the queue so while a
     /// journal entry in storage still holds jobs (a large batch saved in one record, then

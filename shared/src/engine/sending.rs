@@ -6,9 +6,9 @@ impl Engine {
     /// The next request to start now among the jobs ready, if any may. Call
     /// [`Engine::handle_timeout`] first when time has passed, then this repeatedly until `None`,
     /// then arm a timer for [`Engine::poll_timeout`]. The start is counted against the budget at once. Persist
-    /// [`Engine::take_changes`] before the fetch when [`Transmit::save_first`] says so (then
+    /// [`Persistence::take_changes`] before the fetch when [`Transmit::save_first`] says so (then
     /// report [`Engine::on_sent`]), else start the fetch at once and persist with the next
-    /// save. Report every save that lands with [`Engine::on_saved`].
+    /// save. Report every save that lands with [`Persistence::on_saved`].
     pub fn poll_transmit(&mut self, now: Millis) -> Option<Transmit> {
         self.poll_start(now, false)
     }

@@ -59,7 +59,7 @@ impl Disk {
     /// whose it was, for them to go on.
     pub(super) fn land_oldest(&mut self, engine: &mut Engine) -> Option<Saver> {
         let SaveInFlight { changes, by } = self.saves.pop_front()?;
-        engine.on_saved(changes.save);
+        engine.persistence().on_saved(changes.save);
         for j in changes.jobs {
             self.jobs.insert(j.id.clone(), j);
         }

@@ -235,7 +235,7 @@ impl<'a> Simulation<'a> {
     /// Begins the pump's own save when it asks for one.
     fn begin_pump_save(&mut self) {
         if self.pump.poll_save() {
-            let changes = self.engine.take_changes();
+            let changes = self.engine.persistence().take_changes();
             self.begin_save(changes, Saver::Pump);
         }
     }
@@ -318,7 +318,7 @@ impl<'a> Simulation<'a> {
             }
         }
         let starts = self.pump.request_save_begins(&mut self.engine, self.now);
-        let changes = self.engine.take_changes();
+        let changes = self.engine.persistence().take_changes();
         if changes.is_empty() {
             self.pump.request_save_ended(starts, true);
         } else {

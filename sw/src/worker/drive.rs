@@ -68,9 +68,9 @@ impl Worker {
         self.pump.driver.borrow().in_flight()
     }
 
-    /// Marks every start as saved for the successor (see `Engine::hand_over`); whether that
+    /// Marks every start as saved for the successor (see `Persistence::hand_over`); whether that
     /// changed anything still to save.
     pub fn hand_over_starts(&self) -> bool {
-        self.engine.borrow_mut().hand_over()
+        self.engine.borrow_mut().persistence().hand_over()
     }
 }

@@ -176,7 +176,7 @@ impl Worker {
         if loaded.schema.is_none() && !loaded.budgets.is_empty() {
             // Saved budgets without the mark that they hold every start: the last instance
             // sent while storage was full (see `Worker::go_on_unrecorded`).
-            engine.count_unrecorded_sends(now);
+            engine.persistence().count_unrecorded_sends(now);
             warn("starts went out unrecorded while storage was full: sending waits until every window has moved past them");
         }
         let folds = Folds::of(&engine);
@@ -185,14 +185,14 @@ impl Worker {
         let mut journaled = None;
         let mut journals = Vec::new();
         if !meta.is_empty() || !loaded.journals.is_empty() {
-            let mut changes = engine.take_changes();
+            let mut changes = engine.persistence().take_changes();
             // Jobs only a journal entry held are saved one per record now, and the entries go.
             add_jobs(&mut changes, &engine, &loaded.from_journals);
             meta.extend(loaded.journals.iter().cloned().map(MetaOp::DeleteJournal));
             match store.save(&changes, &meta, &loaded.from_journals).await {
                 Ok(written) => {
                     journaled = written;
-                    engine.on_saved(changes.save);
+                    engine.persistence().on_saved(changes.save);
                 }
                 // A full storage refuses the rewrite of journaled jobs into records; the queue
                 // starts anyway with storage as it is (the journals still hold those jobs, and
@@ -201,8 +201,9 @@ impl Worker {
                 Err(SwError::StorageFull(e)) => {
                     // Marked again for the pump's first save (which finds storage full, and
                     // goes on as `Worker::go_on_unrecorded` says).
-                    engine.retake(&changes);
-                    engine.release_held();
+                    let mut saves = engine.persistence();
+                    saves.retake(&changes);
+                    saves.release_held();
                     // Each entry goes once there is room and its jobs are written (see
                     // `Worker::keep_journals`).
                     for id in &loaded.journals {

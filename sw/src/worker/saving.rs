@@ -47,7 +47,7 @@ impl Worker {
         if own_changes && self.full_until.get().is_some() {
             return self.save_while_full().await;
         }
-        let mut changes = self.engine.borrow_mut().take_changes();
+        let mut changes = self.engine.borrow_mut().persistence().take_changes();
         if changes.is_empty() && meta.is_empty() {
             return Ok(());
         }
@@ -59,7 +59,10 @@ impl Worker {
         self.carry_journal_share(&mut changes, &mut meta);
         match self.store.save(&changes, &meta, fresh.unwrap_or(&[])).await {
             Ok(journaled) => {
-                self.engine.borrow_mut().on_saved(changes.save);
+                self.engine
+                    .borrow_mut()
+                    .persistence()
+                    .on_saved(changes.save);
                 // Whatever a refused save held back was written before this one or by it.
                 self.journals_wait_for_room.set(false);
                 self.write_journaled(journaled);
@@ -81,20 +84,21 @@ impl Worker {
 
     /// Storage is full (it refused a save of the queue's own changes): the queue goes on
     /// sending rather than stop for want of storage it does not need to send. What the save
-    /// held waits in memory for room ([`Engine::retake`]). A delete still goes through on a
-    /// full storage, so the records of jobs that ended are deleted (a restart must not send
-    /// them again; what they became is in memory and with the pages), and so is the mark that
-    /// storage holds every start (a restart then counts the windows as full,
-    /// [`Engine::count_unrecorded_sends`]). Only once that landed do starts go out without a
-    /// save ([`StorageMode::Unrecorded`], or `Held` while a journal entry still holds jobs).
-    /// New jobs are refused meanwhile
+    /// held waits in memory for room
+    /// ([`Persistence::retake`](sluice_shared::engine::Persistence::retake)). A delete still goes
+    /// through on a full storage, so the records of jobs that ended are deleted (a restart must
+    /// not send them again; what they became is in memory and with the pages), and so is the mark
+    /// that storage holds every start (a restart then counts the windows as full,
+    /// [`Persistence::count_unrecorded_sends`](sluice_shared::engine::Persistence::count_unrecorded_sends)).
+    /// Only once that landed do starts go out without a save ([`StorageMode::Unrecorded`], or
+    /// `Held` while a journal entry still holds jobs). New jobs are refused meanwhile
     /// ([`Worker::refuse_while_full`]).
     pub(super) async fn go_on_unrecorded(
         &self,
         changes: Changes,
         changed: usize,
     ) -> Result<(), SwError> {
-        self.engine.borrow_mut().retake(&changes);
+        self.engine.borrow_mut().persistence().retake(&changes);
         let mut ended = changes.removed.clone();
         for job in &changes.jobs[..changed] {
             if job.state.is_terminal() {
@@ -108,6 +112,7 @@ impl Worker {
         let journal_pending = !self.journals.borrow().is_empty();
         self.engine
             .borrow_mut()
+            .persistence()
             .set_storage_mode(if journal_pending {
                 StorageMode::Held
             } else {
@@ -131,12 +136,13 @@ impl Worker {
         // Both taken at once, so that what is held stays apart from what is news.
         let (news, all) = {
             let mut engine = self.engine.borrow_mut();
-            let news = engine.take_changes();
+            let news = engine.persistence().take_changes();
             let due = self.full_until.get().is_some_and(|t| now_ms() >= t);
             let all = due.then(|| {
-                engine.retake(&news);
-                engine.release_held();
-                engine.take_changes()
+                let mut saves = engine.persistence();
+                saves.retake(&news);
+                saves.release_held();
+                saves.take_changes()
             });
             (news, all)
         };
@@ -145,8 +151,9 @@ impl Worker {
             match self.store.save(&all, &[MetaOp::PutSchema], &[]).await {
                 Ok(_) => {
                     let mut engine = self.engine.borrow_mut();
-                    engine.on_saved(all.save);
-                    engine.set_storage_mode(StorageMode::Recorded);
+                    let mut saves = engine.persistence();
+                    saves.on_saved(all.save);
+                    saves.set_storage_mode(StorageMode::Recorded);
                     drop(engine);
                     self.full_until.set(None);
                     self.journals_wait_for_room.set(false);
@@ -160,7 +167,7 @@ impl Worker {
                     return Ok(());
                 }
                 Err(SwError::StorageFull(_)) => {
-                    self.engine.borrow_mut().retake(&all);
+                    self.engine.borrow_mut().persistence().retake(&all);
                     self.full_until.set(Some(now_ms() + FULL_STORAGE_RETRY_MS));
                 }
                 Err(e) => {
