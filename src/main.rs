@@ -521,6 +521,8 @@ impl From<&ApiArgs> for ApiConfig {
             headers: a.headers,
             count_rejected: a.count_rejected,
             seed: a.seed,
+            // Set through the control API only (`bearer` in `POST /__sluice/config`).
+            bearer: None,
         }
     }
 }

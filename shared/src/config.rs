@@ -69,6 +69,10 @@ pub struct BudgetConfig {
     /// What else the API counts besides requests (tokens, points, items), each with its
     /// windows; a job spends its `cost` of each (see `resources`).
     pub resources: Vec<ResourceConfig>,
+    /// Statuses that mean "these credentials were refused" (`401`, and a `403` an API uses so):
+    /// the job is not failed, the budget waits for new credentials from a page
+    /// (`setCredentials`) and sends it again with them. Empty: such answers fail as any 4xx.
+    pub wait_for_credentials_on: Vec<u16>,
 }
 
 impl Default for BudgetConfig {
@@ -85,6 +89,7 @@ impl Default for BudgetConfig {
             preflight_max_age_ms: crate::preflight::DEFAULT_PREFLIGHT_MAX_AGE_MS,
             body_rules: vec![],
             resources: vec![],
+            wait_for_credentials_on: vec![401],
         }
     }
 }
@@ -306,6 +311,17 @@ impl BudgetConfig {
                 "budget '{}': targetUtilization must be in (0, 1], got {}",
                 self.name,
                 crate::json::display_f64(self.target_utilization)
+            ));
+        }
+        if let Some(s) = self
+            .wait_for_credentials_on
+            .iter()
+            .find(|s| !(400..500).contains(*s) || **s == 429)
+        {
+            return err(format!(
+                "budget '{}': waitForCredentialsOn lists {s}, which is no refusal of credentials \
+                 (use statuses 400-499 such as 401 and 403, but not 429)",
+                self.name
             ));
         }
         for (i, rule) in self.body_rules.iter().enumerate() {

@@ -249,17 +249,26 @@ pub struct RetryWith {
 impl RetryWith {
     /// `headers` with these set over them, by name in any case.
     pub fn headers_over(&self, headers: &[(String, String)]) -> Vec<(String, String)> {
-        let Some(set) = &self.headers else {
-            return headers.to_vec();
-        };
-        let mut out: Vec<(String, String)> = headers
-            .iter()
-            .filter(|(name, _)| !set.iter().any(|(n, _)| n.eq_ignore_ascii_case(name)))
-            .cloned()
-            .collect();
-        out.extend(set.iter().cloned());
-        out
+        match &self.headers {
+            Some(set) => headers_set_over(headers, set),
+            None => headers.to_vec(),
+        }
     }
+}
+
+/// `base` with each header of `set` in place of any of that name (names compared as HTTP
+/// compares them, ignoring ASCII case): a retry's replacements, a budget's credentials.
+pub fn headers_set_over(
+    base: &[(String, String)],
+    set: &[(String, String)],
+) -> Vec<(String, String)> {
+    let mut out: Vec<(String, String)> = base
+        .iter()
+        .filter(|(name, _)| !set.iter().any(|(n, _)| n.eq_ignore_ascii_case(name)))
+        .cloned()
+        .collect();
+    out.extend(set.iter().cloned());
+    out
 }
 
 /// What the server said about a finished attempt, kept with a done job for its callers.

@@ -71,6 +71,12 @@ pub enum Request {
     Dismiss {
         id: String,
     },
+    /// Headers to send with every job of a budget from now on, in place of the jobs' own of
+    /// those names (see `Engine::set_credentials`).
+    SetCredentials {
+        budget: String,
+        headers: Vec<(String, String)>,
+    },
     /// A page's [`EngineConfig`](crate::config::EngineConfig), as it wrote it: read by the worker (see [`RawJson`] why the
     /// page client does not).
     Configure {
@@ -135,6 +141,9 @@ pub enum ReplyBody {
     },
     Dismissed {
         id: JobId,
+    },
+    CredentialsSet {
+        budget: String,
     },
     Configured,
     /// A [`Status`](crate::status::Status), as the worker wrote it (see [`RawJson`]).
@@ -616,6 +625,10 @@ mod tests {
                 headers: Some(vec![("If-Match".into(), "\"v2\"".into())]),
             },
             Request::Dismiss { id: "j".into() },
+            Request::SetCredentials {
+                budget: "api".into(),
+                headers: vec![("Authorization".into(), "Bearer t2".into())],
+            },
             Request::Configure {
                 config: RawJson::of(&EngineConfig::default()),
             },
@@ -634,6 +647,7 @@ mod tests {
                 | Request::Cancel { .. }
                 | Request::Retry { .. }
                 | Request::Dismiss { .. }
+                | Request::SetCredentials { .. }
                 | Request::Configure { .. }
                 | Request::Snapshot
                 | Request::Jobs { .. }

@@ -51,6 +51,10 @@ pub struct BudgetStatus {
     pub pause_reason: Option<String>,
     /// Sending is held until the user retries (retries ran out).
     pub trouble: Option<String>,
+    /// Sending is held until a page gives new credentials (`setCredentials`): the server
+    /// refused the ones the jobs went with. What a page reacts to by signing in again.
+    #[serde(default)]
+    pub credentials_needed: Option<String>,
     /// Requests out far longer than answers take (a lost answer, a hung connection): what
     /// the queue does about them, so that a count of requests in flight that stops moving
     /// is explained.
@@ -95,8 +99,8 @@ pub struct GroupStatus {
     pub waiting: u64,
     /// By when its budget will have sent what it has pending, this group's jobs included, at
     /// the rate it achieves (0 when the group has nothing pending; `None` while the budget is
-    /// held for trouble). The group's own jobs may be done sooner when other work shares the
-    /// budget.
+    /// held for trouble or waits for credentials). The group's own jobs may be done sooner
+    /// when other work shares the budget.
     #[serde(default)]
     pub eta_ms: Option<DurationMs>,
     /// Set when the group needs more than a whole window's budget.
@@ -299,6 +303,7 @@ mod tests {
                 paused_until: Some(6),
                 pause_reason: Some("r".into()),
                 trouble: None,
+                credentials_needed: None,
                 overdue: Some("o".into()),
                 server_remaining: Some(0),
                 server_reset_at: None,

@@ -56,6 +56,9 @@ pub struct ApiConfig {
     pub count_rejected: bool,
     /// Seed for arrival and latency jitter and fault rolls; `None` seeds from the clock.
     pub seed: Option<u64>,
+    /// When set, `/api/` answers 401 (not counted, not applied) to any request whose
+    /// `Authorization` is not `Bearer <this>`: a token that expires when a test changes it.
+    pub bearer: Option<String>,
 }
 
 impl Default for ApiConfig {
@@ -73,6 +76,7 @@ impl Default for ApiConfig {
             headers: HeaderMode::Xrate,
             count_rejected: false,
             seed: None,
+            bearer: None,
         }
     }
 }
@@ -115,6 +119,8 @@ pub struct ConfigPatch {
     pub headers: Option<HeaderMode>,
     pub count_rejected: Option<bool>,
     pub seed: Option<u64>,
+    /// The token `/api/` accepts from now on; an empty one accepts any request again.
+    pub bearer: Option<String>,
 }
 
 impl ConfigPatch {
@@ -137,6 +143,9 @@ impl ConfigPatch {
         );
         if self.seed.is_some() {
             c.seed = self.seed;
+        }
+        if let Some(token) = &self.bearer {
+            c.bearer = (!token.is_empty()).then(|| token.clone());
         }
     }
 }

@@ -73,6 +73,19 @@ pub(super) async fn api_request(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
+    if let Some(token) = api.config().bearer {
+        let given = headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok());
+        if given != Some(format!("Bearer {token}").as_str()) {
+            let mut res =
+                Json(serde_json::json!({ "error": "invalid or expired token" })).into_response();
+            *res.status_mut() = StatusCode::UNAUTHORIZED;
+            res.headers_mut()
+                .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+            return res;
+        }
+    }
     let idempotency_key = headers
         .get("idempotency-key")
         .and_then(|v| v.to_str().ok())

@@ -25,6 +25,7 @@ mod support;
 mod basic;
 mod bench;
 mod conflicts;
+mod credentials;
 mod demo;
 mod dialects;
 mod firefox;

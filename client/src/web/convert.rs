@@ -227,6 +227,19 @@ pub(super) fn retry_with_from_js(options: &JsValue) -> Result<RetryWith, ClientE
     Ok(RetryWith { body, headers })
 }
 
+/// `setCredentials`' headers: an object of names and values, as a job's `headers`.
+pub(super) fn credentials_from_js(headers: &JsValue) -> Result<Vec<(String, String)>, ClientError> {
+    let invalid = |m: String| ClientError::InvalidJob(format!("credentials: {m}"));
+    if !headers.is_object() {
+        return Err(invalid(
+            "an object of header names and values, like {Authorization: 'Bearer ...'}".into(),
+        ));
+    }
+    let text = json_text(headers).map_err(invalid)?;
+    let value = json::parse(&text).map_err(|e| invalid(e.0))?;
+    job::read_headers(&value).map_err(|e| invalid(e.0))
+}
+
 /// A page's job object to the wire job.
 pub(super) fn job_from_js(job: &JsValue, urls: &UrlResolver) -> Result<JobSpec, ClientError> {
     if !job.is_object() {

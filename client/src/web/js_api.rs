@@ -11,12 +11,12 @@ use crate::core::{Answer, ClientError};
 use crate::input::{self, RegisterOptions};
 
 use super::convert::{
-    done_to_js, error_to_js, from_js_json, job_from_js, jobs_from_js, json_text,
-    retry_with_from_js, set, to_js, UrlResolver,
+    credentials_from_js, done_to_js, error_to_js, from_js_json, job_from_js, jobs_from_js,
+    json_text, retry_with_from_js, set, to_js, UrlResolver,
 };
 use super::{
-    cancelled, configured, dismissed, enqueued, enqueued_many, job_list, jobs_of, retried,
-    snapshot, Inner, Listener, Sluice,
+    cancelled, configured, credentials_set, dismissed, enqueued, enqueued_many, job_list, jobs_of,
+    retried, snapshot, Inner, Listener, Sluice,
 };
 
 /// The promise of the JS API for a request: its answer made a JS value by `to_js`, or the
@@ -128,6 +128,25 @@ impl Sluice {
             set(&obj, "id", &JsValue::from_str(&id));
             set(&obj, "done", &done_to_js(done));
             Ok(obj.into())
+        })
+    }
+
+    /// Headers to send with every job of `budget` from now on (`{Authorization: 'Bearer
+    /// ...'}`), each in place of the job's own of that name; ends the budget's wait after the
+    /// server refused the old ones.
+    #[wasm_bindgen(js_name = setCredentials, unchecked_return_type = "Promise<void>")]
+    pub fn set_credentials_js(
+        &self,
+        budget: String,
+        #[wasm_bindgen(unchecked_param_type = "Record<string, string>")] headers: JsValue,
+    ) -> Promise {
+        let headers = match credentials_from_js(&headers) {
+            Ok(headers) => headers,
+            Err(e) => return Promise::reject(&error_to_js(e)),
+        };
+        let request = Request::SetCredentials { budget, headers };
+        answer_promise(&self.inner, request, |answer| {
+            credentials_set(answer).map(|_| JsValue::UNDEFINED)
         })
     }
 

@@ -326,6 +326,22 @@ impl Sluice {
         )
     }
 
+    /// Headers to send with every job of `budget` from now on, each in place of the job's own
+    /// of that name (a fresh `Authorization`), and the end of the budget's wait for them when
+    /// the server refused the old ones (`credentialsNeeded` in its status). Kept in the
+    /// worker's memory only.
+    pub async fn set_credentials(
+        &self,
+        budget: &str,
+        headers: Vec<(String, String)>,
+    ) -> Result<(), ClientError> {
+        let request = Request::SetCredentials {
+            budget: budget.into(),
+            headers,
+        };
+        credentials_set(self.inner.request(request).await?)
+    }
+
     /// Replaces the worker's configuration (budgets, retries, lanes).
     pub async fn configure(&self, config: EngineConfig) -> Result<(), ClientError> {
         let config = RawJson::of(&config);
@@ -435,6 +451,13 @@ pub(super) fn dismissed(answer: Answer) -> Result<JobId, ClientError> {
     match answer.body {
         ReplyBody::Dismissed { id } => Ok(id),
         other => Err(unexpected_reply("dismissed", &other)),
+    }
+}
+
+pub(super) fn credentials_set(answer: Answer) -> Result<(), ClientError> {
+    match answer.body {
+        ReplyBody::CredentialsSet { .. } => Ok(()),
+        other => Err(unexpected_reply("credentialsSet", &other)),
     }
 }
 

@@ -130,6 +130,9 @@ export interface RateWindow { limit: number; lengthMs: number; }
 export interface BudgetStatus {
   name: string; windows: RateWindow[]; concurrency: number; inFlight: number; pending: number;
   pausedUntil: number | null; pauseReason: string | null; trouble: string | null;
+  /** Set while the server refused the credentials the budget's jobs went with: nothing is
+   * sent until a page calls setCredentials(budget, headers) with new ones. */
+  credentialsNeeded: string | null;
   /** Requests out far longer than answers take (a lost answer, a hung connection). */
   overdue: string | null;
   serverRemaining: number | null; serverResetAt: number | null; etaMs: number | null;
@@ -154,7 +157,8 @@ export interface GroupStatus {
   /** Jobs the server answered with a conflict, waiting for the page to resolve them. */
   conflicts: number;
   /** By when its budget will have sent what it has pending, this group's jobs included (0 when
-   * the group has nothing pending; null while the budget is held for trouble). */
+   * the group has nothing pending; null while the budget is held for trouble or waits for
+   * credentials). */
   etaMs: number | null;
   warning: string | null;
 }

@@ -85,6 +85,12 @@ pub struct BudgetState {
     pub retry_tokens: f64,
     /// Set when retries ran out: nothing is sent on this budget until the user retries.
     pub trouble: Option<String>,
+    /// Set when the server refused a request's credentials (a status of the budget's
+    /// `waitForCredentialsOn`): nothing is sent on this budget until a page gives new ones
+    /// (`Engine::set_credentials`). Saved, so a restarted worker waits too rather than sending
+    /// the old ones again.
+    #[serde(default)]
+    pub credentials_needed: Option<String>,
     /// Rate-limit responses in a row without a success, for the pause when none is named.
     pub consecutive_rate_limits: u32,
     pub counters: BudgetCounters,
@@ -148,6 +154,7 @@ impl BudgetState {
             server: None,
             retry_tokens: retry.retry_reserve,
             trouble: None,
+            credentials_needed: None,
             consecutive_rate_limits: 0,
             counters: BudgetCounters::default(),
             learned: Vec::new(),
@@ -201,9 +208,13 @@ impl BudgetState {
         Ok(())
     }
 
-    /// When the next request may start, or `None` while the budget is held (trouble) or full.
+    /// When the next request may start, or `None` while the budget is held (trouble, or waiting
+    /// for credentials) or full.
     pub fn next_start_at(&self, now: Millis, in_flight: usize, concurrency: u32) -> Option<Millis> {
-        if self.trouble.is_some() || in_flight >= concurrency as usize {
+        if self.trouble.is_some()
+            || self.credentials_needed.is_some()
+            || in_flight >= concurrency as usize
+        {
             return None;
         }
         let mut at = self.limiter.next_start_at(now);

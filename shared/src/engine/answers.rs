@@ -74,6 +74,13 @@ impl Engine {
             }
         }
         self.saves.budget_changed(budget_name.clone());
+        let refuses_credentials = self.budgets.get(&budget_name).is_some_and(|b| {
+            !signal.rate_limited && b.config.wait_for_credentials_on.contains(&response.status)
+        });
+        if refuses_credentials {
+            self.on_credentials_refused(&id, &budget_name, response.status, now);
+            return;
+        }
         match classify(response.status, signal.rate_limited) {
             Verdict::Success => {
                 if let Some(b) = self.budgets.get_mut(&budget_name) {
@@ -222,6 +229,35 @@ impl Engine {
         if let Some(job) = self.table.get_mut(id) {
             job.not_before = job.not_before.max(now.saturating_add(wait));
         }
+        self.saves.job_changed(id.clone());
+        self.place(id, now);
+    }
+
+    /// The server refused the credentials `id` was sent with (a status of the budget's
+    /// `waitForCredentialsOn`): the job goes back to its place with no attempt spent, and the
+    /// budget sends nothing until a page gives new credentials ([`Engine::set_credentials`]).
+    /// Retrying with the same ones would only be refused again, in a loop, until the job ran
+    /// out of attempts and failed although nothing was wrong with it.
+    pub(super) fn on_credentials_refused(
+        &mut self,
+        id: &JobId,
+        budget_name: &str,
+        status: u16,
+        now: Millis,
+    ) {
+        if let Some(b) = self.budgets.get_mut(budget_name) {
+            let given = if self.credentials.contains_key(budget_name) {
+                "the credentials a page gave"
+            } else {
+                "its jobs' own credentials"
+            };
+            b.state.credentials_needed = Some(format!(
+                "budget '{budget_name}': the server refused {given} (HTTP {status}); \
+                 waiting for new ones from a page (setCredentials)"
+            ));
+            self.saves.budget_changed(budget_name.to_string());
+        }
+        let _ = self.table.transition(id, JobState::Queued);
         self.saves.job_changed(id.clone());
         self.place(id, now);
     }

@@ -66,7 +66,9 @@ use crate::budget::{BudgetState, Trip};
 use crate::config::{ConfigError, EngineConfig};
 use crate::headers::{read_signal, Headers, ServerSignal};
 use crate::id_map::IdMap;
-use crate::job::{Job, JobError, JobId, JobKind, JobOutcome, JobSpec, JobState, RetryWith};
+use crate::job::{
+    headers_set_over, Job, JobError, JobId, JobKind, JobOutcome, JobSpec, JobState, RetryWith,
+};
 use crate::preflight::needs_preflight;
 use crate::random::{uuid_v4_from, IdentifierSource, Rng};
 use crate::request_options::RequestOptions;
@@ -174,6 +176,9 @@ pub struct Engine {
     storage: StorageMode,
     /// The last `ETag` answered per key, for jobs sent with it as `If-Match`.
     etags: KeyEtags,
+    /// Headers a page gave per budget (`set_credentials`), set over each job's own when it is
+    /// sent. In memory only: credentials are not kept at rest.
+    credentials: std::collections::BTreeMap<String, Vec<(String, String)>>,
 }
 
 impl Engine {
@@ -200,6 +205,7 @@ impl Engine {
             counters: StatusCounters::default(),
             storage: StorageMode::Recorded,
             etags: KeyEtags::default(),
+            credentials: Default::default(),
         })
     }
 

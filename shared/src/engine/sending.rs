@@ -100,7 +100,10 @@ impl Engine {
             job_id: id.clone(),
             method: job.method.clone(),
             url: job.url.clone(),
-            headers: self.etags.request_headers(job),
+            headers: match self.credentials.get(&job.budget) {
+                Some(set) => headers_set_over(&self.etags.request_headers(job), set),
+                None => self.etags.request_headers(job),
+            },
             body: job.body.clone(),
             options: job.options.clone(),
             timeout_ms,

@@ -73,7 +73,7 @@ impl StatusCounters {
                 .binary_search_by(|c| c.id.cmp(name))
                 .map_or(0, |i| tally.budgets[i].pending());
             let blocked = b.state.blocked_until(now);
-            let eta_ms = if b.state.trouble.is_some() {
+            let eta_ms = if b.state.trouble.is_some() || b.state.credentials_needed.is_some() {
                 None
             } else if pending == 0 {
                 Some(0)
@@ -121,6 +121,7 @@ impl StatusCounters {
                     None
                 },
                 trouble: b.state.trouble.clone(),
+                credentials_needed: b.state.credentials_needed.clone(),
                 overdue: b.overdue_note(now),
                 server_remaining: server.map(|s| s.remaining),
                 server_reset_at: server.map(|s| s.reset_at),

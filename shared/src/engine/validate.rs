@@ -37,18 +37,7 @@ impl Engine {
                 });
             }
         }
-        for (name, value) in &spec.headers {
-            if name.is_empty() || !name.bytes().all(is_token_byte) {
-                return Err(EngineError::InvalidRequest {
-                    message: format!("'{name}' is not a valid header name"),
-                });
-            }
-            if value.bytes().any(|b| b == b'\r' || b == b'\n' || b == 0) {
-                return Err(EngineError::InvalidRequest {
-                    message: format!("the value of header '{name}' contains a line break"),
-                });
-            }
-        }
+        check_headers(&spec.headers)?;
         if let Some(options) = &spec.options {
             options.validate()?;
         }
@@ -88,6 +77,23 @@ impl Engine {
         };
         Ok((budget, method))
     }
+}
+
+/// Header names an HTTP token, values without line breaks or NULs: what `fetch` would refuse.
+pub(super) fn check_headers(headers: &[(String, String)]) -> Result<(), EngineError> {
+    for (name, value) in headers {
+        if name.is_empty() || !name.bytes().all(is_token_byte) {
+            return Err(EngineError::InvalidRequest {
+                message: format!("'{name}' is not a valid header name"),
+            });
+        }
+        if value.bytes().any(|b| b == b'\r' || b == b'\n' || b == 0) {
+            return Err(EngineError::InvalidRequest {
+                message: format!("the value of header '{name}' contains a line break"),
+            });
+        }
+    }
+    Ok(())
 }
 
 fn is_token_byte(b: u8) -> bool {

@@ -259,6 +259,10 @@ impl Worker {
                 self.engine.borrow_mut().dismiss(&id)?;
                 (ReplyBody::Dismissed { id }, None)
             }
+            Request::SetCredentials { budget, headers } => {
+                self.engine.borrow_mut().set_credentials(&budget, headers)?;
+                (ReplyBody::CredentialsSet { budget }, None)
+            }
             Request::Configure { config } => {
                 // Read here, not by the page client (see `RawJson`): with the reader's words.
                 let mut config: EngineConfig = config

@@ -1,0 +1,161 @@
+//! Credentials that expire while jobs wait (issue 39): a 401 does not fail the job, the budget
+//! waits for new credentials from a page, and each job is sent once with them.
+
+use sluice_shared::config::{BudgetConfig, EngineConfig, Window};
+use sluice_shared::engine::{Engine, Response, Transmit};
+use sluice_shared::job::{JobKind, JobSpec, JobState, Lane};
+use sluice_shared::random::Rng;
+
+fn engine() -> Engine {
+    let budget = BudgetConfig {
+        name: "api".into(),
+        windows: vec![Window {
+            limit: 10,
+            length_ms: 1_000,
+        }],
+        concurrency: 4,
+        match_prefixes: vec!["https://api.example/".into()],
+        ..BudgetConfig::default()
+    };
+    Engine::new(
+        EngineConfig {
+            budgets: vec![budget],
+            ..EngineConfig::default()
+        },
+        Rng::seeded(7),
+    )
+    .unwrap()
+}
+
+fn create(n: usize, token: &str) -> JobSpec {
+    JobSpec {
+        kind: JobKind::Create,
+        method: "POST".into(),
+        url: "https://api.example/contacts".into(),
+        lane: Lane::Bulk,
+        headers: vec![("Authorization".into(), format!("Bearer {token}"))],
+        body: Some(format!("{{\"n\":{n}}}")),
+        ..JobSpec::default()
+    }
+}
+
+fn drain(e: &mut Engine, now: u64) -> Vec<Transmit> {
+    e.handle_timeout(now);
+    std::iter::from_fn(|| e.poll_transmit(now)).collect()
+}
+
+fn authorization(t: &Transmit) -> String {
+    t.headers
+        .iter()
+        .filter(|(n, _)| n.eq_ignore_ascii_case("authorization"))
+        .map(|(_, v)| v.clone())
+        .collect::<Vec<_>>()
+        .join(" | ")
+}
+
+/// A server that accepts one token: the jobs enqueued with an older one are refused with 401,
+/// the budget then sends nothing (no loop of refusals, no attempt spent, no job failed) and
+/// says why in its status, until a page gives the new token; then every job is sent once more,
+/// with it alone, and is done. A wrong new token is refused once per job in flight, not more.
+#[test]
+fn a_refused_token_holds_the_budget_until_a_page_gives_a_new_one() {
+    let mut e = engine();
+    let ids: Vec<String> = (0..8)
+        .map(|n| e.enqueue(create(n, "t1"), 0).unwrap().id)
+        .collect();
+    let answer = |e: &mut Engine, t: &Transmit, valid: &str, now: u64| {
+        let status = if authorization(t) == format!("Bearer {valid}") {
+            201
+        } else {
+            401
+        };
+        e.on_response(
+            &t.job_id,
+            Response {
+                status,
+                headers: vec![],
+                body: String::new(),
+            },
+            now,
+        );
+        status
+    };
+    // The token expired before anything was sent: the first requests are refused.
+    let mut refused = 0;
+    let mut now = 0;
+    while now < 5_000 {
+        for t in drain(&mut e, now) {
+            if answer(&mut e, &t, "t2", now + 20) == 401 {
+                refused += 1;
+            }
+        }
+        now += 10;
+    }
+    assert!(
+        (1..=4).contains(&refused),
+        "{refused} refusals: at most the requests in flight when the first came"
+    );
+    let status = e.snapshot(now);
+    let needed = status.budgets[0].credentials_needed.clone();
+    assert!(
+        needed.as_deref().is_some_and(|s| s.contains("401")),
+        "{needed:?}"
+    );
+    for id in &ids {
+        let job = e.job(id).unwrap();
+        assert_eq!(job.state, JobState::Queued, "{id}");
+        assert_eq!(job.attempts, 0, "a refusal of credentials is no attempt");
+    }
+    // A wrong new token: refused again, and again the budget waits.
+    e.set_credentials("api", vec![("authorization".into(), "Bearer t3".into())])
+        .unwrap();
+    let mut wrong = 0;
+    for _ in 0..500 {
+        for t in drain(&mut e, now) {
+            assert_eq!(
+                authorization(&t),
+                "Bearer t3",
+                "the page's, in place of the job's"
+            );
+            if answer(&mut e, &t, "t2", now + 20) == 401 {
+                wrong += 1;
+            }
+        }
+        now += 10;
+    }
+    assert!((1..=4).contains(&wrong), "{wrong}");
+    assert!(e.snapshot(now).budgets[0].credentials_needed.is_some());
+    // The right one: everything goes, once each, and is done.
+    e.set_credentials("api", vec![("Authorization".into(), "Bearer t2".into())])
+        .unwrap();
+    assert!(e.snapshot(now).budgets[0].credentials_needed.is_none());
+    let mut sent = 0;
+    for _ in 0..500 {
+        for t in drain(&mut e, now) {
+            sent += 1;
+            assert_eq!(answer(&mut e, &t, "t2", now + 20), 201);
+        }
+        now += 10;
+    }
+    assert_eq!(sent, ids.len());
+    for id in &ids {
+        assert_eq!(e.job(id).unwrap().state, JobState::Done, "{id}");
+    }
+}
+
+/// Credentials for a budget that does not exist, or headers `fetch` would refuse, are refused
+/// with the reason.
+#[test]
+fn credentials_for_no_budget_or_with_a_bad_header_are_refused() {
+    let mut e = engine();
+    let err = e
+        .set_credentials("nope", vec![("Authorization".into(), "x".into())])
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("unknown budget 'nope'"), "{err}");
+    let err = e
+        .set_credentials("api", vec![("Authorization".into(), "a\nb".into())])
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("line break"), "{err}");
+}
