@@ -159,3 +159,61 @@ fn credentials_for_no_budget_or_with_a_bad_header_are_refused() {
         .to_string();
     assert!(err.contains("line break"), "{err}");
 }
+
+/// A page that gives new credentials at the first 401, while other requests with the old ones
+/// are still on their way: their 401s, which come after, refuse the old credentials, not the
+/// new ones, so the budget does not wait again; each job goes once more with the new ones.
+#[test]
+fn refusals_of_the_old_credentials_after_new_ones_hold_nothing() {
+    let mut e = engine();
+    for n in 0..4 {
+        e.enqueue(create(n, "t1"), 0).unwrap();
+    }
+    let mut now = 0;
+    let mut first = Vec::new();
+    while first.len() < 4 && now < 2_000 {
+        first.extend(drain(&mut e, now));
+        now += 10;
+    }
+    assert_eq!(first.len(), 4, "four in flight");
+    let refused = |e: &mut Engine, t: &Transmit, now: u64| {
+        e.on_response(
+            &t.job_id,
+            Response {
+                status: 401,
+                headers: vec![],
+                body: String::new(),
+            },
+            now,
+        );
+    };
+    refused(&mut e, &first[0], now);
+    assert!(e.snapshot(now).budgets[0].credentials_needed.is_some());
+    e.set_credentials("api", vec![("Authorization".into(), "Bearer t2".into())])
+        .unwrap();
+    for t in &first[1..] {
+        refused(&mut e, t, now + 5);
+    }
+    assert!(
+        e.snapshot(now + 5).budgets[0].credentials_needed.is_none(),
+        "the late 401s were of the old token"
+    );
+    let mut again = 0;
+    for _ in 0..300 {
+        for t in drain(&mut e, now) {
+            assert_eq!(authorization(&t), "Bearer t2");
+            again += 1;
+            e.on_response(
+                &t.job_id,
+                Response {
+                    status: 201,
+                    headers: vec![],
+                    body: String::new(),
+                },
+                now + 20,
+            );
+        }
+        now += 10;
+    }
+    assert_eq!(again, 4);
+}

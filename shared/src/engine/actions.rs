@@ -135,7 +135,14 @@ impl Engine {
         if b.state.credentials_needed.take().is_some() {
             self.saves.budget_changed(budget.to_string());
         }
-        self.credentials.insert(budget.to_string(), headers);
+        let generation = self.credentials.get(budget).map_or(0, |c| c.generation) + 1;
+        self.credentials.insert(
+            budget.to_string(),
+            PageCredentials {
+                generation,
+                headers,
+            },
+        );
         Ok(())
     }
 

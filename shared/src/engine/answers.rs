@@ -29,7 +29,8 @@ impl Engine {
     /// The response to a job's request arrived.
     pub fn on_response(&mut self, id: &str, response: Response, now: Millis) {
         let mut signal = read_signal(response.status, &response.headers, now);
-        let Some((budget_name, trip, _)) = self.take_in_flight(id, now, Some(&signal)) else {
+        let Some((budget_name, trip, _, credentials)) = self.take_in_flight(id, now, Some(&signal))
+        else {
             return;
         };
         let started = trip.started;
@@ -78,7 +79,7 @@ impl Engine {
             !signal.rate_limited && b.config.wait_for_credentials_on.contains(&response.status)
         });
         if refuses_credentials {
-            self.on_credentials_refused(&id, &budget_name, response.status, now);
+            self.on_credentials_refused(&id, &budget_name, response.status, credentials, now);
             return;
         }
         match classify(response.status, signal.rate_limited) {
@@ -237,16 +238,28 @@ impl Engine {
     /// `waitForCredentialsOn`): the job goes back to its place with no attempt spent, and the
     /// budget sends nothing until a page gives new credentials ([`Engine::set_credentials`]).
     /// Retrying with the same ones would only be refused again, in a loop, until the job ran
-    /// out of attempts and failed although nothing was wrong with it.
+    /// out of attempts and failed although nothing was wrong with it. A request that went
+    /// with older credentials than a page has given since (`sent_with`) holds nothing: its
+    /// refusal was of those, and a page that gave new ones at the first 401 would otherwise
+    /// see the budget wait again for the 401s still on their way.
     pub(super) fn on_credentials_refused(
         &mut self,
         id: &JobId,
         budget_name: &str,
         status: u16,
+        sent_with: u64,
         now: Millis,
     ) {
-        if let Some(b) = self.budgets.get_mut(budget_name) {
-            let given = if self.credentials.contains_key(budget_name) {
+        let current = self
+            .credentials
+            .get(budget_name)
+            .map_or(0, |c| c.generation);
+        if let Some(b) = self
+            .budgets
+            .get_mut(budget_name)
+            .filter(|_| sent_with == current)
+        {
+            let given = if current > 0 {
                 "the credentials a page gave"
             } else {
                 "its jobs' own credentials"
@@ -264,7 +277,7 @@ impl Engine {
 
     /// The job's request got no response.
     pub fn on_transport_error(&mut self, id: &str, error: TransportError, now: Millis) {
-        let Some((budget_name, _, given_ms)) = self.take_in_flight(id, now, None) else {
+        let Some((budget_name, _, given_ms, _)) = self.take_in_flight(id, now, None) else {
             return;
         };
         let id: JobId = id.to_string();
@@ -330,7 +343,7 @@ impl Engine {
         id: &str,
         now: Millis,
         answer: Option<&ServerSignal>,
-    ) -> Option<(String, Trip, DurationMs)> {
+    ) -> Option<(String, Trip, DurationMs, u64)> {
         let job = self.table.get(id)?;
         if job.state != JobState::Sending {
             return None;
@@ -401,6 +414,7 @@ impl Engine {
                 unplaced,
             },
             attempt.timeout_ms,
+            attempt.credentials,
         ))
     }
 

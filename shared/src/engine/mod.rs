@@ -178,7 +178,14 @@ pub struct Engine {
     etags: KeyEtags,
     /// Headers a page gave per budget (`set_credentials`), set over each job's own when it is
     /// sent. In memory only: credentials are not kept at rest.
-    credentials: std::collections::BTreeMap<String, Vec<(String, String)>>,
+    credentials: std::collections::BTreeMap<String, PageCredentials>,
+}
+
+/// A budget's credentials from a page, and how many times a page gave them: a refusal of a
+/// request sent with older ones says nothing of these.
+pub(super) struct PageCredentials {
+    generation: u64,
+    headers: Vec<(String, String)>,
 }
 
 impl Engine {

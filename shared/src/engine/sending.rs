@@ -101,7 +101,7 @@ impl Engine {
             method: job.method.clone(),
             url: job.url.clone(),
             headers: match self.credentials.get(&job.budget) {
-                Some(set) => headers_set_over(&self.etags.request_headers(job), set),
+                Some(c) => headers_set_over(&self.etags.request_headers(job), &c.headers),
                 None => self.etags.request_headers(job),
             },
             body: job.body.clone(),
@@ -142,6 +142,10 @@ impl Engine {
             unsent: save_first,
             timeout_ms,
             after_preflight,
+            credentials: self
+                .credentials
+                .get(&budget_name)
+                .map_or(0, |c| c.generation),
         });
         if save_first {
             // Written as sending (a plain start is not: see `Changes::started`), so that a
