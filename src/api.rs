@@ -51,12 +51,15 @@
 //! (`{"count": 2000, "fields": {...}}`: creates contacts until the store holds `count`, at
 //! once, so a demo page has its data without spending the rate limit or the visitor's time).
 
+mod arrival;
 mod config;
 mod hold;
 mod http;
+mod limiter;
 mod records;
 mod resources;
 mod state;
+mod store;
 #[cfg(test)]
 mod tests;
 
