@@ -46,9 +46,9 @@ use crate::time::{DurationMs, Millis};
 /// change of network shows within a second or two of traffic.
 pub const SAMPLES: usize = 64;
 
-/// From this many samples on, the range of the trips so far stands in for the spread in a
-/// server without burst's spacing (see [`RoundTrips::arrival_spread`]); below it, each start
-/// is spaced from the last one's answer. The first ones are where a connection opens: the
+/// From this many samples on, the trips so far stand in for the spread in a server without
+/// burst's spacing (see [`RoundTrips::provisional_spread`]); below it, each start is spaced
+/// from the last one's answer. The first ones are where a connection opens: the
 /// 4th create reached nginx 1 ms early in one run when they were spaced by the interval alone.
 pub const PROVISIONAL_AFTER: usize = 8;
 
@@ -223,8 +223,8 @@ impl RoundTrips {
 
     /// How much sooner than its start's spacing a request may arrive: the forward half of
     /// the spread, the clock's slack, and any widening a 429 of our own timing asked for.
-    /// Before the spread is trusted, from [`PROVISIONAL_AFTER`] trips on, the whole range of
-    /// the trips so far stands in for it (see [`RoundTrips::provisional_spread`]).
+    /// Before the spread is trusted, from [`PROVISIONAL_AFTER`] trips on, the provisional one
+    /// stands in for it (see [`RoundTrips::provisional_spread`]).
     pub fn arrival_spread(&self) -> Option<DurationMs> {
         self.spread()
             .or_else(|| self.provisional_spread())

@@ -20,12 +20,13 @@
 //! - `queue`: the sorted queue the others keep their orders in.
 //!
 //! `impl Engine` itself is split along its sections, a file each: `enqueue` (a page's jobs
-//! checked and made), `placement` (where each waiting job stands; `handle_timeout`), `sending`
-//! (`poll_transmit`, `poll_timeout`, and the room a job's cost needs), `answers` (`on_sent`,
-//! `on_response`, `on_transport_error`, and how a job ends or is retried), `actions` (cancel,
-//! retry, dismiss), `persistence` (the save protocol around `take_changes`, behind the
-//! [`Persistence`] view that `Engine::persistence` gives); this file
-//! keeps the type, its construction and restore, and the getters.
+//! checked and made) and `validate` (the checks), `placement` (where each waiting job stands;
+//! `handle_timeout`), `sending` (`poll_transmit`, `poll_timeout`, and the room a job's cost
+//! needs), `answers` (`on_sent`, `on_response`, `on_transport_error`), `endings` (how a job
+//! ends or is retried), `actions` (cancel, retry, dismiss, `set_credentials`), `persistence`
+//! (the save protocol around `take_changes`, behind the [`Persistence`] view that
+//! `Engine::persistence` gives); this file keeps the type, its construction and restore, and
+//! the getters.
 //!
 //! # The order of calls
 //!
@@ -44,6 +45,7 @@
 
 mod actions;
 mod answers;
+mod endings;
 mod enqueue;
 mod error;
 mod etags;
