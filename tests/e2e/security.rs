@@ -321,6 +321,18 @@ e2e!(
             )
             .await;
         h.override_quota(Some(9 << 20)).await;
+        // If the queue's own save was refused while filling, new jobs are refused without a
+        // try for a second after it (`refuse_while_full`); its next save finds the room.
+        tab.eval(
+            "for (let i = 0; ; i++) { \
+               const s = await sluice.snapshot(); \
+               if (!s.warnings.some((w) => w.includes('storage is full'))) return i; \
+               if (i > 250) throw new Error('storage still full after the quota was raised: ' \
+                 + JSON.stringify(s.warnings)); \
+               await e2e.sleep(20); \
+             }",
+        )
+        .await;
         let r = tab
             .eval(
                 r#"
