@@ -7,6 +7,7 @@
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
+use crate::batch::BatchRule;
 use crate::job::Lane;
 use crate::json::{FromJson, ToJson};
 use crate::scope::{Scope, Target};
@@ -73,6 +74,9 @@ pub struct BudgetConfig {
     /// the job is not failed, the budget waits for new credentials from a page
     /// (`setCredentials`) and sends it again with them. Empty: such answers fail as any 4xx.
     pub wait_for_credentials_on: Vec<u16>,
+    /// The API's batch endpoints: jobs a rule takes go together, up to its `maxItems` in one
+    /// request, each keeping its own outcome (see `batch`).
+    pub batches: Vec<BatchRule>,
 }
 
 impl Default for BudgetConfig {
@@ -90,6 +94,7 @@ impl Default for BudgetConfig {
             body_rules: vec![],
             resources: vec![],
             wait_for_credentials_on: vec![401],
+            batches: vec![],
         }
     }
 }
@@ -327,6 +332,11 @@ impl BudgetConfig {
         for (i, rule) in self.body_rules.iter().enumerate() {
             if let Some(problem) = rule.problem() {
                 return err(format!("budget '{}': bodyRules[{i}]: {problem}", self.name));
+            }
+        }
+        for (i, rule) in self.batches.iter().enumerate() {
+            if let Some(problem) = rule.problem() {
+                return err(format!("budget '{}': batches[{i}]: {problem}", self.name));
             }
         }
         for (i, resource) in self.resources.iter().enumerate() {

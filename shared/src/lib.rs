@@ -10,6 +10,7 @@
 // worker and the client; this makes the same path work inside it.
 extern crate self as sluice_shared;
 
+pub mod batch;
 pub mod body_rules;
 pub mod concurrency_cap;
 pub mod config;

@@ -187,6 +187,35 @@ export interface BudgetConfig {
   bodyRules?: BodyRule[];
   /** What else the API counts besides requests (tokens, points), each with its windows. */
   resources?: ResourceConfig[];
+  /** Statuses that mean "these credentials were refused" (default [401]): the budget waits for
+   * `setCredentials` instead of failing the job. */
+  waitForCredentialsOn?: number[];
+  /** The API's batch endpoints: jobs a rule takes go together, each keeping its own outcome. */
+  batches?: BatchRule[];
+}
+/** One batch endpoint: which jobs it takes and how it carries and answers for them. */
+export interface BatchRule {
+  /** The method of the jobs it takes ("PATCH"). */
+  method: string;
+  /** The URL of the jobs it takes: a path ("/api/contacts/:id") or an absolute URL; a
+   * ":name" segment matches any one segment. */
+  url: string;
+  /** Where a batch goes: a path on the jobs' origin, or an absolute URL. */
+  endpoint: string;
+  /** Default "POST". */
+  endpointMethod?: string;
+  /** "array" (default): a JSON array of bodies, answered by per-item results in order.
+   * "inputs": `{inputs: [{id, ...body}]}` answered by results and errors matched by id
+   * (HubSpot). "requests": whole sub-requests, `$batch` (Microsoft Graph). */
+  shape?: "array" | "inputs" | "requests";
+  /** Most items per request (default 100). */
+  maxItems?: number;
+  /** How long a job that is not interactive waits for companions (default 20 ms). */
+  lingerMs?: number;
+  /** "inputs": the key items go under (default "inputs"), the id's field (default "id"), the
+   * URL parameter that holds it (default "id"), where results and errors are listed (default
+   * "results" and "errors"). */
+  itemsKey?: string; idField?: string; idParam?: string; resultsKey?: string; errorsKey?: string;
 }
 /** A unit the API counts besides requests; jobs spend their `cost` of it. */
 export interface ResourceConfig {

@@ -247,7 +247,7 @@ impl BudgetState {
         if is_retry {
             self.counters.retries += 1;
         } else {
-            self.retry_tokens = (self.retry_tokens + retry.retry_ratio).min(retry.retry_reserve);
+            self.earn_retry_tokens(1, retry);
         }
         if let Some(server) = &mut self.server {
             if server.reset_at > now {
@@ -346,6 +346,13 @@ impl BudgetState {
     }
 
     /// Takes one retry token if there is one.
+    /// `n` more first attempts went out than starts were counted (a batch's members, each of
+    /// which may fail alone): they earn the retries their own requests would have.
+    pub fn earn_retry_tokens(&mut self, n: u32, retry: &RetryConfig) {
+        self.retry_tokens =
+            (self.retry_tokens + retry.retry_ratio * f64::from(n)).min(retry.retry_reserve);
+    }
+
     pub fn take_retry_token(&mut self) -> bool {
         if self.retry_tokens >= 1.0 {
             self.retry_tokens -= 1.0;

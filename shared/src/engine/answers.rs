@@ -4,12 +4,24 @@
 
 use super::*;
 
+/// What an answer said, read once for its request: applied to its job, or to each of a
+/// batch's members (see `batching`).
+pub(super) struct Answer {
+    pub(super) signal: ServerSignal,
+    /// Whether a `bodyRules` rule said it (the pause reason says so).
+    pub(super) said_by_body: bool,
+    /// Where the limiter's log holds the request's start.
+    pub(super) started: Millis,
+    /// Which of a page's credentials it went with (`PageCredentials::generation`).
+    pub(super) credentials: u64,
+}
+
 impl Engine {
     /// The request of a job that was saved before it went out ([`Transmit::save_first`]) has
     /// just been handed to the network: its start counts from now, not from when it was
     /// polled, so a slow save cannot push its arrival past the windows' margin.
     pub fn on_sent(&mut self, id: &str, now: Millis) {
-        let Some(budget_name) = self.table.get(id).map(|j| j.budget.clone()) else {
+        let Some(budget_name) = self.budget_of_attempt(id) else {
             return;
         };
         let Some(b) = self.budgets.get_mut(&budget_name) else {
@@ -28,42 +40,102 @@ impl Engine {
         }
     }
 
-    /// The response to a job's request arrived.
+    /// The response to a job's request (or a batch's, see `batching`) arrived.
     pub fn on_response(&mut self, id: &str, response: Response, now: Millis) {
+        if self.batches.contains_key(id) {
+            self.on_batch_response(id, response, now);
+            return;
+        }
         let mut signal = read_signal(response.status, &response.headers, now);
         let Some((budget_name, trip, _, credentials)) = self.take_in_flight(id, now, Some(&signal))
         else {
             return;
         };
-        let started = trip.started;
         let id: JobId = id.to_string();
-        let said_by_body = self.budgets.get(&budget_name).is_some_and(|b| {
+        let said_by_body = self.read_body_rules(&budget_name, &response, &mut signal);
+        if let Some(cost) = self.table.get(&id).map(|job| job.cost.clone()) {
+            let success = (200..300).contains(&response.status) && !signal.rate_limited;
+            let body = success.then_some(response.body.as_str());
+            self.correct_resources(&budget_name, &cost, trip.started, body, &signal, now);
+        }
+        let answer = Answer {
+            signal,
+            said_by_body,
+            started: trip.started,
+            credentials,
+        };
+        self.answer_job(&id, &budget_name, response, &answer, Some(trip), now);
+    }
+
+    /// Reads what the budget's `bodyRules` say of `response` into `signal`; whether one did.
+    pub(super) fn read_body_rules(
+        &self,
+        budget_name: &str,
+        response: &Response,
+        signal: &mut ServerSignal,
+    ) -> bool {
+        self.budgets.get(budget_name).is_some_and(|b| {
             apply_body_rules(
                 &b.config.body_rules,
                 response.status,
                 &response.body,
-                &mut signal,
+                signal,
             )
-        });
-        if let (Some(b), Some(job)) = (self.budgets.get_mut(&budget_name), self.table.get(&id)) {
+        })
+    }
+
+    /// What an answer says of the resources (tokens, points) a start of `cost` at `started`
+    /// spent: the real amounts from a successful answer's `body`, and the server's counts.
+    pub(super) fn correct_resources(
+        &mut self,
+        budget_name: &str,
+        cost: &crate::resources::Costs,
+        started: Millis,
+        body: Option<&str>,
+        signal: &ServerSignal,
+        now: Millis,
+    ) {
+        if let Some(b) = self.budgets.get_mut(budget_name) {
             if !b.config.resources.is_empty() {
-                let success = (200..300).contains(&response.status) && !signal.rate_limited;
                 b.state.resources.on_answer(
                     &b.config.resources,
-                    &job.cost,
+                    cost,
                     started,
-                    success.then_some(response.body.as_str()),
+                    body,
                     &signal.resources,
                     now,
                 );
             }
         }
+    }
+
+    /// What an answer to job `id` does to the job and its budget: `trip` is the request's own
+    /// (its quota is applied), `None` for an item of a batch whose request was answered as a
+    /// whole (see `batching`).
+    pub(super) fn answer_job(
+        &mut self,
+        id: &JobId,
+        budget_name: &str,
+        response: Response,
+        answer: &Answer,
+        trip: Option<Trip>,
+        now: Millis,
+    ) {
+        let Answer {
+            signal,
+            said_by_body,
+            started,
+            credentials,
+        } = answer;
+        let (said_by_body, started, credentials) = (*said_by_body, *started, *credentials);
+        let budget_name = budget_name.to_string();
+        let id = id.clone();
         if signal.concurrency_limited {
             self.saves.budget_changed(budget_name.clone());
             self.on_concurrency_refused(&id, &budget_name, now);
             return;
         }
-        if let Some(b) = self.budgets.get_mut(&budget_name) {
+        if let (Some(b), Some(trip)) = (self.budgets.get_mut(&budget_name), trip) {
             if let Some(quota) = &signal.quota {
                 // Every start after this request's, in flight or already answered, came after
                 // the count the server reported.
@@ -128,9 +200,7 @@ impl Engine {
                         && b.state.limiter.no_burst()
                     {
                         b.state.consecutive_rate_limits += 1;
-                        let _ = self.table.transition(&id, JobState::Queued);
-                        self.saves.job_changed(id.clone());
-                        self.place(&id, now);
+                        self.requeue(&id, now);
                         return;
                     }
                     // The answers to requests already in flight when the first 429 of a pause
@@ -170,9 +240,7 @@ impl Engine {
                     b.state.pause(now, wait, reason, &mut self.rng);
                 }
                 // Back to its place at the front of its lane; a 429 is not an attempt.
-                let _ = self.table.transition(&id, JobState::Queued);
-                self.saves.job_changed(id.clone());
-                self.place(&id, now);
+                self.requeue(&id, now);
             }
             Verdict::Retryable => {
                 let error = JobError {
@@ -228,12 +296,10 @@ impl Engine {
             }
             None => 0,
         };
-        let _ = self.table.transition(id, JobState::Queued);
         if let Some(job) = self.table.get_mut(id) {
             job.not_before = job.not_before.max(now.saturating_add(wait));
         }
-        self.saves.job_changed(id.clone());
-        self.place(id, now);
+        self.requeue(id, now);
     }
 
     /// The server refused the credentials `id` was sent with (a status of the budget's
@@ -272,13 +338,15 @@ impl Engine {
             ));
             self.saves.budget_changed(budget_name.to_string());
         }
-        let _ = self.table.transition(id, JobState::Queued);
-        self.saves.job_changed(id.clone());
-        self.place(id, now);
+        self.requeue(id, now);
     }
 
     /// The job's request got no response.
     pub fn on_transport_error(&mut self, id: &str, error: TransportError, now: Millis) {
+        if self.batches.contains_key(id) {
+            self.on_batch_transport_error(id, error, now);
+            return;
+        }
         let Some((budget_name, _, given_ms, _)) = self.take_in_flight(id, now, None) else {
             return;
         };
@@ -286,12 +354,8 @@ impl Engine {
         let configured = self.config.retry.timeout_ms;
         match error {
             TransportError::Offline => {
-                let _ = self.table.transition(&id, JobState::Queued);
-                let probe = (2_000u64 << self.offline_streak.min(5)).min(OFFLINE_PROBE_MAX_MS);
-                self.offline_streak += 1;
-                self.offline_until = Some(now + probe);
-                self.saves.job_changed(id.clone());
-                self.place(&id, now);
+                self.went_offline(now);
+                self.requeue(&id, now);
             }
             TransportError::Timeout if given_ms < configured => {
                 // Given up at the estimate from measured trips (see `rto`), not at the
@@ -327,6 +391,14 @@ impl Engine {
         }
     }
 
+    /// A request found the device offline: nothing is sent until the next probe, each one
+    /// after twice the wait of the last (a minute at most).
+    pub(super) fn went_offline(&mut self, now: Millis) {
+        let probe = (2_000u64 << self.offline_streak.min(5)).min(OFFLINE_PROBE_MAX_MS);
+        self.offline_streak += 1;
+        self.offline_until = Some(now + probe);
+    }
+
     /// The network is back (the browser said so): stop waiting for the next probe.
     pub fn set_online(&mut self) {
         self.offline_until = None;
@@ -335,6 +407,17 @@ impl Engine {
 
     pub fn is_offline(&self, now: Millis) -> bool {
         self.offline_until.is_some_and(|t| t > now)
+    }
+
+    /// The budget of an attempt in flight: a batch's, or a sending job's.
+    pub(super) fn budget_of_attempt(&self, id: &str) -> Option<String> {
+        if let Some(batch) = self.batches.get(id) {
+            return Some(batch.budget.clone());
+        }
+        self.table
+            .get(id)
+            .filter(|job| job.state == JobState::Sending)
+            .map(|job| job.budget.clone())
     }
 
     /// Ends a request's time in flight: `answer` is what its response said when one came (its
@@ -346,11 +429,7 @@ impl Engine {
         now: Millis,
         answer: Option<&ServerSignal>,
     ) -> Option<(String, Trip, DurationMs, u64)> {
-        let job = self.table.get(id)?;
-        if job.state != JobState::Sending {
-            return None;
-        }
-        let budget_name = job.budget.clone();
+        let budget_name = self.budget_of_attempt(id)?;
         let b = self.budgets.get_mut(&budget_name)?;
         let at = b.in_flight.iter().position(|a| a.job == id)?;
         let attempt = b.in_flight.swap_remove(at);
@@ -418,5 +497,13 @@ impl Engine {
             attempt.timeout_ms,
             attempt.credentials,
         ))
+    }
+
+    /// Job `id` goes back to its place in its lane, no attempt spent (a refusal of the
+    /// budget's, not of the job: a 429, a concurrency or credentials refusal, being offline).
+    pub(super) fn requeue(&mut self, id: &JobId, now: Millis) {
+        let _ = self.table.transition(id, JobState::Queued);
+        self.saves.job_changed(id.clone());
+        self.place(id, now);
     }
 }

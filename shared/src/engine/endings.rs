@@ -4,6 +4,8 @@
 use super::*;
 
 impl Engine {
+    /// An attempt of job `id` failed: it is tried again after a backoff, or fails once it has
+    /// used its attempts.
     pub(super) fn fail_or_retry(
         &mut self,
         id: &JobId,
@@ -11,21 +13,33 @@ impl Engine {
         error: JobError,
         now: Millis,
     ) {
-        let max_attempts = self.config.retry.max_attempts;
-        let Some(job) = self.table.get_mut(id) else {
+        let Some(attempts) = self.count_attempt(id, &error, now) else {
             return;
         };
+        self.retry_after_backoff(id, budget_name, error, attempts, now);
+    }
+
+    /// One more attempt of job `id` failed with `error`: `Some(attempts so far)` while it may
+    /// be tried again, `None` when that was its last (it failed) or it is gone.
+    pub(super) fn count_attempt(
+        &mut self,
+        id: &JobId,
+        error: &JobError,
+        now: Millis,
+    ) -> Option<u32> {
+        let max_attempts = self.config.retry.max_attempts;
+        let job = self.table.get_mut(id)?;
         job.attempts += 1;
         let attempts = job.attempts;
         if attempts >= max_attempts {
             let error = JobError {
                 message: format!("{} (gave up after {attempts} attempts)", error.message),
-                ..error
+                ..error.clone()
             };
             self.finish(id, JobState::Failed, Some(error), now);
-            return;
+            return None;
         }
-        self.retry_after_backoff(id, budget_name, error, attempts, now);
+        Some(attempts)
     }
 
     /// An attempt given up before the configured timeout (see `rto`): retried as any failed
@@ -38,15 +52,21 @@ impl Engine {
         error: JobError,
         now: Millis,
     ) {
-        let given_up = self.budgets.get(budget_name).map_or(1, |b| {
-            b.given_up
-                .iter()
-                .find(|(j, _)| j == id)
-                .map_or(1, |&(_, n)| n)
-        });
+        let given_up = self.given_up_in_a_row(budget_name, id);
         // The first give-up retries at once, as TCP retransmits when its timer fires: the
         // wait was the timeout itself. Later ones back off as failures do.
         self.retry_after_backoff(id, budget_name, error, given_up - 1, now);
+    }
+
+    /// How many attempts of `attempt` (a job or a batch) in a row were given up early, at
+    /// least 1.
+    pub(super) fn given_up_in_a_row(&self, budget_name: &str, attempt: &JobId) -> u32 {
+        self.budgets.get(budget_name).map_or(1, |b| {
+            b.given_up
+                .iter()
+                .find(|(j, _)| j == attempt)
+                .map_or(1, |&(_, n)| n)
+        })
     }
 
     /// Retries a job after the backoff for its `backoff_step`th failure (none for 0), if the
@@ -59,33 +79,60 @@ impl Engine {
         backoff_step: u32,
         now: Millis,
     ) {
-        let has_token = self
-            .budgets
-            .get_mut(budget_name)
-            .is_some_and(|b| b.state.take_retry_token());
-        if !has_token {
-            if let Some(b) = self.budgets.get_mut(budget_name) {
-                b.state.trouble = Some(format!(
-                    "the service behind '{budget_name}' is having trouble (last error: {}); sending is stopped until you retry",
-                    error.message
-                ));
-            }
-            self.saves.budget_changed(budget_name.to_string());
-            let error = JobError {
-                message: format!(
-                    "{} (retries stopped: the service is having trouble)",
-                    error.message
-                ),
-                ..error
-            };
-            self.finish(id, JobState::Failed, Some(error), now);
-            return;
+        if self.take_retry_token(budget_name, &error) {
+            let delay = self.backoff_delay(backoff_step);
+            self.schedule_retry(id, error, delay, now);
+        } else {
+            self.fail_for_trouble(id, error, now);
         }
-        let delay = if backoff_step == 0 {
+    }
+
+    /// Takes one of the budget's retry tokens for a retry after `error`; without one, the
+    /// service is in trouble: the budget stops sending until the user retries.
+    pub(super) fn take_retry_token(&mut self, budget_name: &str, error: &JobError) -> bool {
+        let Some(b) = self.budgets.get_mut(budget_name) else {
+            return false;
+        };
+        if b.state.take_retry_token() {
+            return true;
+        }
+        b.state.trouble = Some(format!(
+            "the service behind '{budget_name}' is having trouble (last error: {}); sending is stopped until you retry",
+            error.message
+        ));
+        self.saves.budget_changed(budget_name.to_string());
+        false
+    }
+
+    /// Job `id` fails with `error` because its budget ran out of retries.
+    pub(super) fn fail_for_trouble(&mut self, id: &JobId, error: JobError, now: Millis) {
+        let error = JobError {
+            message: format!(
+                "{} (retries stopped: the service is having trouble)",
+                error.message
+            ),
+            ..error
+        };
+        self.finish(id, JobState::Failed, Some(error), now);
+    }
+
+    /// The backoff after a `backoff_step`th failure: none for 0 (see `retry::backoff`).
+    pub(super) fn backoff_delay(&mut self, backoff_step: u32) -> DurationMs {
+        if backoff_step == 0 {
             0
         } else {
             backoff(backoff_step, &self.config.retry, &mut self.rng)
-        };
+        }
+    }
+
+    /// Job `id` waits `delay`, then goes again.
+    pub(super) fn schedule_retry(
+        &mut self,
+        id: &JobId,
+        error: JobError,
+        delay: DurationMs,
+        now: Millis,
+    ) {
         let _ = self.table.transition(id, JobState::RetryWait);
         if let Some(job) = self.table.get_mut(id) {
             job.not_before = now + delay;

@@ -59,6 +59,9 @@ pub(super) struct Budget {
     pub(super) head_wait: Option<(JobId, Millis)>,
     /// Whether the last start carried a CORS preflight (see `Limiter::await_preflight`).
     pub(super) last_start_preflighted: bool,
+    /// Jobs per start, smoothed (a batch carries many): the ETA counts requests, not jobs.
+    /// `None` until something started.
+    pub(super) jobs_per_start: Option<f64>,
 }
 
 /// Most jobs [`Budget::given_up`] remembers: a job that ends without an answer (cancelled,
@@ -123,6 +126,7 @@ impl Budget {
             concurrency_cap: ConcurrencyCap::default(),
             head_wait: None,
             last_start_preflighted: false,
+            jobs_per_start: None,
         })
     }
 

@@ -45,6 +45,7 @@
 
 mod actions;
 mod answers;
+mod batching;
 mod endings;
 mod enqueue;
 mod error;
@@ -78,6 +79,7 @@ use crate::retry::{backoff, classify, default_pause, Verdict};
 use crate::scope::{Scope, Target};
 use crate::status::{capacity_warning, Status};
 use crate::time::{human_duration, DurationMs, Millis};
+use answers::Answer;
 
 pub use error::EngineError;
 use etags::KeyEtags;
@@ -181,6 +183,10 @@ pub struct Engine {
     /// Headers a page gave per budget (`set_credentials`), set over each job's own when it is
     /// sent. In memory only: credentials are not kept at rest.
     credentials: std::collections::BTreeMap<String, PageCredentials>,
+    /// Batches in flight, by the id their attempt carries (see `batching`).
+    batches: std::collections::BTreeMap<JobId, batching::InFlightBatch>,
+    /// Batches whose answer was lost, to go again with the same members.
+    resend_batches: batching::ResendGroups,
 }
 
 /// A budget's credentials from a page, and how many times a page gave them: a refusal of a
@@ -215,6 +221,8 @@ impl Engine {
             storage: StorageMode::Recorded,
             etags: KeyEtags::default(),
             credentials: Default::default(),
+            batches: Default::default(),
+            resend_batches: Default::default(),
         })
     }
 

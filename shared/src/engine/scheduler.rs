@@ -119,6 +119,15 @@ impl ReadyLanes {
             .map(|(_, _, id)| id)
     }
 
+    /// Up to `per_lane` ready jobs of each lane from its head, top lane first, each with since
+    /// when it is ready: what a batch gathers its members from (see `Engine::batch_members`).
+    pub(super) fn in_lane_order(&self, per_lane: usize) -> impl Iterator<Item = (&JobId, Millis)> {
+        self.lanes
+            .iter()
+            .flat_map(move |lane| lane.iter().take(per_lane))
+            .map(|(since, _, id)| (id, *since))
+    }
+
     /// This budget's pick went, on `turn`.
     pub(super) fn took(&mut self, turn: Turn) {
         self.aged_passed_over = match turn {

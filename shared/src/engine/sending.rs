@@ -72,43 +72,109 @@ impl Engine {
         if let Some(b) = self.budgets.get_mut(&budget_name) {
             b.ready.took(turn);
         }
-        self.unplace(&id);
-        let retry_config = self.config.retry.clone();
-        let resend_is_safe = self.table.get(&id).is_some_and(may_resend_early);
-        let timeout_ms = self
+        let batch = self
             .budgets
             .get(&budget_name)
-            .filter(|_| resend_is_safe)
-            .map_or(retry_config.timeout_ms, |b| {
-                b.attempt_timeout(&id, retry_config.timeout_ms)
-            });
-        let retried_early = self
-            .budgets
-            .get(&budget_name)
-            .is_some_and(|b| b.given_up.iter().any(|(j, _)| *j == id));
-        let job = self.table.transition(&id, JobState::Sending)?.ok()?;
-        let lane = job.lane;
-        let cost = job.cost.clone();
-        if job.started_at.is_none() {
-            let wait = now.saturating_sub(job.enqueued_at);
-            self.counters.waited(lane, wait);
+            .and_then(|b| self.batch_members(b, &id, now));
+        match batch {
+            Some((rule, members)) => self.start_batch(budget_name, rule, members, now, saved_first),
+            None => self.start_job(budget_name, id, now, saved_first),
         }
-        job.started_at = Some(now);
-        // A job whose last attempt was given up early is retried too (see `rto`).
-        let is_retry = job.attempts > 0 || retried_early;
+    }
+
+    /// Starts job `id` of budget `budget_name` alone.
+    pub(super) fn start_job(
+        &mut self,
+        budget_name: String,
+        id: JobId,
+        now: Millis,
+        saved_first: bool,
+    ) -> Option<Transmit> {
+        let resend_is_safe = self.table.get(&id).is_some_and(may_resend_early);
+        let timeout_ms = self.attempt_timeout_of(&budget_name, &id, resend_is_safe);
+        let retried_early = self.was_given_up(&budget_name, &id);
+        let is_retry = self.mark_sending(&id, now)? || retried_early;
+        let job = self.table.get(&id)?;
+        let cost = job.cost.clone();
         let transmit = Transmit {
             job_id: id.clone(),
             method: job.method.clone(),
             url: job.url.clone(),
-            headers: match self.credentials.get(&job.budget) {
-                Some(c) => headers_set_over(&self.etags.request_headers(job), &c.headers),
-                None => self.etags.request_headers(job),
-            },
+            headers: self.headers_to_send(job),
             body: job.body.clone(),
             options: job.options.clone(),
             timeout_ms,
             save_first: false,
         };
+        self.count_start(
+            budget_name,
+            transmit,
+            &cost,
+            is_retry,
+            &[id],
+            saved_first,
+            now,
+        )
+    }
+
+    /// How long an attempt of `attempt` (a job, or a batch) is given: the configured timeout,
+    /// or less when a lost answer may be sent again early (see `rto`).
+    pub(super) fn attempt_timeout_of(
+        &self,
+        budget_name: &str,
+        attempt: &JobId,
+        resend_is_safe: bool,
+    ) -> DurationMs {
+        let configured = self.config.retry.timeout_ms;
+        self.budgets
+            .get(budget_name)
+            .filter(|_| resend_is_safe)
+            .map_or(configured, |b| b.attempt_timeout(attempt, configured))
+    }
+
+    /// Whether the last attempt of `attempt` was given up early (see `rto`): its next one is a
+    /// retry too.
+    pub(super) fn was_given_up(&self, budget_name: &str, attempt: &JobId) -> bool {
+        self.budgets
+            .get(budget_name)
+            .is_some_and(|b| b.given_up.iter().any(|(j, _)| j == attempt))
+    }
+
+    /// Moves a ready job to sending; `Some(whether it was attempted before)`.
+    pub(super) fn mark_sending(&mut self, id: &JobId, now: Millis) -> Option<bool> {
+        self.unplace(id);
+        let job = self.table.transition(id, JobState::Sending)?.ok()?;
+        if job.started_at.is_none() {
+            let wait = now.saturating_sub(job.enqueued_at);
+            self.counters.waited(job.lane, wait);
+        }
+        job.started_at = Some(now);
+        Some(job.attempts > 0)
+    }
+
+    /// The headers a job goes with: its own, its key's `If-Match`, and a page's credentials
+    /// for its budget over them.
+    pub(super) fn headers_to_send(&self, job: &Job) -> Vec<(String, String)> {
+        match self.credentials.get(&job.budget) {
+            Some(c) => headers_set_over(&self.etags.request_headers(job), &c.headers),
+            None => self.etags.request_headers(job),
+        }
+    }
+
+    /// Counts a start of budget `budget_name` that carries `members` (one job, or a batch's)
+    /// and costs `cost` of its resources, and returns the request to make.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn count_start(
+        &mut self,
+        budget_name: String,
+        transmit: Transmit,
+        cost: &crate::resources::Costs,
+        is_retry: bool,
+        members: &[JobId],
+        saved_first: bool,
+        now: Millis,
+    ) -> Option<Transmit> {
+        let retry_config = self.config.retry.clone();
         let b = self.budgets.get_mut(&budget_name)?;
         let save_first = saved_first
             || (self.storage == StorageMode::Recorded
@@ -119,6 +185,11 @@ impl Engine {
             b.untaken_starts += 1;
         }
         b.state.record_start(now, is_retry, &retry_config);
+        // A batch's members earn retries as their own requests would have: each may fail alone.
+        if !is_retry && members.len() > 1 {
+            b.state
+                .earn_retry_tokens(members.len() as u32 - 1, &retry_config);
+        }
         // A request the browser sends a CORS preflight ahead of reaches the server a round
         // trip late: after one that had none (or first of all), a server without burst would
         // see the next one too soon after it. Requests that all carry one are late alike.
@@ -130,30 +201,37 @@ impl Engine {
             b.state.limiter.await_preflight();
         }
         b.last_start_preflighted = preflighted;
-        b.state.resources.record(&b.config.resources, &cost, now);
+        let carried = members.len() as f64;
+        b.jobs_per_start = Some(
+            b.jobs_per_start
+                .map_or(carried, |avg| avg * 0.8 + carried * 0.2),
+        );
+        b.state.resources.record(&b.config.resources, cost, now);
         if b.config.count_preflights && preflighted {
             b.state.count_preflight(now);
         }
         b.in_flight.push(InFlight {
-            job: id.clone(),
+            job: transmit.job_id.clone(),
             logged: now,
             sent: now,
             shifted: 0,
             unsent: save_first,
-            timeout_ms,
+            timeout_ms: transmit.timeout_ms,
             after_preflight,
             credentials: self
                 .credentials
                 .get(&budget_name)
                 .map_or(0, |c| c.generation),
         });
-        if save_first {
-            // Written as sending (a plain start is not: see `Changes::started`), so that a
-            // restore knows its start went out later than the saved log says (see
-            // `Engine::restore_more`).
-            self.saves.job_changed(id.clone());
+        for id in members {
+            if save_first {
+                // Written as sending (a plain start is not: see `Changes::started`), so that a
+                // restore knows its start went out later than the saved log says (see
+                // `Engine::restore_more`).
+                self.saves.job_changed(id.clone());
+            }
+            self.saves.job_started(id.clone());
         }
-        self.saves.job_started(id);
         self.saves.budget_changed(budget_name);
         Some(Transmit {
             save_first,
@@ -165,7 +243,14 @@ impl Engine {
     /// one, and its other resources (tokens, points) have room for what the job at the head of
     /// its lanes costs, or for a job behind it that may pass it (see [`Engine::backfill`]).
     pub(super) fn start_at(&self, b: &Budget, now: Millis) -> Option<Millis> {
-        let t = b.next_start_at(now)?;
+        let mut t = b.next_start_at(now)?;
+        if !b.config.batches.is_empty() {
+            if let Some((_, head, _)) = b.ready.pick(&self.config.aging, now) {
+                if let Some(until) = self.lingers_until(b, head, now) {
+                    t = t.max(until);
+                }
+            }
+        }
         if b.config.resources.is_empty() {
             return Some(t);
         }

@@ -84,7 +84,9 @@ impl StatusCounters {
                     rate = rate.min(allowed as f64 / latency);
                 }
                 let wait = blocked.map_or(0, |t| t - now);
-                (rate > 0.0).then(|| wait + (pending as f64 / rate).ceil() as u64)
+                // Requests, not jobs: a batch carries many (see `batching`).
+                let requests = pending as f64 / b.jobs_per_start.unwrap_or(1.0).max(1.0);
+                (rate > 0.0).then(|| wait + (requests / rate).ceil() as u64)
             };
             if let Some(e) = eta_ms {
                 eta_all = Some(eta_all.map_or(e, |a| a.max(e)));

@@ -1,0 +1,598 @@
+//! Batching (see `crate::batch`): which ready jobs go together in one request of a budget's
+//! batch rule (`batch_members`, `lingers_until`), the request (`start_batch`), and each member's
+//! outcome from the batch's answer (`on_batch_response`, `on_batch_transport_error`).
+//!
+//! A batch is one attempt of its budget: the limiter, the concurrency, the round trips and the
+//! timeouts see one request, identified by the batch's id (`batch-` and a hash of its members'
+//! ids, also its `Idempotency-Key`, so the same members sent again carry the same key). Its
+//! members are each `Sending` meanwhile and end, or are tried again, each with its own
+//! attempts, as the answer for it says. Only ready jobs are gathered, and of a key only its
+//! chain's head is ready, so per-key order holds across batches, and coalescing works on the
+//! jobs still waiting as it always does.
+
+use super::*;
+use crate::batch::shapes::{batch_body, split_answer, unfit, BatchItem, ItemAnswer};
+use crate::batch::BatchRule;
+use crate::headers::Headers;
+use crate::job::Lane;
+use crate::resources::Costs;
+
+/// How many ready jobs of each lane a batch is gathered from, per item it may hold: enough to
+/// fill it when other jobs are mixed in, few enough that a poll stays cheap.
+const GATHER_SCAN_PER_ITEM: usize = 2;
+
+/// A batch's request in flight.
+pub(super) struct InFlightBatch {
+    pub(super) budget: String,
+    /// Which of the budget's `batches` rules.
+    pub(super) rule: usize,
+    /// Its members, in the order the request carries them.
+    pub(super) members: Vec<JobId>,
+}
+
+/// Batches whose answer was lost: the same members go again together, with the same key.
+#[derive(Default)]
+pub(super) struct ResendGroups(Vec<Vec<JobId>>);
+
+impl Engine {
+    /// The rule of budget `b` that takes `job`, and the job's id from its URL (`inputs`).
+    fn batch_rule_of<'b>(
+        &self,
+        b: &'b Budget,
+        job: &Job,
+    ) -> Option<(usize, &'b BatchRule, Option<String>)> {
+        b.config.batches.iter().enumerate().find_map(|(i, rule)| {
+            let captures = rule.captures(&job.method, &job.url)?;
+            let endpoint = rule.endpoint_for(&job.url)?;
+            let item_id = captures
+                .into_iter()
+                .find(|(name, _)| *name == rule.id_param)
+                .map(|(_, value)| value);
+            let item = BatchItem {
+                method: &job.method,
+                url: &job.url,
+                headers: &job.headers,
+                body: job.body.as_deref(),
+                id: item_id.as_deref(),
+            };
+            // A batch goes only where the worker script allows, as any job does.
+            let allowed = Target::parse(&endpoint).is_ok_and(|t| {
+                self.allowed.is_empty() || self.allowed.iter().any(|s| s.covers(&t))
+            });
+            (allowed && unfit(rule, &endpoint, &item).is_none()).then_some((i, rule, item_id))
+        })
+    }
+
+    /// The jobs that go with `head`, the job budget `b` would start next, in one batch: `None`
+    /// when no rule takes it or no other ready job may go with it (it then goes alone). Its
+    /// companions are the ready jobs of the same rule with the same headers (a batch has one
+    /// set), in lane order, as many as the rule's `maxItems` and the budget's resources allow;
+    /// an `inputs` batch never holds two items of one id (their results could not be told
+    /// apart). A batch whose answer was lost goes again with the same members, as far as they
+    /// are still ready.
+    pub(super) fn batch_members(
+        &self,
+        b: &Budget,
+        head: &JobId,
+        now: Millis,
+    ) -> Option<(usize, Vec<JobId>)> {
+        let head_job = self.table.get(head)?;
+        let (rule_index, rule, head_item) = self.batch_rule_of(b, head_job)?;
+        let scan = (rule.max_items as usize).saturating_mul(GATHER_SCAN_PER_ITEM);
+        let resend = self
+            .resend_batches
+            .0
+            .iter()
+            .find(|group| group.contains(head));
+        let mut members = vec![head.clone()];
+        let mut item_ids: Vec<String> = head_item.into_iter().collect();
+        let mut cost = self.costs_of(b, &members);
+        for (id, _) in b.ready.in_lane_order(scan) {
+            if members.len() >= rule.max_items as usize {
+                break;
+            }
+            if id == head || resend.is_some_and(|group| !group.contains(id)) {
+                continue;
+            }
+            let Some(job) = self.table.get(id) else {
+                continue;
+            };
+            if job.headers != head_job.headers {
+                continue;
+            }
+            let Some((i, _, item_id)) = self.batch_rule_of(b, job) else {
+                continue;
+            };
+            if i != rule_index {
+                continue;
+            }
+            if let Some(item_id) = item_id {
+                if item_ids.contains(&item_id) {
+                    continue;
+                }
+                item_ids.push(item_id);
+            }
+            if !b.config.resources.is_empty() {
+                let with = add_costs(&b.config.resources, &cost, &job.cost);
+                let margin = b.state.limiter.margin();
+                if b.state
+                    .resources
+                    .room_at(&b.config.resources, &with, margin, now)
+                    > now
+                {
+                    continue;
+                }
+                cost = with;
+            }
+            members.push(id.clone());
+        }
+        (members.len() > 1).then_some((rule_index, members))
+    }
+
+    /// Until when `head`, the job budget `b` would start next, waits for companions: a job
+    /// that is not interactive, taken by a batch rule, waits up to the rule's `lingerMs` from
+    /// when it became ready while fewer than `maxItems` could go with it. `None`: it need not.
+    pub(super) fn lingers_until(&self, b: &Budget, head: &JobId, now: Millis) -> Option<Millis> {
+        let job = self.table.get(head)?;
+        if job.lane == Lane::Interactive || self.resend_batches.0.iter().any(|g| g.contains(head)) {
+            return None;
+        }
+        let (_, rule, _) = self.batch_rule_of(b, job)?;
+        let since = b
+            .ready
+            .in_lane_order(usize::MAX)
+            .find(|(id, _)| *id == head)
+            .map_or(now, |(_, since)| since);
+        let until = since.saturating_add(rule.linger_ms);
+        if until <= now {
+            return None;
+        }
+        let gathered = self.batch_members(b, head, now).map_or(1, |(_, m)| m.len());
+        (gathered < rule.max_items as usize).then_some(until)
+    }
+
+    /// What `members` together cost of budget `b`'s resources.
+    fn costs_of(&self, b: &Budget, members: &[JobId]) -> Costs {
+        let mut total = Costs::default();
+        for id in members {
+            if let Some(job) = self.table.get(id) {
+                total = add_costs(&b.config.resources, &total, &job.cost);
+            }
+        }
+        total
+    }
+
+    /// Starts `members` of budget `budget_name` as one request of its rule `rule`.
+    pub(super) fn start_batch(
+        &mut self,
+        budget_name: String,
+        rule_index: usize,
+        members: Vec<JobId>,
+        now: Millis,
+        saved_first: bool,
+    ) -> Option<Transmit> {
+        let b = self.budgets.get(&budget_name)?;
+        let rule = b.config.batches.get(rule_index)?.clone();
+        let cost = self.costs_of(b, &members);
+        let carrier = batch_id(&members);
+        let head = self.table.get(members.first()?)?;
+        let endpoint = rule.endpoint_for(&head.url)?;
+        let mut headers = self.headers_to_send(head);
+        headers.retain(|(name, _)| !name.eq_ignore_ascii_case("idempotency-key"));
+        headers.push(("Idempotency-Key".into(), carrier.clone()));
+        if !Headers(&headers).has("content-type") {
+            headers.push(("Content-Type".into(), "application/json".into()));
+        }
+        let options = head.options.clone();
+        let body = {
+            let carried = self.items_of(&rule, &members);
+            let items: Vec<BatchItem> = carried.iter().map(CarriedItem::item).collect();
+            batch_body(&rule, &endpoint, &items)
+        };
+        let Ok(body) = body else {
+            // `batch_members` took only jobs a batch can carry: this cannot happen, and the
+            // head then goes alone rather than not at all.
+            let head = members.first()?.clone();
+            return self.start_job(budget_name, head, now, saved_first);
+        };
+        let resend_is_safe = members
+            .iter()
+            .all(|id| self.table.get(id).is_some_and(may_resend_early));
+        let timeout_ms = self.attempt_timeout_of(&budget_name, &carrier, resend_is_safe);
+        let mut is_retry = self.was_given_up(&budget_name, &carrier);
+        for id in &members {
+            is_retry |= self.mark_sending(id, now)?;
+        }
+        self.resend_batches
+            .0
+            .retain(|group| !group.iter().any(|id| members.contains(id)));
+        let transmit = Transmit {
+            job_id: carrier.clone(),
+            method: rule.endpoint_method.trim().to_ascii_uppercase(),
+            url: endpoint,
+            headers,
+            body: Some(body),
+            options,
+            timeout_ms,
+            save_first: false,
+        };
+        let started = self.count_start(
+            budget_name.clone(),
+            transmit,
+            &cost,
+            is_retry,
+            &members,
+            saved_first,
+            now,
+        )?;
+        self.batches.insert(
+            carrier,
+            InFlightBatch {
+                budget: budget_name,
+                rule: rule_index,
+                members,
+            },
+        );
+        Some(started)
+    }
+
+    /// Each member as the batch carries it.
+    fn items_of(&self, rule: &BatchRule, members: &[JobId]) -> Vec<CarriedItem> {
+        members
+            .iter()
+            .filter_map(|id| self.table.get(id))
+            .map(|job| CarriedItem {
+                method: job.method.clone(),
+                url: job.url.clone(),
+                headers: self.etags.request_headers(job),
+                body: job.body.clone(),
+                id: rule
+                    .captures(&job.method, &job.url)
+                    .and_then(|c| c.into_iter().find(|(name, _)| *name == rule.id_param))
+                    .map(|(_, value)| value),
+            })
+            .collect()
+    }
+
+    /// The answer to a batch's request arrived. A successful one (2xx, not a refusal by its
+    /// headers or body) is split into each member's answer, which does to that member what
+    /// the answer to its own request would (an item's 429 pauses the budget and that member
+    /// waits for its turn again; an item's 4xx fails it alone); the batch's quota headers count
+    /// once. Any other answer is the whole batch's: a 429 pauses once and every member goes
+    /// back to its place, a 5xx retries the members with one retry token between them.
+    pub(super) fn on_batch_response(&mut self, carrier: &str, response: Response, now: Millis) {
+        let mut signal = read_signal(response.status, &response.headers, now);
+        let Some((budget_name, trip, _, credentials)) =
+            self.take_in_flight(carrier, now, Some(&signal))
+        else {
+            return;
+        };
+        let Some(batch) = self.batches.remove(carrier) else {
+            return;
+        };
+        let said_by_body = self.read_body_rules(&budget_name, &response, &mut signal);
+        let cost = match self.budgets.get(&budget_name) {
+            Some(b) => self.costs_of(b, &batch.members),
+            None => Costs::default(),
+        };
+        self.correct_resources(&budget_name, &cost, trip.started, None, &signal, now);
+        let answer = Answer {
+            signal,
+            said_by_body,
+            started: trip.started,
+            credentials,
+        };
+        let whole = !(200..300).contains(&response.status)
+            || answer.signal.rate_limited
+            || answer.signal.concurrency_limited;
+        let Some(rule) = self
+            .budgets
+            .get(&budget_name)
+            .and_then(|b| b.config.batches.get(batch.rule))
+            .cloned()
+        else {
+            return;
+        };
+        if whole {
+            self.answer_whole_batch(&batch, &budget_name, response, &answer, trip, now);
+            return;
+        }
+        // The batch's own headers (its quota) count once, for the batch; each item's answer
+        // then says what happened to that item.
+        let Some((first, rest)) = batch.members.split_first() else {
+            return;
+        };
+        let carried = self.items_of(&rule, &batch.members);
+        let items: Vec<BatchItem> = carried.iter().map(CarriedItem::item).collect();
+        let answers = split_answer(&rule, response.status, &response.body, &items);
+        let mut applied_quota = false;
+        let mut failed = Vec::new();
+        for (id, item_answer) in std::iter::once(first).chain(rest).zip(answers) {
+            match item_answer {
+                Some(ItemAnswer {
+                    status,
+                    headers,
+                    body,
+                }) => {
+                    let item = Response {
+                        status,
+                        headers,
+                        body,
+                    };
+                    let mut item_signal = read_signal(item.status, &item.headers, now);
+                    let item_said = self.read_body_rules(&budget_name, &item, &mut item_signal);
+                    if !applied_quota {
+                        item_signal.quota = answer.signal.quota.clone();
+                    }
+                    let item_answer = Answer {
+                        signal: item_signal,
+                        said_by_body: item_said,
+                        started: answer.started,
+                        credentials,
+                    };
+                    let retryable = classify(item.status, item_answer.signal.rate_limited)
+                        == Verdict::Retryable
+                        && !item_answer.signal.concurrency_limited
+                        && !self.refuses_credentials(
+                            &budget_name,
+                            item.status,
+                            &item_answer.signal,
+                        );
+                    if retryable {
+                        let error = JobError {
+                            status: Some(item.status),
+                            message: server_message(item.status, &item.body),
+                        };
+                        failed.push((id.clone(), error));
+                    } else {
+                        let trip = (!applied_quota).then_some(trip);
+                        applied_quota = true;
+                        self.answer_job(id, &budget_name, item, &item_answer, trip, now);
+                    }
+                }
+                None => {
+                    let error = JobError {
+                        status: None,
+                        message: format!(
+                            "the batch endpoint's answer (HTTP {}) said nothing of this item; \
+                             sent again",
+                            response.status
+                        ),
+                    };
+                    failed.push((id.clone(), error));
+                }
+            }
+        }
+        self.retry_members(failed, &budget_name, None, now);
+    }
+
+    /// An answer that refused a batch as a whole (not 2xx, or a 2xx that says rate limited):
+    /// the first member takes it as its own request's answer, which pauses the budget, lowers
+    /// its concurrency or waits for credentials once; the others follow it back to their
+    /// places, or (a failure of the batch) are retried or failed with it.
+    fn answer_whole_batch(
+        &mut self,
+        batch: &InFlightBatch,
+        budget_name: &str,
+        response: Response,
+        answer: &Answer,
+        trip: Trip,
+        now: Millis,
+    ) {
+        let Some((first, rest)) = batch.members.split_first() else {
+            return;
+        };
+        let verdict = classify(response.status, answer.signal.rate_limited);
+        if verdict == Verdict::Retryable
+            && !answer.signal.concurrency_limited
+            && !self.refuses_credentials(budget_name, response.status, &answer.signal)
+        {
+            let error = JobError {
+                status: Some(response.status),
+                message: format!(
+                    "the batch was refused: {}",
+                    server_message(response.status, &response.body)
+                ),
+            };
+            let failed = batch
+                .members
+                .iter()
+                .map(|id| (id.clone(), error.clone()))
+                .collect();
+            self.retry_members(failed, budget_name, None, now);
+            return;
+        }
+        self.answer_job(
+            first,
+            budget_name,
+            response.clone(),
+            answer,
+            Some(trip),
+            now,
+        );
+        let first_waits = self
+            .table
+            .get(first)
+            .is_some_and(|j| j.state == JobState::Queued);
+        for id in rest {
+            if first_waits {
+                if let Some(not_before) = self.table.get(first).map(|j| j.not_before) {
+                    if let Some(job) = self.table.get_mut(id) {
+                        job.not_before = job.not_before.max(not_before);
+                    }
+                }
+                self.requeue(id, now);
+            } else {
+                let echo = Answer {
+                    signal: answer.signal.clone(),
+                    ..*answer
+                };
+                self.answer_job(id, budget_name, response.clone(), &echo, None, now);
+            }
+        }
+    }
+
+    /// Whether `status` means "these credentials were refused" on this budget.
+    pub(super) fn refuses_credentials(
+        &self,
+        budget_name: &str,
+        status: u16,
+        signal: &ServerSignal,
+    ) -> bool {
+        self.budgets.get(budget_name).is_some_and(|b| {
+            !signal.rate_limited && b.config.wait_for_credentials_on.contains(&status)
+        })
+    }
+
+    /// A batch's request got no answer. Offline: every member waits for the network. Given up
+    /// early (most likely a lost answer, see `rto`) or at the timeout: the members go again
+    /// together, with the same key, so an API that keeps batches by key does not apply it
+    /// twice; one retry token for them all.
+    pub(super) fn on_batch_transport_error(
+        &mut self,
+        carrier: &str,
+        error: TransportError,
+        now: Millis,
+    ) {
+        let Some((budget_name, _, given_ms, _)) = self.take_in_flight(carrier, now, None) else {
+            return;
+        };
+        let Some(batch) = self.batches.remove(carrier) else {
+            return;
+        };
+        let carrier: JobId = carrier.to_string();
+        let configured = self.config.retry.timeout_ms;
+        match error {
+            TransportError::Offline => {
+                self.went_offline(now);
+                for id in &batch.members {
+                    self.requeue(id, now);
+                }
+            }
+            TransportError::Timeout if given_ms < configured => {
+                if let Some(b) = self.budgets.get_mut(&budget_name) {
+                    b.gave_up_early(&carrier);
+                }
+                let step = self.given_up_in_a_row(&budget_name, &carrier) - 1;
+                let error = JobError {
+                    status: None,
+                    message: format!(
+                        "no response within {} to the batch (2 to 4 times the usual round trip; tried again)",
+                        human_duration(given_ms)
+                    ),
+                };
+                self.resend_batches.0.push(batch.members.clone());
+                let failed = batch
+                    .members
+                    .iter()
+                    .map(|id| (id.clone(), error.clone()))
+                    .collect();
+                self.retry_members(failed, &budget_name, Some(step), now);
+            }
+            TransportError::Timeout | TransportError::Network(_) => {
+                let message = match error {
+                    TransportError::Network(m) => format!("network error: {m}"),
+                    _ => format!(
+                        "no response within {} to the batch",
+                        human_duration(given_ms)
+                    ),
+                };
+                let error = JobError {
+                    status: None,
+                    message,
+                };
+                self.resend_batches.0.push(batch.members.clone());
+                let failed = batch
+                    .members
+                    .iter()
+                    .map(|id| (id.clone(), error.clone()))
+                    .collect();
+                self.retry_members(failed, &budget_name, None, now);
+            }
+        }
+    }
+
+    /// Members of one batch failed (the whole batch, or items of its answer): they are retried
+    /// as one request would be, with one retry token for all (a batch of 100 failing once is one
+    /// failure of the service, not 100) and one backoff, so that they are ready again together
+    /// and go in one batch.
+    /// `early_step`: given up early, the backoff step, no attempt spent; `None`: each member
+    /// spends an attempt, and the backoff is that of the most tried.
+    fn retry_members(
+        &mut self,
+        failed: Vec<(JobId, JobError)>,
+        budget_name: &str,
+        early_step: Option<u32>,
+        now: Millis,
+    ) {
+        let Some((_, first_error)) = failed.first() else {
+            return;
+        };
+        let has_token = self.take_retry_token(budget_name, &first_error.clone());
+        let mut retried = Vec::with_capacity(failed.len());
+        let mut step = early_step.unwrap_or(0);
+        for (id, error) in failed {
+            if early_step.is_none() {
+                match self.count_attempt(&id, &error, now) {
+                    Some(attempts) => step = step.max(attempts),
+                    None => continue,
+                }
+            }
+            retried.push((id, error));
+        }
+        let delay = self.backoff_delay(step);
+        for (id, error) in retried {
+            if has_token {
+                self.schedule_retry(&id, error, delay, now);
+            } else {
+                self.fail_for_trouble(&id, error, now);
+            }
+        }
+    }
+}
+
+/// A member's parts a batch carries, owned while the batch is built or read.
+struct CarriedItem {
+    method: String,
+    url: String,
+    headers: Vec<(String, String)>,
+    body: Option<String>,
+    id: Option<String>,
+}
+
+impl CarriedItem {
+    fn item(&self) -> BatchItem<'_> {
+        BatchItem {
+            method: &self.method,
+            url: &self.url,
+            headers: &self.headers,
+            body: self.body.as_deref(),
+            id: self.id.as_deref(),
+        }
+    }
+}
+
+/// `a` and `b` added, for each of `resources`.
+fn add_costs(resources: &[crate::config::ResourceConfig], a: &Costs, b: &Costs) -> Costs {
+    Costs::new(
+        resources
+            .iter()
+            .map(|r| (r.name.clone(), a.of(r).saturating_add(b.of(r)))),
+    )
+}
+
+/// A batch's id and `Idempotency-Key`: the same for the same members, whatever their order.
+pub(super) fn batch_id(members: &[JobId]) -> JobId {
+    // Each id's FNV-1a hash (64 bits: stable across builds and platforms, which `std`'s hasher
+    // is not), added: the sum does not depend on the order, so no sort is needed.
+    let mut sum: u64 = 0;
+    for id in members {
+        let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+        for byte in id.bytes() {
+            hash ^= u64::from(byte);
+            hash = hash.wrapping_mul(0x0100_0000_01b3);
+        }
+        sum = sum.wrapping_add(hash);
+    }
+    format!("batch-{sum:016x}-{}", members.len())
+}
