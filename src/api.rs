@@ -41,6 +41,12 @@
 //! `GET /api/large?bytes=N` answers N bytes of text, streamed in 16 KiB chunks; how many the
 //! server handed to the connection is in the stats (`largeBytesSent`), so a test can tell a
 //! client that stops reading from one that reads everything.
+//! `POST /api/contacts/batch` (an array of contact bodies), `POST /api/contacts/batch/update`
+//! (HubSpot's `{"inputs": [{"id", "properties"}]}`, 200 or 207) and `POST /api/$batch`
+//! (Microsoft Graph's `{"requests": [...]}`) carry up to 100 items each: a batch is one arrival
+//! (limited, faulted, recorded and keyed as a whole), its items carried out one by one as the
+//! single requests they stand for, with per-item faults `batchItemFailRate` and
+//! `batchSubRateLimited` (`batch.rs` and `graph_batch.rs` give the shapes).
 //! Any other method and path under `/api/` is answered 200 with a JSON echo, which says
 //! whether the request carried cookies (`cookie`).
 //!
@@ -52,7 +58,11 @@
 //! once, so a demo page has its data without spending the rate limit or the visitor's time).
 
 mod arrival;
+mod batch;
+#[cfg(test)]
+mod batch_tests;
 mod config;
+mod graph_batch;
 mod hold;
 mod http;
 mod limiter;
@@ -63,10 +73,13 @@ mod store;
 #[cfg(test)]
 mod tests;
 
+pub use batch::MAX_BATCH_ITEMS;
 pub use config::*;
 pub use http::*;
 pub use records::*;
 pub use state::*;
 
+use batch::*;
 use hold::Holds;
 use resources::*;
+use store::*;

@@ -47,6 +47,7 @@ impl ApiHandle {
         let body;
         let outcome;
         let mut applied = false;
+        let mut batch: Option<Tally> = None;
 
         if let Some(scripted_status) = script.as_ref().and_then(|s| s.status) {
             let s = script.as_ref().expect("checked above");
@@ -58,7 +59,8 @@ impl ApiHandle {
             rate_headers = false;
             if s.apply == Some(true) {
                 let h = inner.carry_out(&req);
-                applied = h.outcome == Outcome::Applied;
+                applied = h.applied();
+                batch = h.batch;
             }
             if s.apply_then_hang {
                 hang = Some(Duration::from_millis(s.hang_ms.unwrap_or(cfg.hang_ms)));
@@ -106,7 +108,8 @@ impl ApiHandle {
                 };
                 hang = hang_ms.map(Duration::from_millis);
                 let h = inner.carry_out(&req);
-                applied = h.outcome == Outcome::Applied;
+                applied = h.applied();
+                batch = h.batch;
                 if h.replayed {
                     headers.push((
                         HeaderName::from_static("idempotent-replayed"),
@@ -168,6 +171,8 @@ impl ApiHandle {
             outcome,
             hung: hang.is_some(),
             scripted: script.is_some(),
+            batch_items: batch.map(|t| t.items),
+            items_applied: batch.map_or(0, |t| t.applied),
         });
 
         Reply {

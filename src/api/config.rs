@@ -59,6 +59,13 @@ pub struct ApiConfig {
     /// When set, `/api/` answers 401 (not counted, not applied) to any request whose
     /// `Authorization` is not `Bearer <this>`: a token that expires when a test changes it.
     pub bearer: Option<String>,
+    /// Share (0..=1) of batch items (any shape) answered 503 "temporarily unavailable" inside
+    /// the batch's answer and not applied, rolled per item after the batch was admitted.
+    pub batch_item_fail_rate: f64,
+    /// The next N `$batch` sub-requests are answered 429 with `Retry-After: 1` inside the
+    /// batch's 200 and not applied. Spent one by one (the config shows what is left); `reset`
+    /// sets it back to 0.
+    pub batch_sub_rate_limited: u32,
 }
 
 impl Default for ApiConfig {
@@ -77,6 +84,8 @@ impl Default for ApiConfig {
             count_rejected: false,
             seed: None,
             bearer: None,
+            batch_item_fail_rate: 0.0,
+            batch_sub_rate_limited: 0,
         }
     }
 }
@@ -94,7 +103,11 @@ impl ApiConfig {
         if self.window_ms == 0 {
             return Err(ApiConfigError::ZeroWindow);
         }
-        for (field, rate) in [("faultRate", self.fault_rate), ("hangRate", self.hang_rate)] {
+        for (field, rate) in [
+            ("faultRate", self.fault_rate),
+            ("hangRate", self.hang_rate),
+            ("batchItemFailRate", self.batch_item_fail_rate),
+        ] {
             if !(0.0..=1.0).contains(&rate) {
                 return Err(ApiConfigError::RateOutOfRange { field, value: rate });
             }
@@ -121,6 +134,9 @@ pub struct ConfigPatch {
     pub seed: Option<u64>,
     /// The token `/api/` accepts from now on; an empty one accepts any request again.
     pub bearer: Option<String>,
+    pub batch_item_fail_rate: Option<f64>,
+    /// Replaces the count of `$batch` sub-requests still to be answered 429.
+    pub batch_sub_rate_limited: Option<u32>,
 }
 
 impl ConfigPatch {
@@ -139,7 +155,9 @@ impl ConfigPatch {
             hang_ms,
             retry_after_form,
             headers,
-            count_rejected
+            count_rejected,
+            batch_item_fail_rate,
+            batch_sub_rate_limited
         );
         if self.seed.is_some() {
             c.seed = self.seed;

@@ -53,6 +53,15 @@ pub struct Arrival {
     /// Whether the response was held back (applied-then-hang).
     pub hung: bool,
     pub scripted: bool,
+    /// For a batch carried out, how many items it answered, whatever their status; `None` for
+    /// any other arrival, and for a batch refused whole, rate-limited, failed or replayed (none
+    /// of its items was carried out).
+    #[serde(default)]
+    pub batch_items: Option<u32>,
+    /// Of those items, how many were applied (0 outside a batch). A batch is `applied` when at
+    /// least one was.
+    #[serde(default)]
+    pub items_applied: u32,
 }
 
 /// Totals over the recorded arrivals.
@@ -78,6 +87,12 @@ pub struct Stats {
     pub first_at_ms: Option<f64>,
     pub last_at_ms: Option<f64>,
     pub status_counts: BTreeMap<u16, usize>,
+    /// Batches carried out (arrivals with `batch_items`).
+    pub batches: usize,
+    /// Items those batches answered, and of them the items applied: against `total`, the
+    /// requests sent versus the changes they carried.
+    pub batch_items: usize,
+    pub batch_items_applied: usize,
     /// Contacts in the store now.
     pub contacts: usize,
     /// Applied creates beyond the first for the same Idempotency-Key (should be 0).

@@ -39,6 +39,11 @@ pub(super) struct Inner {
     pub(super) rng: SplitMix64,
     pub(super) preflights: u64,
     pub(super) large_bytes_sent: Arc<AtomicU64>,
+    /// Applied PATCHes per contact id, single or batched: a test's check that no change was
+    /// applied twice.
+    pub(super) patches: BTreeMap<u64, u64>,
+    /// Applied creates per `name` field (string names only), single or batched, likewise.
+    pub(super) creates_by_name: BTreeMap<String, u64>,
 }
 
 pub(super) struct Stored {
@@ -80,6 +85,8 @@ pub(super) struct Handled {
     pub(super) etag: Option<String>,
     pub(super) outcome: Outcome,
     pub(super) replayed: bool,
+    /// For a batch carried out: what its items did.
+    pub(super) batch: Option<Tally>,
 }
 
 impl Handled {
@@ -91,6 +98,7 @@ impl Handled {
             etag: None,
             outcome: Outcome::Refused,
             replayed: false,
+            batch: None,
         }
     }
 
@@ -102,7 +110,14 @@ impl Handled {
             etag: None,
             outcome: Outcome::Applied,
             replayed: false,
+            batch: None,
         }
+    }
+
+    /// Whether the arrival changed or read state: carried out, and for a batch, with at least
+    /// one item applied (a batch whose every item failed changed nothing).
+    pub(super) fn applied(&self) -> bool {
+        self.outcome == Outcome::Applied && self.batch.is_none_or(|t| t.applied > 0)
     }
 }
 
@@ -127,6 +142,8 @@ impl ApiHandle {
                 rng,
                 preflights: 0,
                 large_bytes_sent: Arc::default(),
+                patches: BTreeMap::new(),
+                creates_by_name: BTreeMap::new(),
             })),
             holds,
         }
@@ -159,8 +176,9 @@ impl ApiHandle {
         Ok(config)
     }
 
-    /// Forgets arrivals, the limiter's window, contacts, idempotency keys and the script;
-    /// keeps the config. Times restart from zero.
+    /// Forgets arrivals, the limiter's window, contacts, idempotency keys, the script and the
+    /// `$batch` 429s still staged (`batchSubRateLimited` back to 0); keeps the rest of the
+    /// config. Times restart from zero.
     pub fn reset(&self) {
         let mut inner = self.lock();
         inner.epoch = Instant::now();
@@ -173,6 +191,9 @@ impl ApiHandle {
         inner.script.clear();
         inner.preflights = 0;
         inner.large_bytes_sent.store(0, Ordering::Relaxed);
+        inner.patches.clear();
+        inner.creates_by_name.clear();
+        inner.config.batch_sub_rate_limited = 0;
         inner.rng = SplitMix64::new(inner.config.seed);
     }
 
@@ -259,6 +280,19 @@ impl ApiHandle {
         by_key
     }
 
+    /// How many PATCHes of contact `id` were applied, sent alone or in a batch (a `$batch`
+    /// sub-request or a HubSpot-style input): with each change sent once, at most 1. Idempotent
+    /// replays, refusals and failed items are not applications.
+    pub fn patches_of(&self, id: u64) -> u64 {
+        self.lock().patches.get(&id).copied().unwrap_or(0)
+    }
+
+    /// How many contacts were created with this `name`, alone or in a batch (seeded ones not
+    /// counted), whatever became of them since: with each create sent once, at most 1.
+    pub fn creates_named(&self, name: &str) -> u64 {
+        self.lock().creates_by_name.get(name).copied().unwrap_or(0)
+    }
+
     /// The contact store, ordered by id.
     pub fn contacts(&self) -> Vec<Value> {
         self.lock().contacts.values().cloned().collect()
@@ -329,6 +363,13 @@ impl ApiHandle {
             first_at_ms: a.first().map(|x| x.at_ms),
             last_at_ms: a.last().map(|x| x.at_ms),
             status_counts,
+            batches: count(&|x| x.batch_items.is_some()),
+            batch_items: a
+                .iter()
+                .filter_map(|x| x.batch_items)
+                .map(|n| n as usize)
+                .sum(),
+            batch_items_applied: a.iter().map(|x| x.items_applied as usize).sum(),
             contacts: inner.contacts.len(),
             duplicate_creates: creates_by_key.values().map(|n| n - 1).sum(),
             creates_without_key,

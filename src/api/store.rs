@@ -1,5 +1,5 @@
 //! Carrying out a request against the store: an Idempotency-Key's stored answer replayed, else
-//! the contacts' routes, with their `ETag` and `If-Match`.
+//! the batch endpoints (`batch.rs`) or the contacts' routes, with their `ETag` and `If-Match`.
 
 use axum::body::Bytes;
 use axum::http::{Method, StatusCode};
@@ -34,6 +34,7 @@ impl Inner {
                     etag: None,
                     outcome: Outcome::Replayed,
                     replayed: true,
+                    batch: None,
                 };
             }
         }
@@ -56,14 +57,19 @@ impl Inner {
     }
 
     pub(super) fn route(&mut self, req: &ApiRequest) -> Handled {
-        let rest = req.path.strip_prefix("/api").unwrap_or(&req.path);
-        let segs: Vec<&str> = rest.split('/').filter(|s| !s.is_empty()).collect();
+        let segs = segments(&req.path);
+        if let Some(h) = self.batch(req, &segs) {
+            return h;
+        }
         let m = &req.method;
         match segs.as_slice() {
             ["contacts"] if *m == Method::POST => match parse_object(&req.body) {
                 Ok(mut fields) => {
                     let id = self.next_id;
                     self.next_id += 1;
+                    if let Some(Value::String(name)) = fields.get("name") {
+                        *self.creates_by_name.entry(name.clone()).or_insert(0) += 1;
+                    }
                     fields.insert("id".into(), id.into());
                     let record = Value::Object(fields);
                     self.contacts.insert(id, record.clone());
@@ -133,6 +139,7 @@ impl Inner {
             },
             Method::PATCH | Method::PUT => {
                 let fields = match parse_object(body) {
+                    Ok(f) if *m == Method::PATCH => unwrap_properties(f),
                     Ok(f) => f,
                     Err(e) => return Handled::refused(StatusCode::BAD_REQUEST, e),
                 };
@@ -150,6 +157,9 @@ impl Inner {
                 }
                 let record = record.clone();
                 self.versions.insert(id, version + 1);
+                if *m == Method::PATCH {
+                    *self.patches.entry(id).or_insert(0) += 1;
+                }
                 Handled {
                     etag: Some(etag(version + 1)),
                     ..Handled::ok(StatusCode::OK, Some(record))
@@ -163,6 +173,12 @@ impl Inner {
             _ => Handled::refused(StatusCode::METHOD_NOT_ALLOWED, "method not allowed"),
         }
     }
+}
+
+/// A path's segments under `/api`: `/api/contacts/5` is `["contacts", "5"]`.
+pub(super) fn segments(path: &str) -> Vec<&str> {
+    let rest = path.strip_prefix("/api").unwrap_or(path);
+    rest.split('/').filter(|s| !s.is_empty()).collect()
 }
 
 /// A contact version's entity tag, as `ETag` and `If-Match` carry it.

@@ -14,19 +14,25 @@ use tower::ServiceExt;
 
 use super::*;
 
-struct Res {
-    status: StatusCode,
-    headers: HeaderMap,
-    body: Value,
+pub(super) struct Res {
+    pub(super) status: StatusCode,
+    pub(super) headers: HeaderMap,
+    pub(super) body: Value,
 }
 
 impl Res {
-    fn header(&self, name: &str) -> Option<&str> {
+    pub(super) fn header(&self, name: &str) -> Option<&str> {
         self.headers.get(name).and_then(|v| v.to_str().ok())
     }
 }
 
-async fn send(app: &Router, method: &str, path: &str, headers: &[(&str, &str)], body: &str) -> Res {
+pub(super) async fn send(
+    app: &Router,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> Res {
     let mut req = Request::builder().method(method).uri(path);
     for (k, v) in headers {
         req = req.header(*k, *v);
@@ -55,13 +61,13 @@ async fn get(app: &Router, path: &str) -> Res {
     send(app, "GET", path, &[], "").await
 }
 
-fn app(config: ApiConfig) -> (Router, ApiHandle) {
+pub(super) fn app(config: ApiConfig) -> (Router, ApiHandle) {
     // On tokio's paused clock, which only tokio's timer moves.
     let api = ApiHandle::with_holds(config, Holds::Runtime);
     (router(api.clone()), api)
 }
 
-fn limited(limit: u32, window_ms: u64) -> ApiConfig {
+pub(super) fn limited(limit: u32, window_ms: u64) -> ApiConfig {
     ApiConfig {
         limit,
         window_ms,

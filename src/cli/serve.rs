@@ -63,6 +63,9 @@ pub(crate) struct ApiArgs {
     /// Seed for arrival and answer jitter and fault rolls (random if absent).
     #[arg(long)]
     seed: Option<u64>,
+    /// Share (0..1) of batch items answered 503 inside the batch's answer, not applied.
+    #[arg(long, default_value_t = 0.0)]
+    batch_item_fail_rate: f64,
 }
 
 impl From<&ApiArgs> for ApiConfig {
@@ -82,6 +85,9 @@ impl From<&ApiArgs> for ApiConfig {
             seed: a.seed,
             // Set through the control API only (`bearer` in `POST /__sluice/config`).
             bearer: None,
+            batch_item_fail_rate: a.batch_item_fail_rate,
+            // Staged through the control API only, like a script: a count spent by traffic.
+            batch_sub_rate_limited: 0,
         }
     }
 }

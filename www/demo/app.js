@@ -1242,6 +1242,7 @@ function wire() {
       const { config, told } = await api.apply({
         limit: 10, windowMs: 1000, latencyMs: 300, jitterMs: 0, arrivalJitterMs: 0,
         faultRate: 0, hangRate: 0, retryAfterForm: 'delta', headers: 'xrate',
+        batchItemFailRate: 0, batchSubRateLimited: 0,
       }, { tell: true });
       api.fill(config);
       out.textContent = `Defaults restored. ${describeApi(config, told)}`;
