@@ -446,6 +446,8 @@ fn graph_post(n: u32) -> JobSpec {
         method: "POST".into(),
         url: format!("{API}/v1/contacts"),
         lane: Lane::Bulk,
+        // As the page client sends a create: its own key among its headers.
+        headers: vec![("Idempotency-Key".into(), format!("key-{n}"))],
         body: Some(json!({"name": format!("c{n}")}).to_string()),
         ..JobSpec::default()
     }

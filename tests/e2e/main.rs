@@ -23,6 +23,7 @@
 mod support;
 
 mod basic;
+mod batching;
 mod bench;
 mod conflicts;
 mod credentials;

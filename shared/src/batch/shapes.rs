@@ -69,7 +69,7 @@ pub fn batch_body(rule: &BatchRule, endpoint: &str, items: &[BatchItem]) -> Resu
             }
             BatchShape::Requests => {
                 let url = relative_url(endpoint, item.url).unwrap_or_default();
-                let headers = item
+                let mut headers: Vec<(Cow<str>, Json)> = item
                     .headers
                     .iter()
                     .filter(|(name, _)| !name.eq_ignore_ascii_case("authorization"))
@@ -80,6 +80,22 @@ pub fn batch_body(rule: &BatchRule, endpoint: &str, items: &[BatchItem]) -> Resu
                         )
                     })
                     .collect();
+                // Graph refuses a sub-request with a body and no `Content-Type`.
+                let typed = item
+                    .headers
+                    .iter()
+                    .any(|(n, _)| n.eq_ignore_ascii_case("content-type"));
+                if let (Some(text), false) = (item.body, typed) {
+                    let kind = if parse(text).is_ok() {
+                        "application/json"
+                    } else {
+                        "text/plain"
+                    };
+                    headers.push((
+                        Cow::Borrowed("Content-Type"),
+                        Json::Str(Cow::Borrowed(kind)),
+                    ));
+                }
                 let mut members: Vec<(Cow<str>, Json)> = vec![
                     (
                         Cow::Borrowed("id"),
@@ -217,7 +233,7 @@ pub fn split_answer(
 /// else its `category` as HubSpot names them, else 400 (a failure the server gives no reason
 /// to try again).
 fn error_status(error: &Json) -> u16 {
-    if let Some(s) = ["statusCode", "status", "code"]
+    if let Some(s) = ["httpStatus", "statusCode", "status", "code"]
         .iter()
         .find_map(|k| error.get(k).and_then(as_status))
     {

@@ -178,7 +178,7 @@ fn a_requests_batch_carries_whole_sub_requests_and_their_own_answers() {
     assert_eq!(
         body,
         // Members in the writer's order (sorted, as serde_json's `Value`).
-        r#"{"requests":[{"body":{"n":1},"headers":{"Idempotency-Key":"k1"},"id":"1","method":"POST","url":"/c?x=1"},{"body":"plain text","headers":{},"id":"2","method":"POST","url":"/c"}]}"#
+        r#"{"requests":[{"body":{"n":1},"headers":{"Content-Type":"application/json","Idempotency-Key":"k1"},"id":"1","method":"POST","url":"/c?x=1"},{"body":"plain text","headers":{"Content-Type":"text/plain"},"id":"2","method":"POST","url":"/c"}]}"#
     );
     let answer = r#"{"responses":[{"id":"2","status":429,"headers":{"Retry-After":"3"},"body":{"error":"slow down"}},
         {"id":"1","status":201,"body":{"id":5}}]}"#;

@@ -55,6 +55,15 @@ impl Engine {
                 body: job.body.as_deref(),
                 id: item_id.as_deref(),
             };
+            // A conditional change needs its own `If-Match`, which only a sub-request carries.
+            let conditional = job.if_match_from_key
+                || job
+                    .headers
+                    .iter()
+                    .any(|(n, _)| n.eq_ignore_ascii_case("if-match"));
+            if conditional && rule.shape != crate::batch::BatchShape::Requests {
+                return None;
+            }
             // A batch goes only where the worker script allows, as any job does.
             let allowed = Target::parse(&endpoint).is_ok_and(|t| {
                 self.allowed.is_empty() || self.allowed.iter().any(|s| s.covers(&t))
@@ -97,7 +106,7 @@ impl Engine {
             let Some(job) = self.table.get(id) else {
                 continue;
             };
-            if job.headers != head_job.headers {
+            if !same_batch_headers(&job.headers, &head_job.headers) {
                 continue;
             }
             let Some((i, _, item_id)) = self.batch_rule_of(b, job) else {
@@ -178,7 +187,11 @@ impl Engine {
         let head = self.table.get(members.first()?)?;
         let endpoint = rule.endpoint_for(&head.url)?;
         let mut headers = self.headers_to_send(head);
-        headers.retain(|(name, _)| !name.eq_ignore_ascii_case("idempotency-key"));
+        // What is each member's own goes per item (`requests`) or not at all: a batch that
+        // carried the head's would speak for every member.
+        headers.retain(|(name, _)| {
+            !name.eq_ignore_ascii_case("idempotency-key") && !name.eq_ignore_ascii_case("if-match")
+        });
         headers.push(("Idempotency-Key".into(), carrier.clone()));
         if !Headers(&headers).has("content-type") {
             headers.push(("Content-Type".into(), "application/json".into()));
@@ -570,6 +583,23 @@ impl CarriedItem {
             id: self.id.as_deref(),
         }
     }
+}
+
+/// Whether two jobs' own headers let them share a batch's one set: the same apart from what
+/// is each job's own (its `Idempotency-Key`, which a create's client sets per job, and an
+/// `If-Match`), which the `requests` shape carries per item and the others cannot carry.
+fn same_batch_headers(a: &[(String, String)], b: &[(String, String)]) -> bool {
+    let shared = |headers: &'_ [(String, String)]| -> Vec<(String, String)> {
+        headers
+            .iter()
+            .filter(|(name, _)| {
+                !name.eq_ignore_ascii_case("idempotency-key")
+                    && !name.eq_ignore_ascii_case("if-match")
+            })
+            .map(|(name, value)| (name.to_ascii_lowercase(), value.clone()))
+            .collect()
+    };
+    shared(a) == shared(b)
 }
 
 /// `a` and `b` added, for each of `resources`.
