@@ -331,6 +331,11 @@ pub struct Job {
     /// that an `enqueue` of one of them sent again is answered with this job.
     #[serde(default)]
     pub folded: Vec<JobId>,
+    /// The batch it went in (see `engine::batching`), kept while that batch's answer is not
+    /// known: saved before the batch leaves, so that a restart sends the same members again
+    /// under the same key rather than regroup them.
+    #[serde(default)]
+    pub batch: Option<String>,
 }
 
 impl Job {
@@ -430,6 +435,7 @@ mod tests {
             started_at: None,
             seq: 0,
             folded: Vec::new(),
+            batch: None,
         }
     }
 

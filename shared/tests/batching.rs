@@ -612,3 +612,89 @@ proptest! {
         }
     }
 }
+
+/// The worker is killed while a batch of creates is out: its members were saved with the
+/// batch before it left, and the restarted engine sends the same members again, under the
+/// same key, even though other jobs came first in the queue meanwhile.
+#[test]
+fn a_restart_sends_a_batch_in_flight_again_with_the_same_members_and_key() {
+    let rule = BatchRule {
+        method: "POST".into(),
+        url: "/v1/contacts".into(),
+        endpoint: "/v1/contacts/batch".into(),
+        shape: BatchShape::Array,
+        max_items: 10,
+        ..BatchRule::default()
+    };
+    let mut e = engine_with(vec![rule.clone()], vec![]);
+    let first_ids = enqueue_all(&mut e, (0..10).map(graph_post).collect(), 0);
+    let (_, sent) = next_sends(&mut e, 0);
+    assert_eq!(sent.len(), 1);
+    assert!(
+        sent[0].save_first,
+        "the membership is saved before the batch leaves"
+    );
+    for id in &first_ids {
+        assert_eq!(
+            e.job(id).unwrap().batch.as_deref(),
+            Some(sent[0].job_id.as_str())
+        );
+    }
+    // Jobs enqueued before the stop, saved as waiting.
+    let mut jobs: Vec<_> = e.jobs().cloned().collect();
+    let budgets: Vec<_> = e.budget_states().cloned().collect();
+    let later = enqueue_all(&mut e, (10..15).map(graph_post).collect(), 5);
+    jobs.extend(later.iter().map(|id| e.job(id).unwrap().clone()));
+    let config = EngineConfig {
+        budgets: vec![BudgetConfig {
+            name: "api".into(),
+            windows: vec![Window {
+                limit: 10,
+                length_ms: 1_000,
+            }],
+            concurrency: 4,
+            match_prefixes: vec![format!("{API}/")],
+            batches: vec![rule],
+            ..BudgetConfig::default()
+        }],
+        ..EngineConfig::default()
+    };
+    let mut restarted = Engine::restore(config, Rng::seeded(12), jobs, budgets, 10_000).unwrap();
+    // An interactive create comes first after the restart: left free, the stopped batch's
+    // members would be its companions, under another key.
+    let mut first = graph_post(99);
+    first.lane = Lane::Interactive;
+    restarted.enqueue(first, 10_000).unwrap();
+    let mut sends = vec![];
+    let mut now = 10_000;
+    while sends.len() < 2 {
+        let (at, sent) = next_sends(&mut restarted, now);
+        assert!(!sent.is_empty());
+        sends.extend(sent);
+        now = at + 1;
+    }
+    let again = sends
+        .iter()
+        .find(|t| t.job_id == sent[0].job_id)
+        .unwrap_or_else(|| {
+            panic!(
+                "the stopped batch was regrouped: {:?}",
+                sends.iter().map(|t| &t.body).collect::<Vec<_>>()
+            )
+        });
+    assert_eq!(again.body, sent[0].body);
+    assert!(again
+        .headers
+        .contains(&("Idempotency-Key".into(), sent[0].job_id.clone())));
+    let again = [again.clone()];
+    let answer = Response {
+        status: 200,
+        headers: vec![],
+        body: serde_json::to_string(&vec![json!({"status": 201, "body": {}}); 10]).unwrap(),
+    };
+    restarted.on_response(&again[0].job_id, answer, 10_100);
+    for id in &first_ids {
+        let job = restarted.job(id).unwrap();
+        assert_eq!((job.state, job.batch.as_deref()), (JobState::Done, None));
+    }
+}

@@ -3,11 +3,13 @@
 //! `done` and outcome. The engine's side (grouping, per-item outcomes, retries, order, both
 //! budgets) is tested in `shared/tests/batching.rs`.
 
+use std::time::Duration;
+
 use serde_json::{Map, Value};
 use sluice::api::ConfigPatch;
 
 use crate::e2e;
-use crate::support::{report, BrowserHarness, PageScript};
+use crate::support::{js, report, BrowserHarness, PageScript};
 
 e2e!(
     /// 2,000 edits of seeded contacts through the HubSpot-shaped `batch/update` endpoint of an
@@ -150,5 +152,72 @@ e2e!(
         // else is left to go with it).
         assert_eq!(stats.batches, 5, "{stats:?}");
         assert_eq!(stats.total, 6, "{stats:?}");
+    }
+);
+
+e2e!(
+    /// The worker is stopped while an `array` batch of creates is at the server (applied there,
+    /// its answer still on the way): its successor sends the same members again under the same
+    /// batch key, the API answers from what it kept, and every contact is created once. (That
+    /// the members stay together when another job would take them as companions is shown
+    /// without a browser: `shared/tests/batching.rs`, `a_restart_sends_...`.)
+    a_worker_stopped_while_a_batch_is_out_sends_the_same_batch_again,
+    90,
+    |h| {
+        h.api
+            .update_config(&ConfigPatch {
+                limit: Some(10),
+                latency_ms: Some(1_500),
+                ..Default::default()
+            })
+            .expect("server config");
+        let tab = h.open_e2e_with("keepAliveMs=300").await;
+        tab.eval(
+            r#"
+            await e2e.configure({ budgets: [{
+              name: 'api', windows: [{ limit: 10, lengthMs: 1000 }], concurrency: 4,
+              matchPrefixes: [location.origin + '/api/'],
+              batches: [{ method: 'POST', url: '/api/contacts', shape: 'array',
+                          endpoint: '/api/contacts/batch', maxItems: 20 }],
+            }] });
+            const jobs = Array.from({ length: 60 }, (_, i) => ({
+              url: '/api/contacts', kind: 'create', lane: 'bulk', body: { name: 'kept ' + i } }));
+            window.keptIds = (await sluice.enqueueMany(jobs, 'kept')).ids;
+            "#,
+        )
+        .await;
+        h.wait_until("a batch at the server", Duration::from_secs(10), || {
+            h.api.stats().batches >= 1
+        })
+        .await;
+        let starts = h.worker_starts();
+        h.stop_worker().await;
+        let at_stop = h.api.stats();
+        // A page's next job wakes the queue: an interactive create, which goes first and
+        // would take the stopped batch's members as its companions if they were free.
+        tab.eval(
+            "const j = await sluice.enqueue({ url: '/api/contacts', kind: 'create', \
+               lane: 'interactive', body: { name: 'kept first' } }); \
+             window.keptIds.push(j.id); return null;",
+        )
+        .await;
+        h.wait_until("the successor starts", Duration::from_secs(20), || {
+            h.worker_starts() > starts
+        })
+        .await;
+        let results: Vec<String> = tab.eval_as(&js::settle_ids("window.keptIds")).await;
+        let stats = h.api.stats();
+        let once = (0..60)
+            .filter(|i| h.api.creates_named(&format!("kept {i}")) == 1)
+            .count();
+        report(&format!(
+            "stopped with {} batches at the server; then {} requests in all ({} batches, {} \
+             replayed from the batch key), {once} of 60 created once",
+            at_stop.batches, stats.total, stats.batches, stats.replays
+        ));
+        assert!(js::all_done(&results), "{results:?}");
+        assert_eq!(once, 60, "a create was applied twice or never");
+        assert_eq!(h.api.creates_named("kept first"), 1);
+        assert!(stats.replays >= 1, "no batch went again under its key: {stats:?}");
     }
 );

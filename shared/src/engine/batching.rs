@@ -100,7 +100,12 @@ impl Engine {
             if members.len() >= rule.max_items as usize {
                 break;
             }
-            if id == head || resend.is_some_and(|group| !group.contains(id)) {
+            // A batch to send again keeps its members, and takes no others.
+            let elsewhere = match resend {
+                Some(group) => !group.contains(id),
+                None => self.resend_batches.0.iter().any(|group| group.contains(id)),
+            };
+            if id == head || elsewhere {
                 continue;
             }
             let Some(job) = self.table.get(id) else {
@@ -215,6 +220,9 @@ impl Engine {
         let mut is_retry = self.was_given_up(&budget_name, &carrier);
         for id in &members {
             is_retry |= self.mark_sending(id, now)?;
+            if let Some(job) = self.table.get_mut(id) {
+                job.batch = Some(carrier.clone());
+            }
         }
         self.resend_batches
             .0
@@ -229,13 +237,20 @@ impl Engine {
             timeout_ms,
             save_first: false,
         };
+        // An `array` batch carries no key per item: it is saved first, with every member's
+        // `batch`, so that a restart sends the same members under the same key, which an API
+        // that keeps batches by key answers from what it kept (one save per batch; saving
+        // every batch first cost the 2,000-edit run 0.4 s of its 2.5). The other shapes carry
+        // each item's own key (`requests`) or the same change by id again (`inputs`): they
+        // go at once (their membership is saved if they go back to wait after a lost answer).
+        let save_first = saved_first || rule.shape == crate::batch::BatchShape::Array;
         let started = self.count_start(
             budget_name.clone(),
             transmit,
             &cost,
             is_retry,
             &members,
-            saved_first,
+            save_first,
             now,
         )?;
         self.batches.insert(
@@ -283,6 +298,12 @@ impl Engine {
         let Some(batch) = self.batches.remove(carrier) else {
             return;
         };
+        // Answered: the members' fates are known, and whatever goes again may go with others.
+        for id in &batch.members {
+            if let Some(job) = self.table.get_mut(id) {
+                job.batch = None;
+            }
+        }
         let said_by_body = self.read_body_rules(&budget_name, &response, &mut signal);
         let cost = match self.budgets.get(&budget_name) {
             Some(b) => self.costs_of(b, &batch.members),
@@ -477,8 +498,12 @@ impl Engine {
         let configured = self.config.retry.timeout_ms;
         match error {
             TransportError::Offline => {
+                // Never sent: the members may go with others.
                 self.went_offline(now);
                 for id in &batch.members {
+                    if let Some(job) = self.table.get_mut(id) {
+                        job.batch = None;
+                    }
                     self.requeue(id, now);
                 }
             }
@@ -559,6 +584,33 @@ impl Engine {
                 self.schedule_retry(&id, error, delay, now);
             } else {
                 self.fail_for_trouble(&id, error, now);
+            }
+        }
+    }
+}
+
+impl Engine {
+    /// After a restore: the waiting jobs saved as members of a batch whose answer was not
+    /// known go again together, as that batch (see [`Job::batch`]).
+    pub(super) fn regroup_restored_batches(&mut self) {
+        let mut groups: Vec<(String, Vec<JobId>)> = Vec::new();
+        for job in self.table.iter().filter(|j| !j.state.is_terminal()) {
+            let Some(key) = &job.batch else {
+                continue;
+            };
+            match groups.iter_mut().find(|(k, _)| k == key) {
+                Some((_, members)) => members.push(job.id.clone()),
+                None => groups.push((key.clone(), vec![job.id.clone()])),
+            }
+        }
+        for (_, members) in groups {
+            if !self
+                .resend_batches
+                .0
+                .iter()
+                .any(|g| g.contains(&members[0]))
+            {
+                self.resend_batches.0.push(members);
             }
         }
     }

@@ -105,6 +105,7 @@ impl Engine {
             started_at: None,
             seq,
             folded: Vec::new(),
+            batch: None,
         };
         if let Some(result) = self.try_cancel_out(&job, now) {
             return result;

@@ -120,6 +120,7 @@ mod tests {
             started_at: Some(0),
             seq,
             folded: Vec::new(),
+            batch: None,
         }
     }
 

@@ -306,6 +306,7 @@ impl Engine {
             self.etags.learn(&job);
             self.table.admit(job);
         }
+        self.regroup_restored_batches();
         self.replace_all(now);
     }
 

@@ -29,6 +29,7 @@ fn job() -> Job {
         started_at: Some(1_700_000_000_050),
         seq: 42,
         folded: Vec::new(),
+        batch: None,
     }
 }
 
