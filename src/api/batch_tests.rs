@@ -494,3 +494,41 @@ async fn a_batch_repeated_with_its_key_is_replayed_not_applied_again() {
     assert_eq!((a[1].batch_items, a[1].items_applied), (None, 0));
     assert_eq!(api.stats().replays, 2);
 }
+
+#[tokio::test(start_paused = true)]
+async fn the_stats_count_requests_sent_against_patches_applied_alone_or_batched() {
+    let (app, api) = seeded(limited(100, 1000), 3);
+    let key = [JSON, ("idempotency-key", "u1")];
+    let update = json!({ "inputs": [
+        { "id": "1", "properties": { "owner": "Maya" } },
+        { "id": "2", "properties": { "owner": "Maya" } },
+        { "id": "99", "properties": { "owner": "Maya" } },
+    ]})
+    .to_string();
+    // Two items applied, one failed; the repeat is a replay, not two more changes.
+    let first = send(&app, "POST", "/api/contacts/batch/update", &key, &update).await;
+    assert_eq!(first.status, StatusCode::MULTI_STATUS);
+    let again = send(&app, "POST", "/api/contacts/batch/update", &key, &update).await;
+    assert_eq!(again.header("idempotent-replayed"), Some("true"));
+    // One PATCH alone, one refused (no such contact), and a read: requests, not changes.
+    let body = r#"{"owner": "Jonas"}"#;
+    let one = send(&app, "PATCH", "/api/contacts/3", &[JSON], body).await;
+    assert_eq!(one.status, StatusCode::OK);
+    let none = send(&app, "PATCH", "/api/contacts/98", &[JSON], body).await;
+    assert_eq!(none.status, StatusCode::NOT_FOUND);
+    assert_eq!(
+        send(&app, "GET", "/api/contacts/1", &[], "").await.status,
+        StatusCode::OK
+    );
+
+    let s = api.stats();
+    assert_eq!(
+        (s.total, s.batch_items_applied, s.patches_applied),
+        (5, 2, 3)
+    );
+    let r = send(&app, "GET", "/__sluice/stats", &[], "").await;
+    assert_eq!(
+        (r.body["total"].clone(), r.body["patchesApplied"].clone()),
+        (json!(5), json!(3))
+    );
+}

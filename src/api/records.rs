@@ -93,6 +93,9 @@ pub struct Stats {
     /// requests sent versus the changes they carried.
     pub batch_items: usize,
     pub batch_items_applied: usize,
+    /// PATCHes of contacts applied, sent alone or as a batch's items (not replays, refusals or
+    /// failed items): the changes saved, against `total` requests.
+    pub patches_applied: usize,
     /// Contacts in the store now.
     pub contacts: usize,
     /// Applied creates beyond the first for the same Idempotency-Key (should be 0).

@@ -370,6 +370,7 @@ impl ApiHandle {
                 .map(|n| n as usize)
                 .sum(),
             batch_items_applied: a.iter().map(|x| x.items_applied as usize).sum(),
+            patches_applied: inner.patches.values().sum::<u64>() as usize,
             contacts: inner.contacts.len(),
             duplicate_creates: creates_by_key.values().map(|n| n - 1).sum(),
             creates_without_key,

@@ -887,3 +887,94 @@ e2e!(
         tab.eval("await demo.cancelWaiting();").await;
     }
 );
+
+e2e!(
+    /// "Use the batch endpoint" switched on from the keyboard, kept across a reload, and a bulk
+    /// change of every contact sent through the HubSpot-style batch endpoint at the demo API's
+    /// default 10 requests a second (Sluice told): every owner changed, a request per 100
+    /// changes or so, no 429, and the page's count of requests versus changes saved says so.
+    demo_batch_switch_sends_the_bulk_change_in_few_requests,
+    60,
+    |h| {
+        let tab = open_demo(h).await;
+        set_api(&tab, "{ limit: 10, windowMs: 1000, latencyMs: 20 }", true).await;
+        let off: (bool, String, bool) = tab
+            .eval_as(
+                "const s = document.getElementById('use-batch');\
+                 return [s.checked, s.getAttribute('role'), demo.state().batch];",
+            )
+            .await;
+        assert_eq!(off, (false, "switch".into(), false), "the switch starts off");
+
+        // Keyboard only: Tab to the switch, Space turns it on.
+        let path = tab_to(&tab, "#use-batch", 20).await;
+        report(&format!("Tab stops to the batch switch: {path:?}"));
+        tab.press(Key::Space).await;
+        wait_shown(&tab, "(s) => s.batch && !s.batchLocked", 5).await;
+
+        // Kept across a reload, and given to the worker again.
+        tab.reload().await;
+        tab.eval("await demo.ready;").await;
+        let kept: (bool, bool, Option<String>) = tab
+            .eval_as(
+                "const s = document.getElementById('use-batch');\
+                 return [s.checked, demo.state().batch, s.getAttribute('aria-disabled')];",
+            )
+            .await;
+        assert_eq!(kept, (true, true, None), "the switch after a reload");
+        screenshot(h, &tab, "batch-switch-on").await;
+
+        let contacts = h.api.contacts().len();
+        let started = Instant::now();
+        tab.eval("await demo.applyOwner('Sofia Rossi');").await;
+        let done = wait_shown(
+            &tab,
+            &format!("(s) => s.phase === 'idle' && s.saved === {contacts}"),
+            20,
+        )
+        .await;
+        let took = started.elapsed();
+        assert_eq!(
+            done.banner,
+            format!("All {} changes saved.", thousands(contacts as u64))
+        );
+        assert_eq!(contacts_owned_by(h, "Sofia Rossi"), contacts);
+        let stats = h.api.stats();
+        let twice = (1..=contacts as u64)
+            .filter(|&id| h.api.patches_of(id) != 1)
+            .count();
+        report(&format!(
+            "batch switch on: {contacts} contacts changed in {took:.1?} with {} requests \
+             ({} batches carrying {} items), {} 429s, at most {} in a second",
+            stats.total,
+            stats.batches,
+            stats.batch_items,
+            stats.rate_limited,
+            stats.max_in_window
+        ));
+        assert_eq!(twice, 0, "a contact not patched exactly once");
+        assert_eq!(stats.patches_applied, contacts);
+        assert_eq!(stats.rate_limited, 0, "{stats:?}");
+        assert!(
+            stats.total <= contacts / 50 + 5,
+            "{} requests for {contacts} changes",
+            stats.total
+        );
+
+        // The page's count of requests versus changes saved (read at the server's next poll).
+        let expected = format!(
+            "{} requests · {} changes saved",
+            thousands(stats.total as u64),
+            thousands(contacts as u64)
+        );
+        let traffic: String = tab
+            .eval_as(&format!(
+                "const el = document.getElementById('traffic');\
+                 await demo.waitFor(() => el.textContent === {expected:?}, 5000).catch(() => {{}});\
+                 return el.textContent;"
+            ))
+            .await;
+        assert_eq!(traffic, expected);
+        screenshot(h, &tab, "batch-done").await;
+    }
+);

@@ -6,7 +6,9 @@
 // - contacts' saved values: the server (read once through the unmetered control API, then kept
 //   current from done jobs' response bodies);
 // - values still on their way: this page when it made the change, shared with other tabs and
-//   the next visit through localStorage (a job update never carries the body it sends).
+//   the next visit through localStorage (a job update never carries the body it sends);
+// - whether changes go through the batch endpoint: the switch, kept in localStorage for other
+//   tabs and the next visit, and given to the worker in the budget's configuration.
 
 import * as fmt from './format.js';
 import * as server from './server.js';
@@ -16,6 +18,15 @@ import { drawRequests, drawLanes } from './chart.js';
 const $ = (id) => document.getElementById(id);
 const BUDGET = 'demo';
 const EDITS_KEY = 'sluice-demo:edits:v1';
+const BATCH_KEY = 'sluice-demo:batch:v1';
+/** The demo API's HubSpot-style batch update: contact PATCHes go together, 100 at most. */
+const BATCH_RULE = {
+  method: 'PATCH',
+  url: '/api/contacts/:id',
+  endpoint: '/api/contacts/batch/update',
+  shape: 'inputs',
+  maxItems: 100,
+};
 const PENDING = new Set(['queued', 'sending', 'retry-wait']);
 const WAITING = new Set(['queued', 'retry-wait']);
 const FINAL = new Set(['done', 'cancelled']);
@@ -40,6 +51,8 @@ const st = {
   boot: { pending: 0, failed: 0, otherTabs: false },
   troubleClearedAt: 0,
   busy: false,
+  batch: readBatch(), // the batch endpoint switch
+  switching: false, // the worker is being given the switch's new state
 };
 
 const table = new ContactTable($('contacts-body'), viewOf, scheduleUi);
@@ -66,7 +79,9 @@ function ownerFromOutcome(job) {
   if (!body) return undefined;
   try {
     const record = JSON.parse(body);
-    return record && typeof record.owner === 'string' ? record.owner : undefined;
+    // A batch item's answer is HubSpot's result, `{id, properties}`.
+    const fields = record && record.properties && typeof record.properties === 'object' ? record.properties : record;
+    return fields && typeof fields.owner === 'string' ? fields.owner : undefined;
   } catch (_) {
     return undefined;
   }
@@ -506,6 +521,7 @@ function updateButtons(t) {
   apply.disabled = !st.ready;
   busyState(apply, !!st.busy);
   $('refresh').disabled = !st.ready;
+  showBatch(t);
 }
 
 function busyState(button, busy) {
@@ -531,12 +547,17 @@ function budgetStatus() {
 function updateWarnings(t) {
   // Before applying: what the bulk change will take at the limit Sluice knows.
   const b = budgetStatus();
-  const least = b && fmt.leastTime(st.order.length, b.windows);
+  const changes = st.order.length;
+  const requests = st.batch ? Math.ceil(changes / BATCH_RULE.maxItems) : changes;
+  const least = b && fmt.leastTime(requests, b.windows);
   const cap = $('capacity-warning');
   let text = '';
   if (least) {
     const w = least.window;
-    text = `Sluice's limit is ${fmt.rate(w.limit, w.lengthMs)}, so ${fmt.count(st.order.length, 'change')} take at least ${fmt.duration(least.ms)}.`;
+    const what = st.batch
+      ? `${fmt.count(changes, 'change')} in ${fmt.count(requests, 'request')}`
+      : fmt.count(changes, 'change');
+    text = `Sluice's limit is ${fmt.rate(w.limit, w.lengthMs)}, so ${what} take at least ${fmt.duration(least.ms)}.`;
   }
   if (cap.dataset.text !== text) {
     cap.dataset.text = text;
@@ -703,7 +724,7 @@ async function applyOwner(owner) {
     kind: 'patch',
     lane: 'bulk',
     key: `contact:${n}`,
-    body: { owner },
+    body: ownerBody(owner),
   }));
   try {
     const result = await st.sluice.enqueueMany(jobs, groupId);
@@ -750,7 +771,7 @@ async function editOwner(n, owner) {
       kind: 'patch',
       lane: 'interactive',
       key: `contact:${n}`,
-      body: { owner },
+      body: ownerBody(owner),
     });
     st.temp.delete(n);
     attach(n, r.id, owner);
@@ -942,6 +963,7 @@ const chart = {
     try {
       // Recent history too (a reload mid-run).
       const stats = await server.getStats();
+      showTraffic(stats);
       this.lastSeq = Math.max(0, stats.total - 1500);
       await this.poll();
     } catch (_) { /* the chart is a nice-to-have */ }
@@ -956,6 +978,8 @@ const chart = {
     } catch (_) {
       return;
     }
+    // New arrivals: the requests and changes saved moved on too.
+    if (list.length) server.getStats().then(showTraffic, () => {});
     const now = Date.now();
     for (const a of list) {
       this.lastSeq = a.seq;
@@ -978,6 +1002,7 @@ const chart = {
   async checkReset() {
     try {
       const stats = await server.getStats();
+      showTraffic(stats);
       if (stats.total < this.lastSeq) {
         this.buckets.clear();
         this.history.clear();
@@ -1117,20 +1142,8 @@ const api = {
     this.server = cfg;
     let told = false;
     if (tell && st.sluice) {
-      const b = budgetStatus();
-      await st.sluice.configure({
-        budgets: [{
-          name: BUDGET,
-          windows: [{ limit: cfg.limit, lengthMs: cfg.windowMs }],
-          concurrency: (b && b.concurrency) || 4,
-          algorithm: 'sliding-log',
-          matchPrefixes: ['/api/'],
-        }],
-        retentionMs: 60 * 60 * 1000,
-      });
+      await configureSluice([{ limit: cfg.limit, lengthMs: cfg.windowMs }]);
       told = true;
-      // The budget's new limit now, not at the next broadcast: the banner quotes it.
-      takeStatus(await st.sluice.snapshot());
     }
     this.showLimits();
     chart.draw();
@@ -1147,6 +1160,108 @@ const api = {
     $('limit-mismatch').hidden = !mismatch;
   },
 };
+
+// ----- Sluice's configuration and the batch endpoint switch ---------------------------------
+
+/** The demo's engine configuration: the one place its budget is built, for a new limit and for
+ * the batch endpoint switch alike. */
+function engineConfig({ windows, concurrency }) {
+  const budget = {
+    name: BUDGET,
+    windows,
+    concurrency,
+    algorithm: 'sliding-log',
+    matchPrefixes: ['/api/'],
+  };
+  if (st.batch) budget.batches = [{ ...BATCH_RULE }];
+  return { budgets: [budget], retentionMs: 60 * 60 * 1000 };
+}
+
+/** Configures Sluice's budget with these windows (by default the ones it has now) and the
+ * switch's state, and takes its status at once: the banner quotes the limit. */
+async function configureSluice(windows) {
+  const b = budgetStatus();
+  const now = b && b.windows.map(({ limit, lengthMs }) => ({ limit, lengthMs }));
+  const server = api.server && [{ limit: api.server.limit, lengthMs: api.server.windowMs }];
+  await st.sluice.configure(engineConfig({
+    windows: windows || now || server || [{ limit: 10, lengthMs: 1000 }],
+    concurrency: (b && b.concurrency) || 4,
+  }));
+  takeStatus(await st.sluice.snapshot());
+}
+
+function readBatch() {
+  try {
+    return localStorage.getItem(BATCH_KEY) === 'on';
+  } catch (_) {
+    return false;
+  }
+}
+
+/** The body of a PATCH that sets a contact's owner: HubSpot's `{properties}` when it may go in
+ * a batch (the batch endpoint takes nothing else; the single PATCH takes both). */
+function ownerBody(owner) {
+  return st.batch ? { properties: { owner } } : { owner };
+}
+
+/** Changes queued or failed were built for the way they were to be sent: a change of the
+ * switch waits until none is left. */
+function batchLocked(t = tally()) {
+  return !st.ready || !!st.busy || st.switching || t.pending > 0 || t.failed > 0;
+}
+
+/** Turns the batch endpoint on or off: the worker's budget first, then the kept setting. */
+async function setBatching(on) {
+  on = !!on;
+  if (on === st.batch) return { batch: on };
+  if (batchLocked()) throw new Error('changes are waiting or failed');
+  const was = st.batch;
+  st.batch = on;
+  st.switching = true;
+  scheduleUi();
+  try {
+    await configureSluice();
+    try {
+      localStorage.setItem(BATCH_KEY, on ? 'on' : 'off');
+    } catch (_) { /* storage blocked: on for this visit only */ }
+  } catch (e) {
+    st.batch = was;
+    throw e;
+  } finally {
+    st.switching = false;
+    showBatch();
+    scheduleUi();
+  }
+  return { batch: on };
+}
+
+/** The switch, its lock and the bulk hint as the state says. */
+function showBatch(t) {
+  const input = $('use-batch');
+  if (input.checked !== st.batch) input.checked = st.batch;
+  const locked = batchLocked(t);
+  if (locked) input.setAttribute('aria-disabled', 'true');
+  else input.removeAttribute('aria-disabled');
+  const how = st.batch
+    ? 'One bulk change: up to 100 contacts in each request to the batch endpoint, sent in the bulk lane.'
+    : 'One bulk change: a PATCH per contact, sent in the bulk lane.';
+  if ($('bulk-how').textContent !== how) $('bulk-how').textContent = how;
+}
+
+// Another tab switched: its worker configuration is this tab's too.
+window.addEventListener('storage', (e) => {
+  if (e.key !== BATCH_KEY) return;
+  st.batch = readBatch();
+  showBatch();
+});
+
+/** Requests the demo API received against the changes it saved, from its stats (since it
+ * started or was reset). */
+function showTraffic(stats) {
+  const changes = stats.patchesApplied ?? 0;
+  const text = `${fmt.count(stats.total, 'request')} · ${fmt.count(changes, 'change')} saved`;
+  if ($('traffic').textContent !== text) $('traffic').textContent = text;
+}
 
 function describeApi(cfg, told) {
   const parts = [`The demo API now allows ${fmt.rate(cfg.limit, cfg.windowMs)}`];
@@ -1175,6 +1290,18 @@ function wire() {
   $('retry-failed').addEventListener('click', unlessBusy(retryFailed));
   $('discard-failed').addEventListener('click', unlessBusy(discardFailed));
   $('refresh').addEventListener('click', () => refresh.run());
+  const batchSwitch = $('use-batch');
+  batchSwitch.checked = st.batch;
+  batchSwitch.addEventListener('click', (e) => {
+    // Unavailable, not disabled: it keeps keyboard focus, and the hint says why.
+    if (batchSwitch.getAttribute('aria-disabled') === 'true') e.preventDefault();
+  });
+  batchSwitch.addEventListener('change', () => {
+    setBatching(batchSwitch.checked).catch((err) => {
+      showBatch();
+      say(`The batch endpoint was not switched: ${err.message}`, 'error', { focus: true });
+    });
+  });
   $('auto-refresh').addEventListener('change', (e) => refresh.auto(e.target.checked));
 
   const dialog = $('edit-dialog');
@@ -1351,6 +1478,14 @@ async function boot() {
     }
   }
   takeStatus(started.status);
+  // A new worker script starts from its own configuration: the switch's is given again.
+  if (st.batch) {
+    try {
+      await configureSluice();
+    } catch (e) {
+      console.error('sluice demo: configuring the batch endpoint:', e);
+    }
+  }
   // The saved values read after subscribing are newer than any listed job's outcome.
   for (const r of started.contacts || []) {
     const known = st.contacts.get(r.id);
@@ -1395,6 +1530,8 @@ window.demo = {
       countdown: $('countdown').textContent,
       eta: $('eta').textContent,
       paused: st.phase === 'paused',
+      batch: st.batch,
+      batchLocked: batchLocked(),
       queue: (({ waiting, sending, failed, pending }) => ({ waiting, sending, failed, pending }))(tally()),
     };
   },
@@ -1417,6 +1554,8 @@ window.demo = {
   retryFailed,
   discardFailed,
   refreshVisible: () => refresh.run(),
+  /** Turns the batch endpoint on or off, as the switch does. */
+  setBatching,
   /** Changes the demo API (server field names); `tell`: also configure Sluice's budget. */
   setApi: async (patch, { tell = true } = {}) => {
     const r = await api.apply(patch, { tell });
