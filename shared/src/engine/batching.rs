@@ -333,15 +333,18 @@ impl Engine {
         }
         // The batch's own headers (its quota) count once, for the batch; each item's answer
         // then says what happened to that item.
-        let Some((first, rest)) = batch.members.split_first() else {
-            return;
-        };
         let carried = self.items_of(&rule, &batch.members);
         let items: Vec<BatchItem> = carried.iter().map(CarriedItem::item).collect();
-        let answers = split_answer(&rule, response.status, &response.body, &items);
+        // A member that is gone (it cannot be: a sending job is neither cancelled nor
+        // forgotten) would shift every answer after it onto the wrong job: none is read then.
+        let answers = if items.len() == batch.members.len() {
+            split_answer(&rule, response.status, &response.body, &items)
+        } else {
+            vec![None; batch.members.len()]
+        };
         let mut applied_quota = false;
         let mut failed = Vec::new();
-        for (id, item_answer) in std::iter::once(first).chain(rest).zip(answers) {
+        for (id, item_answer) in batch.members.iter().zip(answers) {
             match item_answer {
                 Some(ItemAnswer {
                     status,
