@@ -149,9 +149,7 @@ impl Engine {
             }
         }
         self.saves.budget_changed(budget_name.clone());
-        let refuses_credentials = self.budgets.get(&budget_name).is_some_and(|b| {
-            !signal.rate_limited && b.config.wait_for_credentials_on.contains(&response.status)
-        });
+        let refuses_credentials = self.refuses_credentials(&budget_name, response.status, signal);
         if refuses_credentials {
             self.on_credentials_refused(&id, &budget_name, response.status, credentials, now);
             return;

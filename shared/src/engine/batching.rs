@@ -510,32 +510,28 @@ impl Engine {
                     self.requeue(id, now);
                 }
             }
-            TransportError::Timeout if given_ms < configured => {
-                if let Some(b) = self.budgets.get_mut(&budget_name) {
-                    b.gave_up_early(&carrier);
-                }
-                let step = self.given_up_in_a_row(&budget_name, &carrier) - 1;
-                let error = JobError {
-                    status: None,
-                    message: format!(
-                        "no response within {} to the batch (2 to 4 times the usual round trip; tried again)",
-                        human_duration(given_ms)
-                    ),
-                };
-                self.resend_batches.0.push(batch.members.clone());
-                let failed = batch
-                    .members
-                    .iter()
-                    .map(|id| (id.clone(), error.clone()))
-                    .collect();
-                self.retry_members(failed, &budget_name, Some(step), now);
-            }
             TransportError::Timeout | TransportError::Network(_) => {
-                let message = match error {
-                    TransportError::Network(m) => format!("network error: {m}"),
-                    _ => format!(
-                        "no response within {} to the batch",
-                        human_duration(given_ms)
+                let early = matches!(error, TransportError::Timeout) && given_ms < configured;
+                let (message, step) = match error {
+                    TransportError::Network(m) => (format!("network error: {m}"), None),
+                    _ if early => {
+                        if let Some(b) = self.budgets.get_mut(&budget_name) {
+                            b.gave_up_early(&carrier);
+                        }
+                        let step = self.given_up_in_a_row(&budget_name, &carrier) - 1;
+                        let message = format!(
+                            "no response within {} to the batch (2 to 4 times the usual round \
+                             trip; tried again)",
+                            human_duration(given_ms)
+                        );
+                        (message, Some(step))
+                    }
+                    _ => (
+                        format!(
+                            "no response within {} to the batch",
+                            human_duration(given_ms)
+                        ),
+                        None,
                     ),
                 };
                 let error = JobError {
@@ -548,7 +544,7 @@ impl Engine {
                     .iter()
                     .map(|id| (id.clone(), error.clone()))
                     .collect();
-                self.retry_members(failed, &budget_name, None, now);
+                self.retry_members(failed, &budget_name, step, now);
             }
         }
     }
