@@ -18,7 +18,8 @@ mod quota;
 mod refusals;
 
 /// Longest ramp delay after a pause: resuming at a random point of this second spreads the
-/// restart of many clients (and of our own in-flight retries) instead of bursting at once.
+/// restart of many clients (and of our own in-flight retries) instead of bursting at once
+/// (bounded by the pause itself after a single refusal: see [`BudgetState::pause`]).
 pub const RESUME_JITTER_MS: DurationMs = 1_000;
 
 /// Windows within which a second 429 at our own full share is taken as others' traffic
@@ -44,6 +45,14 @@ const OTHERS_FROM_429_HALF_LIFE_WINDOWS: f64 = 1_000.0;
 /// hundredth (told 200 a second where the server allows 100, no headers: every 50 s; a step
 /// every 10-30 s there cost 4-5 429s and 0.85-0.87 of the limit instead of 0.91 in a 20 s run).
 const OTHERS_FROM_429_STEP_WINDOWS_PER_START: f64 = 0.5;
+/// How many doublings of that step a refused probe costs (see
+/// [`BudgetState::refused_probe`]), and how many a probe that held gives back.
+const REFUSED_PROBE_DOUBLINGS: u32 = 2;
+/// Probes back off until one step takes this many of our starts: each refused probe costs a
+/// 429, and in steady state the promise is at most one per thousand requests.
+const PROBE_EVERY_STARTS: f64 = 2_000.0;
+/// Doublings of the step at most, whatever the share (2^12 steps).
+const MOST_FAILED_PROBES: u32 = 12;
 
 /// What the server last said about the quota, in our terms.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToJson, FromJson)]
@@ -125,6 +134,15 @@ pub struct BudgetState {
     /// belief that fades all the way without a refusal resets it.
     #[serde(default)]
     pub failed_probes: u32,
+    /// The headroom our starts held at (no refusal) before the belief learned from 429s faded
+    /// to the probe now running: a refused probe goes back to it (see
+    /// [`Self::observe_rate_limited`]).
+    #[serde(default)]
+    pub held_headroom: Option<u32>,
+    /// Since when a probe runs (the belief faded one start lower) unrefused: when the belief
+    /// fades again, it held, and probes come back sooner.
+    #[serde(default)]
+    pub probing_since: Option<Millis>,
     /// What the budget's other resources (tokens, points) have spent (see `resources`).
     #[serde(default)]
     pub resources: Resources,
@@ -164,6 +182,8 @@ impl BudgetState {
             others_from_429: false,
             others_faded_at: None,
             failed_probes: 0,
+            held_headroom: None,
+            probing_since: None,
             resources: Resources::configured(&config.resources),
         })
     }
@@ -294,7 +314,19 @@ impl BudgetState {
         if self.paused_until.is_some_and(|p| p >= until) {
             return false;
         }
-        let resume = until.saturating_add(rng.below_or_equal(RESUME_JITTER_MS));
+        // After a single refusal the ramp spreads restarts over at most the pause itself: a
+        // bare 429 pauses one window (150 ms), and a second's ramp behind it left the budget
+        // idle for most of that second (nginx with a burst of 5 told twice its rate: 0.80-0.89
+        // of it; 0.97-0.99 with the ramp bounded, simulated). Refused again in a row (a wall
+        // of refusals: others spent the quota, many clients wait), the whole second spreads
+        // them: a doubling pause from 50 ms with short ramps sent 6 requests into the wall in
+        // 3 s, not 5.
+        let ramp = if self.consecutive_rate_limits <= 1 {
+            RESUME_JITTER_MS.min(wait)
+        } else {
+            RESUME_JITTER_MS
+        };
+        let resume = until.saturating_add(rng.below_or_equal(ramp));
         self.paused_until = Some(until);
         self.resume_at = Some(resume);
         self.pause_reason = Some(reason);

@@ -67,6 +67,13 @@ impl BudgetState {
             self.own_timing_429_at = Some(now);
             return true;
         }
+        if self.refused_probe(request_started) {
+            self.others_faded_at = Some(now);
+            self.apply_headroom();
+            return false;
+        }
+        self.held_headroom = None;
+        self.probing_since = None;
         let ours_now = f64::from(w.limit) - self.others;
         let implied = if early || full {
             // An early refusal again, with starts already spaced strictly: the count says
@@ -91,14 +98,60 @@ impl BudgetState {
         // 2^6 = 64 times). Counted from the first belief on, not the second: nginx with a
         // burst of 5, told twice its rate, drew 6 refusals in 19 s (5 now in the simulator),
         // and without burst reached 0.70 of its rate (0.80 now).
-        if self.others_from_429 || recently {
-            self.failed_probes = (self.failed_probes + 1).min(6);
-        }
         self.others = implied.max(self.others + cut).min(implied.max(self.others));
+        if recently {
+            // Refused again soon after a refusal put down to our timing: the limit we were told
+            // is not the server's, and a wrong limit does not come back as others leaving
+            // would. Probes back off as after a refused probe (nginx with a burst of 5 told
+            // twice its rate: 4 refusals in 10 s, not 5).
+            self.back_off_probes();
+        } else if self.others_from_429 {
+            self.failed_probes = (self.failed_probes + 1).min(MOST_FAILED_PROBES);
+        }
         self.others_from_429 = true;
         self.others_faded_at = Some(now);
         self.apply_headroom();
         false
+    }
+
+    /// A refusal of a start made while a belief learned from 429s had faded one start lower
+    /// (a probe): the share before it held, so the belief goes back to it, not below it as a
+    /// first refusal's halving would (nginx with a burst of 5 told twice its rate fell from 3
+    /// starts a window to 2, 0.70-0.79 of its rate). The next probe comes four times later:
+    /// each costs a 429, and the promise in steady state is at most one in a thousand
+    /// requests, so probes back off until one step is [`PROBE_EVERY_STARTS`] of our starts.
+    fn refused_probe(&mut self, request_started: Millis) -> bool {
+        let probe_start = self.probing_since.filter(|_| self.others_from_429);
+        let held = self.held_headroom.filter(|&h| h > self.limiter.headroom());
+        let (Some(since), Some(held)) = (probe_start, held) else {
+            return false;
+        };
+        if request_started < since {
+            return false;
+        }
+        self.others = f64::from(held);
+        self.probing_since = None;
+        self.back_off_probes();
+        true
+    }
+
+    /// Makes the next probe come [`REFUSED_PROBE_DOUBLINGS`] doublings later, until one step
+    /// takes [`PROBE_EVERY_STARTS`] of our starts.
+    fn back_off_probes(&mut self) {
+        let Some(w) = self.shortest_window() else {
+            return;
+        };
+        let ours = (f64::from(w.limit) - self.others).max(1.0);
+        let starts_per_step = |probes: u32| {
+            OTHERS_FROM_429_STEP_WINDOWS_PER_START * ours * ours * f64::from(1u32 << probes)
+        };
+        for _ in 0..REFUSED_PROBE_DOUBLINGS {
+            if self.failed_probes < MOST_FAILED_PROBES
+                && starts_per_step(self.failed_probes) < PROBE_EVERY_STARTS
+            {
+                self.failed_probes += 1;
+            }
+        }
     }
 
     /// Each start is a probe: an estimate read from headers halves over about twenty windows'
@@ -121,6 +174,7 @@ impl BudgetState {
         } else {
             OTHERS_HALF_LIFE_WINDOWS
         };
+        let headroom_before = self.limiter.headroom();
         self.others *= half_life_factor(windows * f64::from(ours));
         if self.others_from_429 {
             // Time while sending: a gap between starts counts one window at most, so an idle
@@ -136,8 +190,14 @@ impl BudgetState {
         if self.others < 0.5 {
             self.others = 0.0;
             self.failed_probes = 0;
+            self.held_headroom = None;
+            self.probing_since = None;
         }
         self.apply_headroom();
+        if self.others_from_429 && self.limiter.headroom() < headroom_before {
+            self.held_headroom = Some(headroom_before);
+            self.probing_since = Some(now);
+        }
     }
 
     pub(super) fn apply_headroom(&mut self) {
