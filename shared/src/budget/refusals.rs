@@ -99,13 +99,14 @@ impl BudgetState {
         // burst of 5, told twice its rate, drew 6 refusals in 19 s (5 now in the simulator),
         // and without burst reached 0.70 of its rate (0.80 now).
         self.others = implied.max(self.others + cut).min(implied.max(self.others));
-        if recently {
-            // Refused again soon after a refusal put down to our timing: the limit we were told
-            // is not the server's, and a wrong limit does not come back as others leaving
-            // would. Probes back off as after a refused probe (nginx with a burst of 5 told
-            // twice its rate: 4 refusals in 10 s, not 5).
+        if recently && full {
+            // Our whole share refused again soon after a refusal put down to our timing: the
+            // limit we were told is not the server's, and a wrong limit does not come back as
+            // others leaving would. Probes back off as after a refused probe (nginx with a
+            // burst of 5 told twice its rate: 4 refusals in 10 s, not 5). An early refusal
+            // says our spacing was too tight, not the limit: that comes back at the usual pace.
             self.back_off_probes();
-        } else if self.others_from_429 {
+        } else if self.others_from_429 || recently {
             self.failed_probes = (self.failed_probes + 1).min(MOST_FAILED_PROBES);
         }
         self.others_from_429 = true;
