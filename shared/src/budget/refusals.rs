@@ -60,10 +60,16 @@ impl BudgetState {
         // not a half: told 200 a second where the server allows 100, the first refusal comes
         // at half our share, and that one is the limit, not the spacing.
         let early = ours.saturating_mul(4) <= own_share;
+        // The first early refusal of starts not yet spaced strictly is about that spacing,
+        // even soon after another refusal: told 20 per 1,000 ms in front of nginx without
+        // burst, a refusal of our full window (put down to our timing) and, after its pause,
+        // the second of two starts 50 ms apart were read as others spending half the limit:
+        // 0.42-0.53 of the rate.
+        let newly_strict = early && !self.limiter.no_burst();
         if early {
             self.limiter.set_no_burst(true);
         }
-        if (full || early) && !recently {
+        if (full || early) && (!recently || newly_strict) {
             self.own_timing_429_at = Some(now);
             return true;
         }
