@@ -139,7 +139,7 @@ th, td { text-align: left; vertical-align: top; padding: 0.2rem 0.45rem;
   border-bottom: 1px solid #c4c4c4; }
 thead th { background: #f1f1f1; }
 tbody th { font-weight: 400; font-family: ui-monospace, monospace; font-size: 0.85em;
-  max-width: 12rem; overflow-wrap: anywhere; }
+  overflow-wrap: break-word; }
 .state[data-state="failed"], .state[data-state="conflict"] { color: #a50e0e; font-weight: 600; }
 .state[data-state="done"] { color: #0d652d; }
 .mark { display: inline-block; width: 1.1em; }
@@ -306,6 +306,8 @@ export class SluiceInspector extends HTMLElement {
     } else {
       clearTimeout(this.#tickTimer);
       this.#tickTimer = 0;
+      // Closed, it holds no list (thousands of jobs, perhaps) and shows none stale on opening.
+      this.#jobs = null;
     }
   }
 
@@ -333,7 +335,7 @@ export class SluiceInspector extends HTMLElement {
     client
       .jobs()
       .then((jobs) => {
-        if (client !== this.#sluice) return;
+        if (client !== this.#sluice || !this.open) return;
         this.#jobs = jobs;
         this.#render();
       })
@@ -500,7 +502,8 @@ export class SluiceInspector extends HTMLElement {
       const words = named ? error.message : `HTTP ${error.status}: ${error.message}`;
       state.append(el('span', { class: 'why', text: words }));
     }
-    const next = WAITING.has(job.state) ? countdownCell(job.notBefore, now, 'now') : el('td', { text: '—' });
+    // A job's own time to wait (a retry's backoff); past it, its budget decides.
+    const next = WAITING.has(job.state) ? countdownCell(job.notBefore, now, 'as its budget allows') : el('td', { text: '—' });
     const actions = el('td');
     if (WAITING.has(job.state)) actions.append(this.#button('cancel', job.id, 'Cancel', `Cancel job ${job.id}`));
     if (RESOLVABLE.has(job.state)) {

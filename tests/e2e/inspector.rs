@@ -117,12 +117,21 @@ e2e!(
                 await waitRow('import-3', (r) => r.state === 'queued');
                 await waitRow('stale', (r) => r.state === 'conflict');
                 await waitRow('create-1', (r) => r.state === 'done');
+                // The group's progress comes with the status.
+                const until = Date.now() + 10000;
+                while (shadow.querySelector('.groups-part').hidden && Date.now() < until) {{
+                  await e2e.sleep(50);
+                }}
                 return {{ codes, rows: shadow.querySelectorAll('.jobs tbody tr').length,
+                  groups: shadow.querySelectorAll('.groups tbody tr').length,
                   summary: shadow.querySelector('summary').textContent }};"#
             ))
             .await;
         report(&format!("listed for axe: {listed}"));
+        let shot = tab.screenshot("open").await;
+        report(&format!("the open inspector: {}", shot.display()));
         assert_eq!(listed["codes"], serde_json::json!(["done", "failed", "conflict"]), "{listed}");
+        assert_eq!(listed["groups"], 1, "the group is listed for axe too: {listed}");
         let r: Value = tab
             .eval(
                 r#"
