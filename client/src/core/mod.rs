@@ -171,7 +171,8 @@ pub struct JobEnd {
 impl JobEnd {
     /// The short stable code a program reads (`error.code` in JS): `cancelled`, `conflict`,
     /// `failed`, `discarded` (a page dismissed it), `closed` (this client was closed) or
-    /// `gone` (the worker no longer knows it: it expired).
+    /// `gone` (the worker no longer knows it: it expired, or its dismissal was not heard here,
+    /// say in a page opened since).
     pub fn code(&self) -> &'static str {
         match self.state {
             Some(JobState::Cancelled) => "cancelled",

@@ -209,7 +209,9 @@ impl Core {
                     id: id.to_string(),
                     state: None,
                     status: None,
-                    reason: format!("the worker no longer knows job {id} (it expired)"),
+                    reason: format!(
+                        "the worker no longer knows job {id} (expired, or dismissed unheard)"
+                    ),
                     outcome: None,
                     discarded: false,
                 }));

@@ -95,7 +95,7 @@ export class SluiceError extends Error {
   /** The worker's code (e.g. "unknown-budget", "not-found", "cannot-start"), "no-answer",
    * "invalid-job", "unsupported", "registration", "decode", "closed"; for a job's `done`:
    * "failed", "conflict", "cancelled", "discarded" (a page dismissed it: its record is deleted)
-   * or "gone" (it expired). */
+   * or "gone" (the worker no longer knows it: it expired). */
   code: string;
   /** The worker's error object, when the worker refused the request. */
   detail?: unknown;
