@@ -9,6 +9,9 @@
 //!   refuses, at install, a wasm that is not the one its glue was generated with.
 //! - `sluice_client.js` and `.d.ts`, `sluice_client_bg.wasm` (and its `.d.ts`): the page
 //!   client as an ES module with its TypeScript declarations.
+//! - `sluice-inspector.js` and `.d.ts` (`import 'sluice/inspector'`): the `<sluice-inspector>`
+//!   element, plain JavaScript beside the page client (`client/js/`), so that it costs the
+//!   client's wasm nothing.
 //! - `package.json`: name, version (the crate's), `exports`, `types`, `files`, so that
 //!   `npm install DIR` and `npm pack` work, and `sluice.workerFiles`: what an app serves to its
 //!   service worker (the two worker files above) at a URL of its choosing.
@@ -57,6 +60,17 @@ const NODE_FILES: [(&str, &str); 4] = [
 ];
 /// `sluice/vite`: the Vite plugin's export.
 const VITE_PLUGIN: &str = "vite.js";
+/// The page's other files, plain JavaScript beside the client: the inspector element and its
+/// types (`client/js/`).
+const PAGE_FILES: [(&str, &str); 2] = [
+    (INSPECTOR, include_str!("../client/js/sluice-inspector.js")),
+    (
+        "sluice-inspector.d.ts",
+        include_str!("../client/js/sluice-inspector.d.ts"),
+    ),
+];
+/// `sluice/inspector`: the `<sluice-inspector>` element's export, also served as `/pkg/` files.
+pub const INSPECTOR: &str = "sluice-inspector.js";
 /// The command other bundlers run (`node_modules/.bin/sluice-copy-worker-files DIR`).
 pub const COPY_COMMAND: &str = "sluice-copy-worker-files";
 const COPY_COMMAND_FILE: &str = "copy-worker-files.js";
@@ -136,7 +150,7 @@ impl Package {
         for name in CLIENT_FILES {
             files.push((name.to_string(), need(name)?.to_vec()));
         }
-        for (name, text) in NODE_FILES {
+        for (name, text) in NODE_FILES.iter().chain(&PAGE_FILES) {
             files.push((name.to_string(), text.as_bytes().to_vec()));
         }
         files.push(("README.md".to_string(), PACKAGE_README.as_bytes().to_vec()));
@@ -228,6 +242,11 @@ fn manifest(files: &[(String, Vec<u8>)], worker_wasm: &str) -> String {
     exports.insert(".".into(), Value::String(format!("./{CLIENT_MODULE}")));
     // `import sluice from 'sluice/vite'`; TypeScript finds `vite.d.ts` beside it.
     exports.insert("./vite".into(), Value::String(format!("./{VITE_PLUGIN}")));
+    // `import 'sluice/inspector'`; TypeScript finds `sluice-inspector.d.ts` beside it.
+    exports.insert(
+        "./inspector".into(),
+        Value::String(format!("./{INSPECTOR}")),
+    );
     let mut names: Vec<&str> = files.iter().map(|(n, _)| n.as_str()).collect();
     names.push("package.json");
     names.sort_unstable();
@@ -316,11 +335,12 @@ mod tests {
         assert_eq!(manifest["types"], "./sluice_client.d.ts");
         assert_eq!(manifest["exports"]["."], "./sluice_client.js");
         assert_eq!(manifest["exports"]["./vite"], "./vite.js");
+        assert_eq!(manifest["exports"]["./inspector"], "./sluice-inspector.js");
         assert_eq!(
             manifest["bin"][COPY_COMMAND],
             format!("./{COPY_COMMAND_FILE}")
         );
-        for (name, _) in NODE_FILES {
+        for (name, _) in NODE_FILES.iter().chain(&PAGE_FILES) {
             assert!(p.file(name).is_some(), "{name} is in the package");
         }
         let listed: Vec<&str> = manifest["files"]

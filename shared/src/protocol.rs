@@ -186,6 +186,11 @@ pub enum WorkerMessage {
         updates: Vec<JobUpdate>,
         #[serde(default)]
         removed: Vec<JobId>,
+        /// Jobs a page dismissed (`dismiss`) since the last broadcast: a wait on one ends with
+        /// the code `discarded` rather than as a job the worker forgot. Told as the dismissal
+        /// happens, so never after the job's `removed`.
+        #[serde(default)]
+        discarded: Vec<JobId>,
     },
     /// A [`Status`](crate::status::Status), as the worker wrote it (see [`RawJson`]).
     Status {
@@ -826,6 +831,7 @@ mod tests {
         messages.push(WorkerMessage::Jobs {
             updates: vec![update.clone(), update],
             removed: vec!["gone".into()],
+            discarded: vec!["gone".into()],
         });
         messages.push(WorkerMessage::Status {
             status: RawJson::of(&status),

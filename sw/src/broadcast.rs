@@ -75,6 +75,8 @@ pub struct Batcher {
     index: FxHashMap<JobId, usize>,
     /// Jobs forgotten since the last flush.
     removed: Vec<JobId>,
+    /// Jobs a page dismissed since the last flush (see [`WorkerMessage::Jobs`]).
+    discarded: Vec<JobId>,
     urgent: bool,
     status_dirty: bool,
     /// No status goes out while set (the engine holds only part of the queue yet).
@@ -88,12 +90,13 @@ pub struct Batcher {
 pub struct Flush {
     pub jobs: Vec<JobUpdate>,
     pub removed: Vec<JobId>,
+    pub discarded: Vec<JobId>,
     pub status: bool,
 }
 
 impl Flush {
     pub fn is_empty(&self) -> bool {
-        self.jobs.is_empty() && self.removed.is_empty() && !self.status
+        self.jobs.is_empty() && self.removed.is_empty() && self.discarded.is_empty() && !self.status
     }
 }
 
@@ -133,6 +136,12 @@ impl Batcher {
         self.status_dirty = true;
     }
 
+    /// A page dismissed this job: told with the next batch, at the latest with its removal
+    /// (which waits for the save), so that a wait on it ends as `discarded`.
+    pub fn push_discarded(&mut self, id: JobId) {
+        self.discarded.push(id);
+    }
+
     /// Asks for one status snapshot (at the throttled rate).
     pub fn mark_status(&mut self) {
         self.status_dirty = true;
@@ -144,7 +153,7 @@ impl Batcher {
     }
 
     fn has_jobs(&self) -> bool {
-        !self.pending.is_empty() || !self.removed.is_empty()
+        !self.pending.is_empty() || !self.removed.is_empty() || !self.discarded.is_empty()
     }
 
     fn status_waiting(&self) -> bool {
@@ -186,6 +195,7 @@ impl Batcher {
         if self.has_jobs() && jobs_due {
             flush.jobs = std::mem::take(&mut self.pending);
             flush.removed = std::mem::take(&mut self.removed);
+            flush.discarded = std::mem::take(&mut self.discarded);
             self.index.clear();
             self.urgent = false;
             self.last_jobs = Some(now);
@@ -216,6 +226,7 @@ impl JobNews {
     pub fn new<'a>(
         updates: &[JobUpdate],
         removed: Vec<JobId>,
+        discarded: Vec<JobId>,
         requester: impl Fn(&JobId) -> Option<&'a str>,
     ) -> Self {
         let mut shared = Vec::with_capacity(updates.len());
@@ -239,6 +250,7 @@ impl JobNews {
             protocol::encode(&WorkerMessage::Jobs {
                 updates,
                 removed: removed.clone(),
+                discarded: discarded.clone(),
             })
         };
         let mut for_tab = Vec::with_capacity(full_for.len());
@@ -398,10 +410,12 @@ mod tests {
         };
         let plain = update("queued", JobState::Queued);
         let updates = vec![done, refused, plain];
-        let news = JobNews::new(&updates, vec!["gone".into()], |id| match id.as_str() {
-            "mine" => Some("tab a"),
-            "theirs" => Some("tab b"),
-            _ => None,
+        let news = JobNews::new(&updates, vec!["gone".into()], vec![], |id| {
+            match id.as_str() {
+                "mine" => Some("tab a"),
+                "theirs" => Some("tab b"),
+                _ => None,
+            }
         });
         assert!(!news.for_all.contains("s3cret"), "{}", news.for_all);
         assert!(news.for_all.contains("\"withheld\":true"));
@@ -423,7 +437,9 @@ mod tests {
             assert!(message.contains("\"queued\""), "{message}");
         }
         // Nothing to hide: one message for all.
-        let news = JobNews::new(&[update("q", JobState::Queued)], vec![], |_| Some("tab a"));
+        let news = JobNews::new(&[update("q", JobState::Queued)], vec![], vec![], |_| {
+            Some("tab a")
+        });
         assert!(news.for_tab.is_empty());
     }
 
@@ -458,6 +474,22 @@ mod tests {
         assert_eq!(b.next_due(), Some(1_000 + STATUS_EVERY_MS));
         assert!(b.take_due(1_000 + STATUS_EVERY_MS, false).status);
         assert_eq!(b.next_due(), None);
+    }
+
+    #[test]
+    fn a_dismissal_goes_with_the_next_batch_and_is_told_to_every_tab() {
+        let mut b = Batcher::default();
+        b.push_discarded("d".to_string());
+        assert_eq!(b.next_due(), Some(0), "a dismissal alone is news");
+        let f = b.take_due(0, false);
+        assert_eq!(f.discarded, vec!["d".to_string()]);
+        assert!(!b.has_pending());
+        let news = JobNews::new(&[], vec![], f.discarded, |_| None);
+        assert!(
+            news.for_all.contains("\"discarded\":[\"d\"]"),
+            "{}",
+            news.for_all
+        );
     }
 
     #[test]

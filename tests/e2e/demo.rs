@@ -20,7 +20,8 @@ use sluice::api::ScriptedResponse;
 use sluice::browser::{Key, Leaving};
 
 use crate::e2e;
-use crate::support::{ci, cpu_note, report, BrowserHarness, Harness, Options, PageScript, Tab};
+use crate::support::axe::{axe_source, inject_axe};
+use crate::support::{cpu_note, report, BrowserHarness, Harness, Options, PageScript, Tab};
 
 /// Wide enough for the page's two columns, tall enough for the queue card, the bulk form and
 /// the first rows of the table in one screenshot.
@@ -704,44 +705,6 @@ e2e!(
         );
     }
 );
-
-/// axe-core's browser build, installed by `npm ci` in `tests/e2e/js` (.ci/run does it).
-fn axe_source() -> Option<String> {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/e2e/js/node_modules/axe-core/axe.min.js");
-    match std::fs::read_to_string(&path) {
-        Ok(source) => Some(source),
-        Err(e) if ci() => panic!(
-            "{}: {e}; .ci/run installs it with `npm ci --prefix tests/e2e/js`",
-            path.display()
-        ),
-        Err(e) => {
-            report(&format!(
-                "SKIPPED the accessibility check: {}: {e}. Run `npm ci --prefix tests/e2e/js`.",
-                path.display()
-            ));
-            None
-        }
-    }
-}
-
-/// Injects axe-core into the page and makes sure it runs and sees: a picture without a text
-/// alternative, added for a moment, must be reported.
-async fn inject_axe(tab: &Tab, source: &str) {
-    tab.run_script(source).await;
-    let caught: Vec<String> = tab
-        .eval_as(
-            "const img = document.createElement('img');\
-             img.src = 'data:,'; img.id = 'axe-self-test';\
-             document.body.append(img);\
-             try {\
-               const r = await axe.run('#axe-self-test', { runOnly: ['image-alt'] });\
-               return r.violations.map((v) => v.id);\
-             } finally { img.remove(); }",
-        )
-        .await;
-    assert_eq!(caught, ["image-alt"], "axe did not work in the page");
-}
 
 /// Runs axe on the page; returns the violations as `impact rule: help (n elements)`, and
 /// panics on any serious or critical one. Rules axe could not decide ("incomplete") are

@@ -14,6 +14,8 @@
 //! `package`. The core scenarios again in Firefox ESR (no Background Sync: the next visit
 //! resumes), over WebDriver BiDi, in `firefox`. Issue 41's real rate limiters (nginx `limit_req`,
 //! express-rate-limit, rate-limiter-flexible) in front of a counting backend, in `limiters`.
+//! Issue 39's `<sluice-inspector>` element (axe-core, the keyboard, a conflict resolved), in
+//! `inspector`.
 //!
 //! Run: `cargo test --test e2e` (timings and measured figures are printed); `cargo test --test
 //! e2e firefox` runs the Firefox ones. Without Chromium (for those: Firefox, node and `npm ci
@@ -33,6 +35,7 @@ mod firefox;
 mod first_hour;
 mod groups;
 mod input;
+mod inspector;
 mod lifecycle;
 mod limiters;
 mod limits;

@@ -1407,6 +1407,11 @@ async function startSluice() {
   performance.mark('demo:registered');
   st.sluice = sluice;
   sluice.subscribe(onBroadcast);
+  // The inspector is for the curious, after everything else: a page works without it.
+  import('/pkg/sluice-inspector.js').then(
+    () => { $('inspector').sluice = sluice; },
+    (e) => console.warn('the Sluice inspector did not load:', e),
+  );
   // Saved values are read again now that every later change reaches this tab as a broadcast
   // (the first read, before subscribing, may have missed some); at once, beside the listing.
   const contacts = server.getContacts().catch(() => null);

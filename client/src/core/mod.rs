@@ -164,6 +164,37 @@ pub struct JobEnd {
     /// resolve it with (`retry` with a new body, or `dismiss`). Only in the tab that enqueued
     /// the job, as every outcome.
     pub outcome: Option<JobOutcome>,
+    /// A page dismissed the job (`dismiss`): its record is deleted.
+    pub discarded: bool,
+}
+
+impl JobEnd {
+    /// The short stable code a program reads (`error.code` in JS): `cancelled`, `conflict`,
+    /// `failed`, `discarded` (a page dismissed it), `closed` (this client was closed) or
+    /// `gone` (the worker no longer knows it: it expired, or its dismissal was not heard here,
+    /// say in a page opened since).
+    pub fn code(&self) -> &'static str {
+        match self.state {
+            Some(JobState::Cancelled) => "cancelled",
+            Some(JobState::Conflict) => "conflict",
+            Some(_) => "failed",
+            None if self.discarded => "discarded",
+            None if self.reason == ClientError::Closed.to_string() => "closed",
+            None => "gone",
+        }
+    }
+
+    /// The end of a job a page dismissed.
+    pub(super) fn discarded(id: &str) -> Self {
+        JobEnd {
+            id: id.to_string(),
+            state: None,
+            status: None,
+            reason: "discarded: a page dismissed the job and its record is deleted".into(),
+            outcome: None,
+            discarded: true,
+        }
+    }
 }
 
 impl fmt::Display for JobEnd {
@@ -206,6 +237,7 @@ impl std::future::Future for Done {
                     status: None,
                     reason: ClientError::Closed.to_string(),
                     outcome: None,
+                    discarded: false,
                 })
             })
         })
@@ -334,6 +366,10 @@ pub enum Received {
 /// Terminal updates remembered for jobs nobody waits on yet.
 const FINISHED_CACHE: usize = 512;
 
+/// Dismissed jobs remembered, so that a `done` asked after the dismissal says `discarded` too
+/// (the worker has forgotten the job by then).
+const DISCARDED_MEMORY: usize = 64;
+
 /// A status may have been taken before the worker saved a job whose `enqueue` answer has
 /// arrived since: answers take the page's port, status broadcasts the slower event path. A
 /// wait registered this recently is not held against a status. (Counting every wait made a
@@ -349,6 +385,8 @@ pub struct Core {
     outstanding: IdMap<Outstanding>,
     waiters: IdMap<Waiter>,
     finished: VecDeque<JobUpdate>,
+    /// Jobs a page dismissed lately, oldest first (see [`DISCARDED_MEMORY`]).
+    discarded: Vec<JobId>,
     /// Pending jobs (queued, waiting to retry or sending) in the worker's last status.
     worker_pending: u64,
     last_status: f64,
@@ -382,6 +420,7 @@ impl Core {
             outstanding: IdMap::new(),
             waiters: IdMap::new(),
             finished: VecDeque::new(),
+            discarded: Vec::new(),
             worker_pending: 0,
             last_status: 0.0,
             last_keep_alive: f64::NEG_INFINITY,
@@ -493,6 +532,7 @@ pub(super) fn end_of(
                 status,
                 reason,
                 outcome: outcome.filter(|_| state == JobState::Conflict).cloned(),
+                discarded: false,
             })
         }
     }

@@ -49,8 +49,16 @@ impl Core {
             }
             (Some("jobs" | "status"), _) => {
                 match WorkerMessage::from_json(&message) {
-                    Ok(WorkerMessage::Jobs { updates, removed }) => {
+                    Ok(WorkerMessage::Jobs {
+                        updates,
+                        removed,
+                        discarded,
+                    }) => {
                         self.last_news = now;
+                        // First: a dismissed job is also among the removed ones, now or later.
+                        for id in &discarded {
+                            self.discard(id);
+                        }
                         self.apply_updates(&updates, now);
                         // A forgotten job's end was announced before (or was missed): nobody
                         // may wait on it forever.
@@ -128,6 +136,7 @@ impl Core {
     pub(super) fn apply_updates(&mut self, updates: &[JobUpdate], now: f64) {
         let mut ask = Vec::new();
         for u in updates {
+            self.undiscard(&u.id);
             if !u.state.is_terminal() {
                 continue;
             }
@@ -200,9 +209,35 @@ impl Core {
                     id: id.to_string(),
                     state: None,
                     status: None,
-                    reason: format!("the worker no longer knows job {id} (dismissed or expired)"),
+                    reason: format!(
+                        "the worker no longer knows job {id} (expired, or dismissed unheard)"
+                    ),
                     outcome: None,
+                    discarded: false,
                 }));
+            }
+        }
+    }
+
+    /// A job of this id again (a page-chosen id used anew): not the one dismissed.
+    pub(super) fn undiscard(&mut self, id: &str) {
+        if let Some(i) = self.discarded.iter().position(|d| d == id) {
+            self.discarded.remove(i);
+        }
+    }
+
+    /// Ends the waits on a job a page dismissed, and remembers it for `done`s asked later.
+    pub(super) fn discard(&mut self, id: &str) {
+        self.undiscard(id);
+        if self.discarded.len() == DISCARDED_MEMORY {
+            self.discarded.remove(0);
+        }
+        self.discarded.push(id.to_string());
+        self.finished.retain(|f| f.id != id);
+        if let Some(w) = self.waiters.remove(id) {
+            self.waits_ended += 1;
+            for tx in w.txs {
+                tx.send(Err(JobEnd::discarded(id)));
             }
         }
     }

@@ -104,6 +104,7 @@ fn jobs_broadcast(updates: Vec<JobUpdate>) -> String {
     encode(&WorkerMessage::Jobs {
         updates,
         removed: vec![],
+        discarded: vec![],
     })
 }
 
@@ -824,10 +825,36 @@ fn a_removed_job_ends_its_waits_as_gone() {
     let removed = encode(&WorkerMessage::Jobs {
         updates: vec![],
         removed: vec!["j".into()],
+        discarded: vec![],
     });
     assert_eq!(core.receive(&removed, 1.0), Received::Broadcast);
     let end = ready(&mut done).err().unwrap();
     assert_eq!(end.state, None);
     assert!(end.reason.contains("no longer knows"), "{end}");
     assert_eq!(core.waiting_jobs(), 0);
+}
+
+#[test]
+fn a_dismissed_job_ends_its_waits_as_discarded_now_and_later() {
+    let mut core = Core::new("c", Timing::default());
+    let mut before = core.wait_done("j", 0.0);
+    let dismissed = encode(&WorkerMessage::Jobs {
+        updates: vec![],
+        removed: vec!["j".into()],
+        discarded: vec!["j".into()],
+    });
+    assert_eq!(core.receive(&dismissed, 1.0), Received::Broadcast);
+    let end = ready(&mut before).err().unwrap();
+    assert_eq!(end.code(), "discarded", "{end}");
+    assert!(end.reason.contains("discarded"), "{end}");
+    assert_eq!(core.waiting_jobs(), 0);
+    // Asked after the dismissal, when the worker no longer knows the job.
+    let mut after = core.wait_done("j", 2.0);
+    assert_eq!(ready(&mut after).err().unwrap().code(), "discarded");
+    assert_eq!(core.waiting_jobs(), 0);
+    // A new job under the same id is not the one dismissed.
+    let queued = jobs_broadcast(vec![update("j", JobState::Queued)]);
+    assert_eq!(core.receive(&queued, 3.0), Received::Broadcast);
+    let _again = core.wait_done("j", 3.0);
+    assert_eq!(core.waiting_jobs(), 1);
 }

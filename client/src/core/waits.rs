@@ -9,6 +9,7 @@ use super::*;
 
 impl Core {
     pub(super) fn done_after_enqueue(&mut self, id: &str, state: JobState, now: f64) -> Done {
+        self.undiscard(id);
         if state.is_terminal() {
             // Ended at once (say a create and a delete that cancelled out).
             let (tx, rx) = oneshot::channel();
@@ -38,6 +39,10 @@ impl Core {
         };
         if self.closed {
             drop(tx);
+            return done;
+        }
+        if self.discarded.iter().any(|d| d == id) {
+            tx.send(Err(JobEnd::discarded(id)));
             return done;
         }
         let mut ask = false;

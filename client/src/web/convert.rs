@@ -128,14 +128,7 @@ pub(super) fn error_to_js(e: ClientError) -> JsValue {
 }
 
 pub(super) fn job_end_to_js(e: JobEnd) -> JsValue {
-    let code = match e.state {
-        Some(JobState::Cancelled) => "cancelled",
-        Some(JobState::Conflict) => "conflict",
-        Some(_) => "failed",
-        None if e.reason == ClientError::Closed.to_string() => "closed",
-        None => "gone",
-    };
-    let err = SluiceError::new(&e.reason, code);
+    let err = SluiceError::new(&e.reason, e.code());
     set(&err, "jobId", &JsValue::from_str(&e.id));
     set(
         &err,

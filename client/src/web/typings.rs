@@ -94,7 +94,8 @@ export interface RegisterOptions {
 export class SluiceError extends Error {
   /** The worker's code (e.g. "unknown-budget", "not-found", "cannot-start"), "no-answer",
    * "invalid-job", "unsupported", "registration", "decode", "closed"; for a job's `done`:
-   * "failed", "conflict", "cancelled" or "gone". */
+   * "failed", "conflict", "cancelled", "discarded" (a page dismissed it: its record is deleted)
+   * or "gone" (the worker no longer knows it: it expired). */
   code: string;
   /** The worker's error object, when the worker refused the request. */
   detail?: unknown;
@@ -261,7 +262,8 @@ export interface EngineConfig {
  * worker's own errors (also logged in the page's console). A new subscriber gets the last
  * status at once. */
 export type WorkerBroadcast =
-  | { type: "jobs"; updates: JobUpdate[]; /** Jobs the worker forgot (expired, dismissed). */ removed: string[] }
+  | { type: "jobs"; updates: JobUpdate[]; /** Jobs the worker forgot (expired, dismissed). */ removed: string[];
+      /** Jobs a page dismissed (their `done` rejects with code "discarded"). */ discarded: string[] }
   | { type: "status"; status: Status }
   | { type: "error"; requestId: null;
       /** "cannot-start": a new worker version could not start (its wasm, its configuration);

@@ -84,14 +84,17 @@ impl Worker {
             return;
         }
         let mut news = None;
-        if !flush.jobs.is_empty() || !flush.removed.is_empty() {
+        if !flush.jobs.is_empty() || !flush.removed.is_empty() || !flush.discarded.is_empty() {
             let mut requesters = self.requesters.borrow_mut();
             for id in &flush.removed {
                 requesters.remove(id);
             }
-            news = Some(JobNews::new(&flush.jobs, flush.removed, |id| {
-                requesters.get(id).map(String::as_str)
-            }));
+            news = Some(JobNews::new(
+                &flush.jobs,
+                flush.removed,
+                flush.discarded,
+                |id| requesters.get(id).map(String::as_str),
+            ));
             // Told its end, the tab that enqueued a job needs no more of its own news.
             for u in flush.jobs.iter().filter(|u| u.state.is_terminal()) {
                 requesters.remove(&u.id);

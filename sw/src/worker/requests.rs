@@ -257,6 +257,7 @@ impl Worker {
             }
             Request::Dismiss { id } => {
                 self.engine.borrow_mut().dismiss(&id)?;
+                self.batcher.borrow_mut().push_discarded(id.clone());
                 (ReplyBody::Dismissed { id }, None)
             }
             Request::SetCredentials { budget, headers } => {

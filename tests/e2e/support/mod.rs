@@ -24,6 +24,7 @@ use sluice::server::WwwSource;
 /// How long a whole test may take unless it says otherwise.
 pub const DEFAULT_TEST_SECS: u64 = 90;
 
+pub mod axe;
 pub mod firefox;
 pub mod js;
 pub mod page;
