@@ -13,7 +13,8 @@
 //! example app an app developer would make (`examples/vite-app`, the installed package), in
 //! `package`. The core scenarios again in Firefox ESR (no Background Sync: the next visit
 //! resumes), over WebDriver BiDi, in `firefox`. Issue 41's real rate limiters (nginx `limit_req`,
-//! express-rate-limit, rate-limiter-flexible) in front of a counting backend, in `limiters`.
+//! express-rate-limit, rate-limiter-flexible) in front of a counting backend, in `limiters`. Issue 39's
+//! dependent jobs (an offline create, edit and delete of one record), in `dependencies`.
 //!
 //! Run: `cargo test --test e2e` (timings and measured figures are printed); `cargo test --test
 //! e2e firefox` runs the Firefox ones. Without Chromium (for those: Firefox, node and `npm ci
@@ -28,6 +29,7 @@ mod bench;
 mod conflicts;
 mod credentials;
 mod demo;
+mod dependencies;
 mod dialects;
 mod firefox;
 mod first_hour;

@@ -256,7 +256,7 @@ impl Worker {
                 (ReplyBody::Retried { id }, None)
             }
             Request::Dismiss { id } => {
-                self.engine.borrow_mut().dismiss(&id)?;
+                self.engine.borrow_mut().dismiss(&id, now_ms())?;
                 (ReplyBody::Dismissed { id }, None)
             }
             Request::SetCredentials { budget, headers } => {
