@@ -122,28 +122,25 @@ impl ResultRef<'_> {
                 .map(|(_, v)| Json::Str(v.as_str().into()))
                 .ok_or_else(|| lacks(format!("has no header '{name}'"))),
             AnswerPart::Body(path) => {
-                let Ok(mut value) = json::parse(&answer.body) else {
+                let Ok(body) = json::parse(&answer.body) else {
                     if path.is_empty() {
                         return Ok(Json::Str(answer.body.as_str().into()));
                     }
                     return Err(lacks("has no JSON body".into()));
                 };
+                let mut value = Some(&body);
                 for step in path.split('.').filter(|s| !s.is_empty()) {
-                    let next = match value {
-                        Json::Arr(mut items) => step
-                            .parse::<usize>()
-                            .ok()
-                            .filter(|&i| i < items.len())
-                            .map(|i| items.swap_remove(i)),
-                        Json::Obj(mut members) => members
-                            .iter()
-                            .rposition(|(k, _)| k == step)
-                            .map(|i| members.swap_remove(i).1),
-                        _ => None,
+                    value = match value {
+                        Some(Json::Arr(items)) => {
+                            step.parse().ok().and_then(|i: usize| items.get(i))
+                        }
+                        Some(other) => other.get(step),
+                        None => None,
                     };
-                    value = next.ok_or_else(|| lacks(format!("has nothing at 'body.{path}'")))?;
                 }
-                Ok(value)
+                value
+                    .cloned()
+                    .ok_or_else(|| lacks(format!("has nothing at 'body.{path}'")))
             }
         }
     }
@@ -253,12 +250,15 @@ fn fill_json<'a>(value: &mut Json<'a>, dep: &str, answer: &'a JobOutcome) -> Res
 
 /// `text` as one URL path segment or query value: every byte but the unreserved ones encoded.
 fn percent_encode(text: &str) -> String {
+    const HEX: &[u8; 16] = b"0123456789ABCDEF";
     let mut out = String::with_capacity(text.len());
     for b in text.bytes() {
         if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
             out.push(b as char);
         } else {
-            out.push_str(&format!("%{b:02X}"));
+            for c in [b'%', HEX[usize::from(b >> 4)], HEX[usize::from(b & 15)]] {
+                out.push(char::from(c));
+            }
         }
     }
     out
