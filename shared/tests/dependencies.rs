@@ -417,6 +417,36 @@ fn jobs_of_one_enqueue_many_may_wait_for_each_other() {
     assert_eq!(drain(&mut e, 1)[0].url, format!("{API}/contacts/4"));
 }
 
+#[test]
+fn a_job_waiting_for_one_folded_in_the_same_enqueue_many_waits_for_the_job_that_carries_it() {
+    let mut e = engine();
+    let patch = |id: &str, body: &str| JobSpec {
+        id: Some(id.into()),
+        kind: JobKind::Patch,
+        method: "PATCH".into(),
+        url: format!("{API}/contacts/1"),
+        key: Some("contact-1".into()),
+        body: Some(body.into()),
+        ..JobSpec::default()
+    };
+    let audit = JobSpec {
+        method: "POST".into(),
+        url: format!("{API}/audit"),
+        headers: vec![("X-Status".into(), "{{job:p2.status}}".into())],
+        body: Some("{}".into()),
+        ..JobSpec::default()
+    };
+    let specs = vec![patch("p1", r#"{"a":1}"#), patch("p2", r#"{"b":2}"#), audit];
+    let (results, _) = e.enqueue_many(specs, None, 0).unwrap();
+    assert!(results[1].coalesced && results[1].id == "p1");
+    assert_eq!(e.job(&results[2].id).unwrap().after, vec!["p1".to_string()]);
+    assert_eq!(drain(&mut e, 0).len(), 1);
+    e.on_response("p1", status(200), 1);
+    let sent = drain(&mut e, 1);
+    assert_eq!(sent[0].job_id, results[2].id);
+    assert!(sent[0].headers.contains(&("X-Status".into(), "200".into())));
+}
+
 #[derive(Clone, Debug)]
 enum Op {
     /// Poll and start what may go (saving first when asked, as the worker does).
