@@ -256,7 +256,7 @@ mod tests {
         assert_eq!(
             message(r#"{"url":"/x","metod":"POST"}"#),
             "invalid job: unknown field `metod`, expected one of `id`, `budget`, `lane`, `key`, \
-             `kind`, `method`, `url`, `headers`, `body`, `groupId`, `cost`, `ifMatchFromKey`, `credentials`, `mode`, \
+             `kind`, `method`, `url`, `headers`, `body`, `groupId`, `cost`, `ifMatchFromKey`, `after`, `credentials`, `mode`, \
              `redirect`, `referrerPolicy`, `integrity`"
         );
         // The wire's `options` is spelt out at the top level, as `fetch` takes it.

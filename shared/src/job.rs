@@ -232,6 +232,10 @@ pub struct JobSpec {
     /// another each apply to the version the one before produced, and a change someone else
     /// made meanwhile is a conflict instead of being overwritten. Needs a `key`.
     pub if_match_from_key: bool,
+    /// Ids of earlier jobs (as `enqueue` returned them) that must be done before this one is
+    /// sent; their answers may be referred to in its URL, headers and body (see
+    /// [`crate::result_ref`]), and every job referred to there is waited for, named here or not.
+    pub after: Vec<JobId>,
 }
 
 /// What a retry changes of a failed or conflicting job's request: a conflict resolved with a
@@ -336,6 +340,14 @@ pub struct Job {
     /// under the same key rather than regroup them.
     #[serde(default)]
     pub batch: Option<String>,
+    /// The jobs it still waits for (see [`JobSpec::after`]): each leaves the list once it is
+    /// done and its answer is filled into this job's request. Not sent while any is left.
+    #[serde(default)]
+    pub after: Vec<JobId>,
+    /// Its request holds values filled in from another job's answer: each start is saved
+    /// first, so that a restart never sends it with a value it has not saved.
+    #[serde(default)]
+    pub filled: bool,
 }
 
 impl Job {
@@ -405,10 +417,10 @@ pub fn sort_by_seq(jobs: &mut Vec<&Job>) {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn job(state: JobState) -> Job {
+    pub(crate) fn job(state: JobState) -> Job {
         Job {
             id: "j".into(),
             budget: "b".into(),
@@ -436,6 +448,8 @@ mod tests {
             seq: 0,
             folded: Vec::new(),
             batch: None,
+            after: Vec::new(),
+            filled: false,
         }
     }
 

@@ -23,6 +23,7 @@ pub mod preflight;
 pub mod random;
 pub mod request_options;
 pub mod resources;
+pub mod result_ref;
 pub mod scope;
 pub mod time;
 pub mod windows_text;

@@ -221,6 +221,9 @@ pub struct JobUpdate {
     /// True when [`JobUpdate::state_only`] left the outcome or the server's words out.
     #[serde(default)]
     pub withheld: bool,
+    /// The jobs it still waits for (see [`JobSpec::after`]); empty once it may be sent.
+    #[serde(default)]
+    pub waiting_for: Vec<JobId>,
 }
 
 impl JobUpdate {
@@ -259,6 +262,7 @@ impl From<&Job> for JobUpdate {
             last_error: job.last_error.clone(),
             outcome: job.outcome.clone(),
             withheld: false,
+            waiting_for: job.after.clone(),
         }
     }
 }
@@ -441,7 +445,10 @@ impl From<EngineError> for ProtocolError {
     fn from(e: EngineError) -> Self {
         match e {
             EngineError::InvalidUrl { url, message } => ProtocolError::InvalidUrl { url, message },
-            EngineError::InvalidRequest { message } => ProtocolError::InvalidRequest { message },
+            EngineError::InvalidRequest { message }
+            | EngineError::InvalidDependency { message } => {
+                ProtocolError::InvalidRequest { message }
+            }
             EngineError::BodyTooLarge { bytes, max_bytes } => ProtocolError::TooLarge {
                 what: TOO_LARGE_BODY.into(),
                 bytes,
@@ -731,6 +738,7 @@ mod tests {
             }),
             outcome: Some(JobOutcome::default()),
             withheld: false,
+            waiting_for: Vec::new(),
         };
         let status = Status {
             now: 1,

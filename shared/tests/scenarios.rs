@@ -1101,7 +1101,7 @@ fn a_412_conflict_can_be_retried_as_it_was_or_dismissed() {
     let again = drain(&mut e, 300);
     assert_eq!(again.len(), 1);
     assert_eq!(again[0].body.as_deref(), Some("{\"n\":0}"));
-    e.dismiss(&b).unwrap();
+    e.dismiss(&b, 300).unwrap();
     assert!(e.job(&b).is_none());
 }
 

@@ -268,7 +268,7 @@ fn run(ops: &[Op]) -> Result<(), TestCaseError> {
             }
             &Op::Dismiss(pick) => {
                 if !ids.is_empty() {
-                    let _ = engine.dismiss(&ids[pick as usize % ids.len()]);
+                    let _ = engine.dismiss(&ids[pick as usize % ids.len()], now);
                 }
             }
             &Op::Advance(ms) => {

@@ -386,6 +386,7 @@ mod tests {
             last_error: None,
             outcome: None,
             withheld: false,
+            waiting_for: Vec::new(),
         }
     }
 

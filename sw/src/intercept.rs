@@ -241,6 +241,7 @@ pub fn spec_from_request(
         options: Some(options),
         cost,
         if_match_from_key: false,
+        after: Vec::new(),
     })
 }
 

@@ -15,7 +15,8 @@
 //! resumes), over WebDriver BiDi, in `firefox`. Issue 41's real rate limiters (nginx `limit_req`,
 //! express-rate-limit, rate-limiter-flexible) in front of a counting backend, in `limiters`.
 //! Issue 39's `<sluice-inspector>` element (axe-core, the keyboard, a conflict resolved), in
-//! `inspector`.
+//! `inspector`; its dependent jobs (an offline create, edit and delete of one record), in
+//! `dependencies`.
 //!
 //! Run: `cargo test --test e2e` (timings and measured figures are printed); `cargo test --test
 //! e2e firefox` runs the Firefox ones. Without Chromium (for those: Firefox, node and `npm ci
@@ -30,6 +31,7 @@ mod bench;
 mod conflicts;
 mod credentials;
 mod demo;
+mod dependencies;
 mod dialects;
 mod firefox;
 mod first_hour;

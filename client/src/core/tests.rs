@@ -97,6 +97,7 @@ fn update(id: &str, state: JobState) -> JobUpdate {
         last_error: None,
         outcome: None,
         withheld: false,
+        waiting_for: Vec::new(),
     }
 }
 

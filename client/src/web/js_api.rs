@@ -245,6 +245,23 @@ impl Sluice {
         .into_js_value()
     }
 
+    /// A reference to a part of job `jobId`'s answer, for a later job's URL, headers or body,
+    /// which then waits for that job and is sent with the value filled in: `part` is
+    /// `"body.<path>"` (`"body.data.0.id"`), `"header.<name>"` or `"status"`. Gives
+    /// `"{{job:<jobId>.<part>}}"`.
+    #[wasm_bindgen(js_name = ref)]
+    pub fn result_ref_js(
+        &self,
+        #[wasm_bindgen(js_name = jobId)] job_id: &str,
+        part: &str,
+    ) -> String {
+        let mut text = String::from("{{job:");
+        for piece in [job_id, ".", part, "}}"] {
+            text.push_str(piece);
+        }
+        text
+    }
+
     /// Requests and job waits not yet answered by this client.
     #[wasm_bindgen(getter, js_name = outstanding)]
     pub fn outstanding_js(&self) -> u32 {

@@ -37,6 +37,13 @@ export interface JobInput {
    * is known and it names no `If-Match` itself): queued edits each apply to the version the one
    * before produced, and someone else's change in between is a `conflict`. Needs a `key`. */
   ifMatchFromKey?: boolean;
+  /** Ids of earlier jobs (as `enqueue` returned them) to wait for: it is sent once they are
+   * done, with their answers filled into its URL, headers and body where it refers to them:
+   * `{{job:<id>.body.<path>}}` (keys and array indices, `body.data.0.id`; `body` alone is the
+   * whole body), `{{job:<id>.header.<name>}}`, `{{job:<id>.status}}`. A job referred to is
+   * waited for whether named here or not. If one fails, is cancelled or dismissed, this job
+   * fails (or is cancelled) with it. */
+  after?: string[];
   /** As in `fetch`; default "same-origin". */
   credentials?: "omit" | "same-origin" | "include";
   /** As in `fetch`; default "cors". "no-cors" is refused: its answer cannot be read. */
@@ -126,6 +133,8 @@ export interface JobUpdate {
   outcome: { status: number; headers: [string, string][]; body: string } | null;
   /** True in a broadcast to another tab: the outcome and the server's words are left out. */
   withheld: boolean;
+  /** The jobs it still waits for (`after`); empty once it may be sent. */
+  waitingFor: string[];
 }
 export interface RateWindow { limit: number; lengthMs: number; }
 export interface BudgetStatus {

@@ -68,6 +68,8 @@ impl Engine {
             };
             self.validate(&spec)?;
         }
+        // A job whose dependency failed goes again only once that one may answer again.
+        self.check_dependencies_of(id)?;
         let new_key = was_conflict.then(|| self.new_identifier());
         let job = self
             .table
@@ -112,6 +114,7 @@ impl Engine {
         self.saves.budget_changed(budget);
         self.saves.job_changed(id.clone());
         self.replace_head_of(&id, now);
+        self.settle_dependent(&id, now);
         Ok(())
     }
 
@@ -147,7 +150,7 @@ impl Engine {
     }
 
     /// Forgets a finished job (a failed one the user does not want to retry).
-    pub fn dismiss(&mut self, id: &str) -> Result<(), EngineError> {
+    pub fn dismiss(&mut self, id: &str, now: Millis) -> Result<(), EngineError> {
         let job = self
             .table
             .get(id)
@@ -163,6 +166,7 @@ impl Engine {
         // It may stay among the changed jobs (see `forget_expired`).
         self.table.forget(id);
         self.saves.job_removed(id.to_string());
+        self.dependency_ended(&id.to_string(), now);
         Ok(())
     }
 }

@@ -183,6 +183,7 @@ impl Engine {
         }
         self.saves.job_changed(id.clone());
         self.leave_chain(id, key, now);
+        self.dependency_ended(id, now);
     }
 
     pub(super) fn leave_chain(&mut self, id: &JobId, key: Option<String>, now: Millis) {

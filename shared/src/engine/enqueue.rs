@@ -24,8 +24,10 @@ impl Engine {
 
     /// Accepts one action. The result names the job that will carry it: a new one, or an
     /// earlier waiting one it was folded into (`coalesced`).
-    pub fn enqueue(&mut self, spec: JobSpec, now: Millis) -> Result<Enqueued, EngineError> {
+    pub fn enqueue(&mut self, mut spec: JobSpec, now: Millis) -> Result<Enqueued, EngineError> {
+        spec.url = crate::result_ref::decode_refs_in_url(&spec.url);
         let (budget, method) = self.validate(&spec)?;
+        spec.after = self.check_dependencies(&spec, &[])?;
         Ok(self.enqueue_valid(spec, budget, method, now))
     }
 
@@ -39,8 +41,16 @@ impl Engine {
     ) -> Result<(Vec<Enqueued>, Option<String>), EngineError> {
         let total = specs.len();
         let mut checked = Vec::with_capacity(total);
-        for (i, spec) in specs.into_iter().enumerate() {
-            match self.validate(&spec) {
+        // The ids of the jobs checked so far: a later job may wait for them.
+        let mut earlier: Vec<JobId> = Vec::new();
+        for (i, mut spec) in specs.into_iter().enumerate() {
+            spec.url = crate::result_ref::decode_refs_in_url(&spec.url);
+            let valid = self.validate(&spec).and_then(|(budget, method)| {
+                spec.after = self.check_dependencies(&spec, &earlier)?;
+                Ok((budget, method))
+            });
+            earlier.extend(spec.id.clone());
+            match valid {
                 Ok((budget, method)) => checked.push((spec, budget, method)),
                 Err(e) => {
                     return Err(EngineError::InGroup {
@@ -52,13 +62,26 @@ impl Engine {
             }
         }
         let mut per_budget: Vec<(String, u64)> = Vec::new();
-        let mut results = Vec::with_capacity(total);
+        let mut results: Vec<Enqueued> = Vec::with_capacity(total);
+        // Jobs of this call folded into another (asked id, carrier): a later one waits for
+        // the carrier.
+        let mut renamed: Vec<(JobId, JobId)> = Vec::new();
         for (mut spec, budget, method) in checked {
             if group_id.is_some() {
                 spec.group_id = group_id.clone();
             }
+            for (asked, carrier) in &renamed {
+                if spec.after.contains(asked) {
+                    dependencies::rename_dependency(&mut spec, asked, carrier);
+                }
+            }
+            let asked = spec.id.clone();
             count_in(&mut per_budget, &budget);
-            results.push(self.enqueue_valid(spec, budget, method, now));
+            let result = self.enqueue_valid(spec, budget, method, now);
+            if let Some(asked) = asked.filter(|a| *a != result.id) {
+                renamed.push((asked, result.id.clone()));
+            }
+            results.push(result);
         }
         let warning = per_budget
             .iter()
@@ -106,6 +129,8 @@ impl Engine {
             seq,
             folded: Vec::new(),
             batch: None,
+            after: spec.after,
+            filled: false,
         };
         if let Some(result) = self.try_cancel_out(&job, now) {
             return result;
@@ -118,17 +143,23 @@ impl Engine {
             };
         }
         let id = job.id.clone();
+        let waits = !job.after.is_empty();
         self.table.admit(job);
         self.saves.job_changed(id.clone());
+        if waits {
+            self.settle_dependent(&id, now);
+        }
         match self.table.head_of(&id) {
             // The chain head may inherit this job's lane.
             Some(head) => self.place(&head, now),
             None => self.place(&id, now),
         }
+        // Queued, unless what it waits for ended it already.
+        let state = self.table.get(&id).map_or(JobState::Queued, |j| j.state);
         Enqueued {
             id,
             coalesced: false,
-            state: JobState::Queued,
+            state,
         }
     }
 

@@ -30,6 +30,9 @@ pub enum EngineError {
         total: usize,
         error: Box<EngineError>,
     },
+    /// The job waits for a job that will not answer, or refers to an answer in a form that
+    /// cannot be read (see `result_ref`).
+    InvalidDependency { message: String },
     /// No job or group has this id.
     NotFound { id: String },
     /// The job is in a state that does not allow the action.

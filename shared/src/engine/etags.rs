@@ -121,6 +121,8 @@ mod tests {
             seq,
             folded: Vec::new(),
             batch: None,
+            after: Vec::new(),
+            filled: false,
         }
     }
 

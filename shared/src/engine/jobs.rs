@@ -142,9 +142,21 @@ impl JobTable {
             .and_then(|c| c.front().cloned())
     }
 
-    /// A job of `key` runs again (a retry): it goes to the end of the key's chain.
+    /// A job of `key` runs again (a retry): it goes to the end of the key's chain, but ahead
+    /// of any job there that waits for it (behind them it would wait for them, and they for
+    /// it).
     pub(super) fn join_chain(&mut self, key: String, id: JobId) {
-        self.chains.entry(key).or_default().push_back(id);
+        let jobs = &self.jobs;
+        let chain = self.chains.entry(key).or_default();
+        let waiting = chain
+            .iter()
+            .position(|d| jobs.get(d).is_some_and(|j| j.after.contains(&id)));
+        chain.push_back(id);
+        if let Some(pos) = waiting {
+            for i in (pos + 1..chain.len()).rev() {
+                chain.swap(i, i - 1);
+            }
+        }
     }
 
     /// Takes a finished job out of its key's chain. Returns the chain's new head, which may go
@@ -235,6 +247,11 @@ impl JobTable {
     /// Folds a patch into the newest unsent patch of its key, or an idempotent request into an
     /// identical waiting one. Returns the id of the job it was folded into.
     pub(super) fn fold(&mut self, job: &Job) -> Option<JobId> {
+        // A job that waits for another's answer sends what that answer makes of it: nothing
+        // is known to be the same request until then.
+        if !job.after.is_empty() {
+            return None;
+        }
         let newest_of_key = job
             .key
             .as_ref()
@@ -247,6 +264,7 @@ impl JobTable {
                         && t.state == JobState::Queued
                         && t.started_at.is_none()
                         && t.attempts == 0
+                        && t.after.is_empty()
                         && t.budget == job.budget
                         && t.method == job.method
                         && t.url == job.url
@@ -264,6 +282,7 @@ impl JobTable {
             let target = candidates.iter().find(|id| {
                 self.jobs.get(*id).is_some_and(|t| {
                     t.state.is_waiting()
+                        && t.after.is_empty()
                         && t.budget == job.budget
                         && t.method == job.method
                         && t.url == job.url

@@ -46,6 +46,7 @@
 mod actions;
 mod answers;
 mod batching;
+mod dependencies;
 mod endings;
 mod enqueue;
 mod error;
@@ -187,6 +188,8 @@ pub struct Engine {
     batches: std::collections::BTreeMap<JobId, batching::InFlightBatch>,
     /// Batches whose answer was lost, to go again with the same members.
     resend_batches: batching::ResendGroups,
+    /// The jobs waiting for each job's answer (see `dependencies`).
+    dependents: dependencies::Dependents,
 }
 
 /// A budget's credentials from a page, and how many times a page gave them: a refusal of a
@@ -223,6 +226,7 @@ impl Engine {
             credentials: Default::default(),
             batches: Default::default(),
             resend_batches: Default::default(),
+            dependents: Default::default(),
         })
     }
 
@@ -307,6 +311,7 @@ impl Engine {
             self.table.admit(job);
         }
         self.regroup_restored_batches();
+        self.settle_all(now);
         self.replace_all(now);
     }
 

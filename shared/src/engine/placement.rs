@@ -19,7 +19,8 @@ impl Engine {
         if !job.state.is_waiting() {
             return;
         }
-        if !self.table.heads_its_chain(job) {
+        // Not before its chain's turn, nor before the jobs it waits for are done.
+        if !self.table.heads_its_chain(job) || !job.after.is_empty() {
             return;
         }
         if job.not_before > now {

@@ -175,8 +175,14 @@ impl Engine {
         now: Millis,
     ) -> Option<Transmit> {
         let retry_config = self.config.retry.clone();
+        // A request filled in from another job's answer is in storage before it leaves (see
+        // `dependencies`).
+        let filled = members
+            .iter()
+            .any(|id| self.table.get(id).is_some_and(|j| j.filled));
         let b = self.budgets.get_mut(&budget_name)?;
         let save_first = saved_first
+            || filled
             || (self.storage == StorageMode::Recorded
                 && (b.mark != Mark::Saved || b.unsaved_starts >= b.config.concurrency));
         b.state.sends_before_saving = true;

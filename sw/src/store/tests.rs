@@ -30,6 +30,8 @@ fn job() -> Job {
         seq: 42,
         folded: Vec::new(),
         batch: None,
+        after: Vec::new(),
+        filled: false,
     }
 }
 

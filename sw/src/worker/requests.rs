@@ -256,7 +256,7 @@ impl Worker {
                 (ReplyBody::Retried { id }, None)
             }
             Request::Dismiss { id } => {
-                self.engine.borrow_mut().dismiss(&id)?;
+                self.engine.borrow_mut().dismiss(&id, now_ms())?;
                 self.batcher.borrow_mut().push_discarded(id.clone());
                 (ReplyBody::Dismissed { id }, None)
             }
