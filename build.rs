@@ -363,18 +363,19 @@ fn find_wasm_opt(root: &Path) -> Option<WasmOpt> {
 }
 
 impl WasmOpt {
-    /// Optimizes a wasm file wasm-bindgen wrote, in place, with binaryen's cheap passes at
-    /// shrink level 1 (`-O1 --shrink-level=1`: dead code, duplicate functions, unused locals,
-    /// branches and module elements). Measured on the worker (gzipped): 199,851 B before,
-    /// 196,216 B after; `-Os`, `-Oz` and `-O2` make it larger gzipped (about 205 KB), because
-    /// binaryen's inliner copies code that LLVM at `opt-level = "z"` kept shared, and `-Os`
-    /// with that inliner off gains only 50 B more. It runs after wasm-bindgen, which reads its
-    /// descriptors from the wasm rustc wrote. A build with `SLUICE_WASM_NAMES=1` keeps the
-    /// names (`-g`), so that `twiggy` sees the code that ships. The wasm's features are read
-    /// from its `target_features` section.
+    /// Optimizes a wasm file wasm-bindgen wrote, in place, with binaryen's size preset (`-Os`)
+    /// less one kind of inlining: a function with a single caller stays a function
+    /// (`--one-caller-inline-max-function-size 0`). Measured on the worker (gzipped): 199,851 B
+    /// before; 194,756 B so; 196,216 B with `-O1 --shrink-level=1`, which does not inline;
+    /// 204,679 B with `-Os` as it is, 204,774 B with `-Oz`. Inlining the functions LLVM at
+    /// `opt-level = "z"` kept apart makes the file smaller before gzip and larger after. It runs
+    /// after wasm-bindgen, which reads its descriptors from the wasm rustc wrote. A build with
+    /// `SLUICE_WASM_NAMES=1` keeps the names (`-g`), so that `twiggy` sees the code that ships.
+    /// The wasm's features are read from its `target_features` section.
     fn run(&self, wasm: &Path, keep_names: bool) -> Result<(), BoxError> {
         let mut cmd = Command::new("node");
-        cmd.arg(&self.script).args(["-O1", "--shrink-level=1"]);
+        cmd.arg(&self.script)
+            .args(["-Os", "--one-caller-inline-max-function-size", "0"]);
         if keep_names {
             cmd.arg("-g");
         }
