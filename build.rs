@@ -9,7 +9,9 @@
 //! `SLUICE_SKIP_WASM=1` skips the wasm build and embeds empty stand-ins, for quick host-only
 //! checks or while a wasm crate does not compile. `SLUICE_WASM_NAMES=1` keeps the function
 //! names in the wasm, so that `twiggy top` on `<out>/pkg/sluice_sw_bg.wasm` says what is heavy
-//! (never ship that build: the names are more than half of it).
+//! (never ship that build: the names are more than half of it). When binaryen's `wasm-opt` is
+//! installed in `tools/binaryen` it then shrinks both wasm files (see [`WasmOpt`]); without it
+//! they are larger and the build says so.
 
 use std::collections::{HashMap, HashSet};
 use std::env;
@@ -65,18 +67,21 @@ fn run() -> Result<(), BoxError> {
         write_stand_ins(&pkg_dir)?;
     } else {
         let wasm_dir = build_wasm(&root, &out_dir)?;
+        let wasm_opt = find_wasm_opt(&root);
         bindgen(
             &wasm_dir.join("sluice_sw.wasm"),
             &pkg_dir,
             Flavour::ClassicWorker,
+            wasm_opt.as_ref(),
         )?;
         bindgen(
             &wasm_dir.join("sluice_client.wasm"),
             &pkg_dir,
             Flavour::EsModule,
+            wasm_opt.as_ref(),
         )?;
         append_client_classes(&root, &pkg_dir)?;
-        report_sizes(&pkg_dir)?;
+        report_sizes(&pkg_dir, wasm_opt.as_ref())?;
     }
 
     write_listing(&pkg_dir, &out_dir.join("pkg_files.rs"), "PKG_FILES")?;
@@ -275,7 +280,12 @@ enum Flavour {
     EsModule,
 }
 
-fn bindgen(wasm: &Path, pkg_dir: &Path, flavour: Flavour) -> Result<(), BoxError> {
+fn bindgen(
+    wasm: &Path,
+    pkg_dir: &Path,
+    flavour: Flavour,
+    wasm_opt: Option<&WasmOpt>,
+) -> Result<(), BoxError> {
     if !wasm.exists() {
         return Err(format!("{} was not produced by the nested build", wasm.display()).into());
     }
@@ -307,14 +317,18 @@ fn bindgen(wasm: &Path, pkg_dir: &Path, flavour: Flavour) -> Result<(), BoxError
         shorten_names(&mut output)
     };
     output.emit(pkg_dir).map_err(failed)?;
-    let (js_name, typings): (&str, &[&str]) = match flavour {
-        Flavour::ClassicWorker => ("sluice_sw.js", &[]),
+    let (js_name, wasm_name, typings): (&str, &str, &[&str]) = match flavour {
+        Flavour::ClassicWorker => ("sluice_sw.js", "sluice_sw_bg.wasm", &[]),
         Flavour::EsModule => (
             "sluice_client.js",
+            "sluice_client_bg.wasm",
             // (`sluice_client_bg.wasm.d.ts` is written from the renamed wasm.)
             &["sluice_client.d.ts"],
         ),
     };
+    if let Some(wasm_opt) = wasm_opt {
+        wasm_opt.run(&pkg_dir.join(wasm_name), keep_names)?;
+    }
     rename_in_glue(&pkg_dir.join(js_name), &renamed, true)?;
     write_name_map(&pkg_dir.join(js_name), &renamed)?;
     // The typings name the exports the page may reach through `init()`'s result.
@@ -322,6 +336,67 @@ fn bindgen(wasm: &Path, pkg_dir: &Path, flavour: Flavour) -> Result<(), BoxError
         rename_in_glue(&pkg_dir.join(name), &renamed, false)?;
     }
     Ok(())
+}
+
+/// Binaryen's `wasm-opt`, the Node.js build that `tools/binaryen/package-lock.json` pins
+/// (`npm ci --prefix tools/binaryen`; `.ci/run` installs it before it builds).
+///
+/// Not a `wasm-opt` found on `PATH`: Debian 12's package (binaryen 108) breaks this wasm (it
+/// exports the function table where wasm-bindgen's `__wbindgen_externrefs` table was, so every
+/// page fails at `init()`: "WebAssembly.Table.set(): Argument 1 is invalid for table"), and a
+/// pinned version gives every machine the same bytes. Not the `wasm-opt` crate either: it
+/// compiles binaryen's ~240 C++ files into the build script, over 14 minutes for half of them on
+/// a 2-core machine, and again for each host profile.
+struct WasmOpt {
+    script: PathBuf,
+}
+
+/// `wasm-opt` when it is installed. Without it the build still works and its wasm is only
+/// larger (about 3.6 KB of the worker gzipped, 1.3 KB of the page client), so its absence is a
+/// warning, not an error; the budgets in `.ci/run` are checked against the optimized files.
+fn find_wasm_opt(root: &Path) -> Option<WasmOpt> {
+    let dir = root.join("tools").join("binaryen");
+    // Installing or updating it there reruns this script.
+    println!("cargo:rerun-if-changed={}", dir.display());
+    let script = dir.join("node_modules/binaryen/bin/wasm-opt");
+    script.is_file().then_some(WasmOpt { script })
+}
+
+impl WasmOpt {
+    /// Optimizes a wasm file wasm-bindgen wrote, in place, with binaryen's size preset (`-Os`)
+    /// less one kind of inlining: a function with a single caller stays a function
+    /// (`--one-caller-inline-max-function-size 0`). Measured on the worker (gzipped): 199,851 B
+    /// before; 194,756 B so; 196,216 B with `-O1 --shrink-level=1`, which does not inline;
+    /// 204,679 B with `-Os` as it is, 204,774 B with `-Oz`. Inlining the functions LLVM at
+    /// `opt-level = "z"` kept apart makes the file smaller before gzip and larger after. It runs
+    /// after wasm-bindgen, which reads its descriptors from the wasm rustc wrote. A build with
+    /// `SLUICE_WASM_NAMES=1` keeps the names (`-g`), so that `twiggy` sees the code that ships.
+    /// The wasm's features are read from its `target_features` section.
+    fn run(&self, wasm: &Path, keep_names: bool) -> Result<(), BoxError> {
+        let mut cmd = Command::new("node");
+        cmd.arg(&self.script)
+            .args(["-Os", "--one-caller-inline-max-function-size", "0"]);
+        if keep_names {
+            cmd.arg("-g");
+        }
+        cmd.arg(wasm).arg("-o").arg(wasm);
+        let status = cmd.status().map_err(|e| {
+            format!(
+                "running `node {}` on {}: {e}. wasm-opt needs Node.js; without \
+                 tools/binaryen/node_modules the build goes on without it",
+                self.script.display(),
+                wasm.display()
+            )
+        })?;
+        if !status.success() {
+            return Err(format!(
+                "wasm-opt failed on {} ({status}); its errors are above",
+                wasm.display()
+            )
+            .into());
+        }
+        Ok(())
+    }
 }
 
 /// Writes `<glue>.names.txt` beside the glue: each short name `shorten_names` gave, with the
@@ -364,8 +439,9 @@ fn append_client_classes(root: &Path, pkg_dir: &Path) -> Result<(), BoxError> {
 /// compress: with ~190 imports the import names were 2,964 B of the worker's gzipped wasm
 /// (145,847 B, 142,883 B renamed) and 1,060 B of the page client's; the worker's 7 closure
 /// exports were 95 B more (143,114 B, 143,019 B renamed). This is binaryen's
-/// `--minify-imports-and-exports` alone; `wasm-opt -Oz` itself is not run because it made the
-/// gzipped worker larger (150,058 B), not smaller. Returns the old and new names.
+/// `--minify-imports-and-exports`, done here so that the glue is renamed alike; binaryen's
+/// other passes are [`WasmOpt::run`]'s (`-Oz` made the gzipped worker larger, 150,058 B, and
+/// still does). Returns the old and new names.
 fn shorten_names(output: &mut Output) -> Vec<(String, String)> {
     let mut renamed = Vec::new();
     let wasm = output.wasm_mut();
@@ -445,13 +521,20 @@ fn write_stand_ins(pkg_dir: &Path) -> Result<(), BoxError> {
     Ok(())
 }
 
-fn report_sizes(pkg_dir: &Path) -> Result<(), BoxError> {
+fn report_sizes(pkg_dir: &Path, wasm_opt: Option<&WasmOpt>) -> Result<(), BoxError> {
     let mut parts = Vec::new();
     for name in ["sluice_sw_bg.wasm", "sluice_client_bg.wasm"] {
         let len = fs::metadata(pkg_dir.join(name))?.len();
         parts.push(format!("{name} {:.1} KiB", len as f64 / 1024.0));
     }
-    println!("cargo:warning=wasm sizes: {}", parts.join(", "));
+    let optimized = match wasm_opt {
+        Some(_) => "optimized by wasm-opt",
+        None => "not optimized: `npm ci --prefix tools/binaryen` for CI's smaller wasm",
+    };
+    println!(
+        "cargo:warning=wasm sizes: {} ({optimized})",
+        parts.join(", ")
+    );
     Ok(())
 }
 
