@@ -155,6 +155,23 @@ e2e!(
         })
         .await;
         assert_eq!(added, "Contact saved: HTTP 201");
+        // Its edit, queued with a reference to the create's answer, went to the new contact.
+        let edited: String = eventually("the contact to be edited", Duration::from_secs(10), || async {
+            let status = tab
+                .eval("return document.getElementById('added').dataset.edited ?? null;")
+                .await;
+            status.as_str().map(str::to_string)
+        })
+        .await;
+        assert_eq!(edited, "200");
+        let companies: Vec<_> = h
+            .api
+            .contacts()
+            .into_iter()
+            .filter(|c| c["company"] == "Analytical Engines")
+            .collect();
+        assert_eq!(companies.len(), 1, "{companies:?}");
+        assert_eq!(companies[0]["name"], "Ada Lovelace", "{companies:?}");
 
         // Nothing more arrives once every job has ended.
         tokio::time::sleep(Duration::from_millis(500)).await;

@@ -101,9 +101,20 @@ async function main(): Promise<void> {
     added.textContent = 'Saving…';
     try {
       // Resolves once the worker has stored the job; `done` once the API answered.
-      const { done } = await sluice.enqueue(createContact('Ada Lovelace', 'interactive'));
-      const outcome = await done;
+      const create = await sluice.enqueue(createContact('Ada Lovelace', 'interactive'));
+      // An edit of the contact the create makes, queued at once (offline too): it waits for
+      // the create and goes to the id the server gives it.
+      const edit = await sluice.enqueue({
+        url: `${API}/api/contacts/${sluice.ref(create.id, 'body.id')}`,
+        method: 'PATCH',
+        budget: BUDGET,
+        lane: 'interactive',
+        body: { company: 'Analytical Engines' },
+      });
+      const outcome = await create.done;
       added.textContent = `Contact saved: HTTP ${outcome.status}`;
+      const edited = await edit.done;
+      added.dataset.edited = String(edited.status);
     } catch (error) {
       added.textContent = `Not saved: ${(error as SluiceError).code ?? String(error)}`;
     }
