@@ -45,6 +45,7 @@
 
 mod actions;
 mod answers;
+mod batch_answers;
 mod batching;
 mod dependencies;
 mod endings;
