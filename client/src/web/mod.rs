@@ -124,6 +124,9 @@ impl Sluice {
         script_url: &str,
         options: RegisterOptions,
     ) -> Result<Sluice, ClientError> {
+        // A panic in the page client (a bug: every input is checked) then says in the page's
+        // console what failed and where, instead of wasm's bare "unreachable".
+        console_error_panic_hook::set_once();
         let window = web_sys::window().ok_or_else(|| {
             ClientError::Unsupported("Sluice.register needs a page (a window)".into())
         })?;
