@@ -502,8 +502,14 @@ export class SluiceInspector extends HTMLElement {
       const words = named ? error.message : `HTTP ${error.status}: ${error.message}`;
       state.append(el('span', { class: 'why', text: words }));
     }
-    // A job's own time to wait (a retry's backoff); past it, its budget decides.
-    const next = WAITING.has(job.state) ? countdownCell(job.notBefore, now, 'as its budget allows') : el('td', { text: '—' });
+    // A job's own time to wait (a retry's backoff); past it, its budget decides. A job that
+    // waits for others' answers (`after`) goes once they are done.
+    const waitsFor = WAITING.has(job.state) ? job.waitingFor || [] : [];
+    const next = waitsFor.length
+      ? el('td', { text: `after ${waitsFor.length === 1 ? 'job' : 'jobs'} ${waitsFor.join(', ')}` })
+      : WAITING.has(job.state)
+        ? countdownCell(job.notBefore, now, 'as its budget allows')
+        : el('td', { text: '—' });
     const actions = el('td');
     if (WAITING.has(job.state)) actions.append(this.#button('cancel', job.id, 'Cancel', `Cancel job ${job.id}`));
     if (RESOLVABLE.has(job.state)) {

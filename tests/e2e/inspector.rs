@@ -79,8 +79,8 @@ async fn tab_to(tab: &Tab, name: &str, max: usize) -> Vec<String> {
 }
 
 e2e!(
-    /// The inspector open, listing a job done, two waiting, a failed one, a conflict and a
-    /// group: axe-core, run on the element (its open shadow root included: a nameless button
+    /// The inspector open, listing a job done, two waiting, one waiting for another's answer,
+    /// a failed one, a conflict and a group: axe-core, run on the element (its open shadow root included: a nameless button
     /// put there for a moment is caught), finds no violation of any impact.
     the_open_inspector_has_no_accessibility_violations,
     90,
@@ -113,8 +113,12 @@ e2e!(
                 {ONE_A_MINUTE}
                 await sluice.enqueueMany([1, 2, 3].map((i) => ({{ id: 'import-' + i,
                   url: '/api/contacts/' + (10 + i) }})), 'import');
+                // A job that waits for another's answer says so where a countdown would be.
+                await sluice.enqueue({{ id: 'follow-up', method: 'PATCH', body: {{ note: 'x' }},
+                  url: '/api/contacts/' + sluice.ref('import-3', 'body.id') }});
                 inspector.open = true;
                 await waitRow('import-3', (r) => r.state === 'queued');
+                await waitRow('follow-up', (r) => r.text.includes('after job import-3'));
                 await waitRow('stale', (r) => r.state === 'conflict');
                 await waitRow('create-1', (r) => r.state === 'done');
                 // The group's progress comes with the status.
