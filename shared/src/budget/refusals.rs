@@ -98,12 +98,12 @@ impl BudgetState {
         // quarter of the others' estimate, which on a wrong configured limit (the "others"
         // being the half of it that never existed) would cut our rate by a quarter each time.
         let cut = (ours_now * 0.1).max(1.0);
-        // Refused again while a belief learned from 429s stands (it was fading back, or a
-        // probe above the real level was refused), or soon after a refusal put down to our
-        // timing: each such 429 doubles how long the next start takes to come back (at most
-        // 2^6 = 64 times). Counted from the first belief on, not the second: nginx with a
-        // burst of 5, told twice its rate, drew 6 refusals in 19 s (5 now in the simulator),
-        // and without burst reached 0.70 of its rate (0.80 now).
+        // Refused again while a belief learned from 429s stands (a probe that started before
+        // the belief last faded; a probe of its own is `refused_probe`'s), or soon after a
+        // refusal put down to our timing: each such 429 doubles how long the next start takes
+        // to come back (at most [`MOST_FAILED_PROBES`] times). Counted from the first belief
+        // on, not the second: nginx without burst told twice its rate reached 0.70 of it
+        // (0.80 counted so).
         self.others = implied.max(self.others + cut).min(implied.max(self.others));
         if recently && full {
             // Our whole share refused again soon after a refusal put down to our timing: the
