@@ -46,7 +46,7 @@ const OTHERS_FROM_429_HALF_LIFE_WINDOWS: f64 = 1_000.0;
 /// every 10-30 s there cost 4-5 429s and 0.85-0.87 of the limit instead of 0.91 in a 20 s run).
 const OTHERS_FROM_429_STEP_WINDOWS_PER_START: f64 = 0.5;
 /// How many doublings of that step a refused probe costs (see
-/// [`BudgetState::refused_probe`]), and how many a probe that held gives back.
+/// [`BudgetState::refused_probe`]), as does our whole share refused twice in a row.
 const REFUSED_PROBE_DOUBLINGS: u32 = 2;
 /// Probes back off until one step takes this many of our starts: each refused probe costs a
 /// 429, and in steady state the promise is at most one per thousand requests.
@@ -139,8 +139,8 @@ pub struct BudgetState {
     /// [`Self::observe_rate_limited`]).
     #[serde(default)]
     pub held_headroom: Option<u32>,
-    /// Since when a probe runs (the belief faded one start lower) unrefused: when the belief
-    /// fades again, it held, and probes come back sooner.
+    /// Since when a probe runs (the belief faded one start lower) unrefused: a refusal of a
+    /// start made since then is the probe's (see [`Self::observe_rate_limited`]).
     #[serde(default)]
     pub probing_since: Option<Millis>,
     /// What the budget's other resources (tokens, points) have spent (see `resources`).
