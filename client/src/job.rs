@@ -4,7 +4,7 @@
 //! object to be sent as JSON, a URL relative to the page. The worker only takes the exact wire
 //! shape, so the conversion happens here, once, with errors that say what to change.
 
-use sluice_shared::job::{JobKind, JobSpec};
+use sluice_shared::job::{read_headers, JobKind, JobSpec};
 use sluice_shared::json::{self, FromJson, Json, StructFields};
 use sluice_shared::request_options::RequestOptions;
 
@@ -46,22 +46,6 @@ fn read_job_json(text: &str) -> Result<JobSpec, json::Error> {
     spec.headers = headers;
     spec.options = Some(RequestOptions::from_json(&value)?).filter(|o| !o.is_default());
     Ok(spec)
-}
-
-/// `{"Name": "value"}` or `[["Name", "value"], ...]`.
-pub fn read_headers(v: &Json) -> Result<Vec<(String, String)>, json::Error> {
-    match v {
-        Json::Obj(members) => {
-            let mut out = Vec::with_capacity(members.len());
-            for (name, value) in members {
-                out.push((name.to_string(), String::from_json(value)?));
-            }
-            Ok(out)
-        }
-        Json::Arr(_) => Vec::from_json(v),
-        other => Err(other
-            .invalid_type("headers as an object of strings or an array of [name, value] pairs")),
-    }
 }
 
 /// A job's body as the page gave it.

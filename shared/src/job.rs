@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use std::fmt;
 
 use crate::headers::Headers;
-use crate::json::{FromJson, ToJson};
+use crate::json::{self, FromJson, Json, ToJson};
 use crate::request_options::RequestOptions;
 use crate::resources::Costs;
 use crate::time::Millis;
@@ -257,6 +257,23 @@ impl RetryWith {
             Some(set) => headers_set_over(headers, set),
             None => headers.to_vec(),
         }
+    }
+}
+
+/// Headers as a page writes them, `{"Name": "value"}` or `[["Name", "value"], ...]`: a
+/// job's, `setCredentials`', and what the worker script's credentials function returns.
+pub fn read_headers(v: &Json) -> Result<Vec<(String, String)>, json::Error> {
+    match v {
+        Json::Obj(members) => {
+            let mut out = Vec::with_capacity(members.len());
+            for (name, value) in members {
+                out.push((name.to_string(), String::from_json(value)?));
+            }
+            Ok(out)
+        }
+        Json::Arr(_) => Vec::from_json(v),
+        other => Err(other
+            .invalid_type("headers as an object of strings or an array of [name, value] pairs")),
     }
 }
 

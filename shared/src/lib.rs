@@ -25,6 +25,7 @@ pub mod request_options;
 pub mod resources;
 pub mod result_ref;
 pub mod scope;
+pub mod substring;
 pub mod time;
 pub mod windows_text;
 

@@ -14,6 +14,8 @@
 //!   turn(engine, now)                  a wake-up: the timer fired, or any input below
 //!                                      (runs the engine's handle_timeout, then polls)
 //!   on_response / on_transport_error   an answer to a request handed out
+//!   on_not_sent                        a request handed out that the engine let go before
+//!                                      the shell sent it (it waited for credentials)
 //!   on_saved(sent)                     the pump's save ended
 //!   request_save_begins / _ended       a page request's own save, carrying starts
 //!   save_taken(now)                    any other save took every change so far
@@ -138,6 +140,13 @@ impl Pump {
     ) {
         self.in_flight = self.in_flight.saturating_sub(1);
         engine.on_transport_error(id, error, now);
+    }
+
+    /// A request handed out by [`Pump::poll_sends`] was not sent after all: the engine let it
+    /// go while the shell waited to send it (see
+    /// [`Engine::on_credentials_supplied`](crate::engine::Engine::on_credentials_supplied)).
+    pub fn on_not_sent(&mut self) {
+        self.in_flight = self.in_flight.saturating_sub(1);
     }
 
     /// The pump's save (begun on [`Pump::poll_save`]) ended. `sent`: it landed and this instance

@@ -9,6 +9,7 @@
 
 use crate::job::{Job, JobOutcome};
 use crate::json::{self, Json};
+use crate::substring;
 
 const OPEN: &str = "{{job:";
 const CLOSE: &str = "}}";
@@ -39,9 +40,9 @@ enum AnswerPart<'t> {
 pub fn refs_in(text: &str) -> Result<Vec<(usize, ResultRef<'_>)>, String> {
     let mut found = Vec::new();
     let mut from = 0;
-    while let Some(at) = text[from..].find(OPEN).map(|i| i + from) {
+    while let Some(at) = substring::find(&text[from..], OPEN).map(|i| i + from) {
         let inner_start = at + OPEN.len();
-        let Some(len) = text[inner_start..].find(CLOSE) else {
+        let Some(len) = substring::find(&text[inner_start..], CLOSE) else {
             return Err(format!(
                 "'{}' has no closing '}}}}': write {{{{job:<id>.body.id}}}}",
                 &text[at..].chars().take(60).collect::<String>()
@@ -195,7 +196,7 @@ pub fn fill_from(job: &mut Job, dep: &str, answer: &JobOutcome) -> Result<bool, 
             filled = true;
         }
     }
-    let Some(body) = job.body.as_deref().filter(|b| b.contains(OPEN)) else {
+    let Some(body) = job.body.as_deref().filter(|b| substring::contains(b, OPEN)) else {
         return Ok(filled);
     };
     let new_body = match json::parse(body) {

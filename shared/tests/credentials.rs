@@ -217,3 +217,197 @@ fn refusals_of_the_old_credentials_after_new_ones_hold_nothing() {
     }
     assert_eq!(again, 4);
 }
+
+/// The worker script's `credentials` function, as the worker runs it: asked before each
+/// request (`on_credentials_supplied`, its headers set over the job's own), and while the
+/// budget waits, asked again on the worker's wake-ups (`offer_credentials`). Jobs carry no
+/// `Authorization` of their own. The server's token changes mid-bulk while the function still
+/// returns the old one: the budget waits, and however often the function is asked, the old
+/// token is never sent again (no loop of 401s); once the function returns the new token the
+/// wait ends and every job left is sent once, with it.
+#[test]
+fn the_worker_scripts_function_never_resends_a_refused_token() {
+    let mut e = engine();
+    let jobs: Vec<JobSpec> = (0..20)
+        .map(|n| JobSpec {
+            headers: vec![],
+            ..create(n, "")
+        })
+        .collect();
+    let ids: Vec<String> = jobs
+        .into_iter()
+        .map(|spec| e.enqueue(spec, 0).unwrap().id)
+        .collect();
+    let (mut function_gives, mut server_takes) = ("t1", "t1");
+    let mut sent_with: Vec<(String, String)> = Vec::new();
+    let mut refused = 0;
+    let mut now = 0;
+    while sent_with.len() < 6 {
+        supplied_turn(
+            &mut e,
+            function_gives,
+            server_takes,
+            now,
+            &mut sent_with,
+            &mut refused,
+        );
+        now += 10;
+    }
+    server_takes = "t2";
+    // Thirty seconds of wake-ups, each asking the function again: it still gives t1.
+    for _ in 0..3_000 {
+        supplied_turn(
+            &mut e,
+            function_gives,
+            server_takes,
+            now,
+            &mut sent_with,
+            &mut refused,
+        );
+        if now % 1_000 == 0 && !e.budgets_waiting_for_credentials().is_empty() {
+            assert!(!e.offer_credentials("api", bearer(function_gives)).unwrap());
+        }
+        now += 10;
+    }
+    let needed = e.snapshot(now).budgets[0].credentials_needed.clone();
+    assert!(
+        needed
+            .as_deref()
+            .is_some_and(|s| s.contains("worker script's function")),
+        "{needed:?}"
+    );
+    assert!(
+        (1..=4).contains(&refused),
+        "{refused} refusals: at most the requests in flight when the token changed"
+    );
+    assert_eq!(e.budgets_waiting_for_credentials(), vec!["api".to_string()]);
+    // The function now gives the new token: the wait ends, the rest go once each with it.
+    function_gives = "t2";
+    assert!(e.offer_credentials("api", bearer(function_gives)).unwrap());
+    for _ in 0..1_000 {
+        supplied_turn(
+            &mut e,
+            function_gives,
+            server_takes,
+            now,
+            &mut sent_with,
+            &mut refused,
+        );
+        now += 10;
+    }
+    for id in &ids {
+        let job = e.job(id).unwrap();
+        assert_eq!(job.state, JobState::Done, "{id}");
+        assert_eq!(
+            job.attempts, 1,
+            "{id}: a refusal of credentials is no attempt"
+        );
+        let with_t2 = sent_with
+            .iter()
+            .filter(|(j, token)| j == id && token == "Bearer t2")
+            .count();
+        let with_t1 = sent_with
+            .iter()
+            .filter(|(j, token)| j == id && token == "Bearer t1")
+            .count();
+        assert!(
+            with_t1 <= 1,
+            "{id} sent {with_t1} times with the refused token"
+        );
+        assert!(with_t2 <= 1, "{id} sent {with_t2} times with the new token");
+    }
+}
+
+/// What the function gives for a request no longer in flight is not sent, and an empty answer
+/// (the function gave nothing) never ends a wait.
+#[test]
+fn supplied_credentials_for_a_request_not_in_flight_send_nothing() {
+    let mut e = engine();
+    assert!(!e.on_credentials_supplied("no-such-job", vec![], 0).unwrap());
+    assert!(!e.offer_credentials("api", vec![]).unwrap());
+    let err = e
+        .offer_credentials("nope", vec![("Authorization".into(), "x".into())])
+        .map(|ended| ended.to_string())
+        .unwrap_or_else(|e| e.to_string());
+    assert_eq!(
+        err, "false",
+        "a budget that does not wait is not waiting: {err}"
+    );
+}
+
+fn bearer(token: &str) -> Vec<(String, String)> {
+    vec![("Authorization".to_string(), format!("Bearer {token}"))]
+}
+
+/// One wake-up of a worker whose script's function gives `function_gives`, against a server
+/// that takes `server_takes`: each request polled is supplied, sent and answered.
+fn supplied_turn(
+    e: &mut Engine,
+    function_gives: &str,
+    server_takes: &str,
+    now: u64,
+    sent_with: &mut Vec<(String, String)>,
+    refused: &mut usize,
+) {
+    for t in drain(e, now) {
+        let supplied = bearer(function_gives);
+        assert!(e
+            .on_credentials_supplied(&t.job_id, supplied.clone(), now)
+            .unwrap());
+        let headers = sluice_shared::job::headers_set_over(&t.headers, &supplied);
+        let token = headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case("authorization"))
+            .map(|(_, v)| v.clone())
+            .unwrap_or_default();
+        sent_with.push((t.job_id.clone(), token.clone()));
+        let status = if token == format!("Bearer {server_takes}") {
+            201
+        } else {
+            *refused += 1;
+            401
+        };
+        e.on_response(
+            &t.job_id,
+            Response {
+                status,
+                headers: vec![],
+                body: String::new(),
+            },
+            now + 20,
+        );
+    }
+}
+
+/// The function gives a new token of its own accord (the app refreshed it) and the server
+/// refuses that one too: the refusal is of the new token, which the requests went with, so the
+/// budget waits at once; none is sent twice with it.
+#[test]
+fn a_refused_token_the_function_just_gave_holds_the_budget_at_once() {
+    let mut e = engine();
+    let ids: Vec<String> = (0..8)
+        .map(|n| {
+            let spec = JobSpec {
+                headers: vec![],
+                ..create(n, "")
+            };
+            e.enqueue(spec, 0).unwrap().id
+        })
+        .collect();
+    let (mut sent_with, mut refused) = (Vec::new(), 0);
+    let mut now = 0;
+    while sent_with.len() < 2 {
+        supplied_turn(&mut e, "t1", "t1", now, &mut sent_with, &mut refused);
+        now += 10;
+    }
+    for _ in 0..1_000 {
+        supplied_turn(&mut e, "t2", "t3", now, &mut sent_with, &mut refused);
+        now += 10;
+    }
+    assert!((1..=4).contains(&refused), "{refused}");
+    assert_eq!(e.budgets_waiting_for_credentials(), vec!["api".to_string()]);
+    for id in &ids {
+        let times = sent_with.iter().filter(|(j, _)| j == id).count();
+        assert!(times <= 1, "{id} sent {times} times: {sent_with:?}");
+    }
+}

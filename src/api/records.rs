@@ -78,6 +78,8 @@ pub struct Stats {
     pub replays: usize,
     pub scripted: usize,
     pub preflights: u64,
+    /// Requests answered 401 for want of the configured bearer token (not counted in `total`).
+    pub refused_tokens: u64,
     /// Bytes of `/api/large` bodies handed to connections.
     pub large_bytes_sent: u64,
     /// Most admitted arrivals in any window of `window_ms`.

@@ -38,6 +38,8 @@ pub(super) struct Inner {
     pub(super) script: VecDeque<ScriptedResponse>,
     pub(super) rng: SplitMix64,
     pub(super) preflights: u64,
+    /// Requests answered 401 because they lacked the `bearer` token (not arrivals).
+    pub(super) refused_tokens: u64,
     pub(super) large_bytes_sent: Arc<AtomicU64>,
     /// Applied PATCHes per contact id, single or batched: a test's check that no change was
     /// applied twice.
@@ -141,6 +143,7 @@ impl ApiHandle {
                 script: VecDeque::new(),
                 rng,
                 preflights: 0,
+                refused_tokens: 0,
                 large_bytes_sent: Arc::default(),
                 patches: BTreeMap::new(),
                 creates_by_name: BTreeMap::new(),
@@ -190,6 +193,7 @@ impl ApiHandle {
         inner.idempotency.clear();
         inner.script.clear();
         inner.preflights = 0;
+        inner.refused_tokens = 0;
         inner.large_bytes_sent.store(0, Ordering::Relaxed);
         inner.patches.clear();
         inner.creates_by_name.clear();
@@ -356,6 +360,7 @@ impl ApiHandle {
             replays: count(&|x| x.outcome == Outcome::Replayed),
             scripted: count(&|x| x.scripted),
             preflights: inner.preflights,
+            refused_tokens: inner.refused_tokens,
             large_bytes_sent: inner.large_bytes_sent.load(Ordering::Relaxed),
             max_in_window: max_in_window(a, window_ms),
             limit: inner.config.limit,

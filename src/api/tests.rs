@@ -929,3 +929,37 @@ async fn raw_get(addr: SocketAddr, path: &str) -> String {
     s.read_to_end(&mut buf).await.expect("read");
     String::from_utf8_lossy(&buf).into_owned()
 }
+
+/// With a `bearer` token set, `/api/` answers 401 to other tokens (counted as
+/// `refused_tokens`, not as arrivals), and the sign-in endpoint hands out the current token
+/// without counting as an arrival either.
+#[tokio::test(start_paused = true)]
+async fn a_bearer_token_is_handed_out_by_the_session_and_others_are_refused() {
+    let (app, api) = app(ApiConfig {
+        bearer: Some("s1".into()),
+        ..limited(10, 1000)
+    });
+    let session = send(&app, "POST", "/api/session", &[], "").await;
+    assert_eq!(session.status, StatusCode::OK);
+    assert_eq!(session.body["token"], "s1");
+    let refused = send(
+        &app,
+        "POST",
+        "/api/contacts",
+        &[("authorization", "Bearer old")],
+        "{}",
+    )
+    .await;
+    assert_eq!(refused.status, StatusCode::UNAUTHORIZED);
+    let taken = send(
+        &app,
+        "POST",
+        "/api/contacts",
+        &[("authorization", "Bearer s1")],
+        "{}",
+    )
+    .await;
+    assert_eq!(taken.status, StatusCode::CREATED);
+    let stats = api.stats();
+    assert_eq!((stats.total, stats.refused_tokens), (1, 1));
+}

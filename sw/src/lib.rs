@@ -30,6 +30,8 @@ pub mod store;
 pub mod transport;
 
 #[cfg(target_arch = "wasm32")]
+mod credentials;
+#[cfg(target_arch = "wasm32")]
 mod instance;
 #[cfg(target_arch = "wasm32")]
 mod pump;
@@ -84,6 +86,9 @@ mod exports {
     #[wasm_bindgen]
     pub fn start(config: JsValue) -> Option<String> {
         console_error_panic_hook::set_once();
+        if let Err(problem) = crate::credentials::take_function(&config) {
+            return Some(problem);
+        }
         let json = if config.is_undefined() || config.is_null() {
             None
         } else {

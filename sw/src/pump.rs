@@ -9,6 +9,8 @@
 //! loop {
 //!     worker.turn(now): the protocol's turn, its sends and whether a save begins
 //!     spawn a fetch per send                // each reports back (worker.on_answer), wakes the pump
+//!                                           // (with the script's credentials function: asked first)
+//!     ask that function again for budgets waiting for credentials (at most once a second)
 //!     if a save begins: save in the background   // its end reports back and wakes the pump
 //!     flush broadcasts that are due
 //!     resolve settle promises if idle (or past their cap)
@@ -49,6 +51,7 @@ use sluice_shared::{Transmit, TransportError};
 use wasm_bindgen::closure::Closure;
 use wasm_bindgen::JsValue;
 
+use crate::credentials;
 use crate::runtime::{now_ms, spawn, superseded, warn};
 use crate::transport;
 use crate::worker::{Outlook, Worker};
@@ -102,6 +105,7 @@ async fn run(w: Rc<Worker>) {
         }
         let turn = w.turn(now_ms());
         send_all(&w, turn.sends);
+        credentials::ask_again_while_waiting(&w, now_ms());
         if turn.save {
             self::save(&w);
         }
@@ -197,11 +201,46 @@ fn save(w: &Rc<Worker>) {
     });
 }
 
-/// Hands every request to the browser now, then waits for their answers in the background.
+/// Hands every request to the browser now, then waits for their answers in the background;
+/// with the worker script's credentials function, each once the function gave its headers.
 fn send_all(w: &Rc<Worker>, transmits: Vec<Transmit>) {
     for t in transmits {
-        let sent = transport::start(&t);
-        spawn(answer_one(w.clone(), t, sent));
+        if credentials::has_function() {
+            spawn(send_with_supplied_credentials(w.clone(), t));
+        } else {
+            let sent = transport::start(&t);
+            spawn(answer_one(w.clone(), t, sent));
+        }
+    }
+}
+
+/// Asks the worker script's credentials function for `t`'s budget, then sends `t` with what it
+/// gave (see [`crate::credentials`]). A function that fails is the request's failure: not
+/// sent, the job retried as after a network error (or waiting, offline), its error naming
+/// the function.
+async fn send_with_supplied_credentials(w: Rc<Worker>, mut t: Transmit) {
+    let supplied = credentials::ask(&t.budget, t.timeout_ms).await;
+    if w.is_stopped() {
+        return;
+    }
+    let now = now_ms();
+    match supplied.and_then(|headers| w.on_credentials_supplied(&t, headers, now)) {
+        Ok(Some(headers)) => {
+            t.headers = headers;
+            let sent = transport::start(&t);
+            // Spawned rather than awaited: one copy of the answer's task in the wasm.
+            spawn(answer_one(w, t, sent));
+        }
+        Ok(None) => {}
+        Err(problem) => {
+            let error = if transport::is_online() {
+                TransportError::Network(problem)
+            } else {
+                TransportError::Offline
+            };
+            w.on_answer(&t.job_id, Err(error), now);
+            w.pump.wake();
+        }
     }
 }
 

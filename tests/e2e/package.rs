@@ -14,6 +14,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use serde::Deserialize;
+use sluice::api::ConfigPatch;
 use sluice::package::Package;
 
 use crate::e2e;
@@ -51,6 +52,8 @@ fn example_options() -> Options {
     let mut api = test_api_config();
     api.limit = LIMIT as u32;
     api.window_ms = 1000;
+    // The app signs in (`POST /api/session`) and its worker script sends the token.
+    api.bearer = Some("s1".into());
     Options::api(api).cross_origin(10).site(example_dist())
 }
 
@@ -118,6 +121,14 @@ e2e!(
         wait_started(&tab).await;
         let at_reload = h.api.contacts().len();
         report(&format!("vite example: reloaded at {at_reload} contacts"));
+        // The token expires in the middle of the import: the budget waits, the page signs in
+        // again, and the import goes on with nothing failed.
+        h.api
+            .update_config(&ConfigPatch {
+                bearer: Some("s2".into()),
+                ..Default::default()
+            })
+            .expect("a new token");
         let first = eventually("the import to finish", Duration::from_secs(30), || async {
             let gs = groups(&tab).await;
             gs.into_iter()
@@ -178,6 +189,10 @@ e2e!(
         let stats = h.api.stats();
         report(&format!("vite example: {stats:?}"));
         assert_eq!(stats.rate_limited, 0, "{stats:?}");
+        // The expired token was refused by at most the requests in flight, never in a loop.
+        assert!((1..=4).contains(&stats.refused_tokens), "{stats:?}");
+        let sign_ins = tab.eval("return document.body.dataset.signIns;").await;
+        report(&format!("vite example: signed in {sign_ins} times"));
         assert!(stats.max_in_window <= LIMIT, "{stats:?}");
         assert_eq!(stats.contacts, IMPORT_SIZE + second.done + 1, "{stats:?}");
         assert_eq!(stats.duplicate_creates, 0, "{stats:?}");

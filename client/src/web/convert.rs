@@ -4,7 +4,7 @@
 use std::cell::RefCell;
 
 use js_sys::{Array, Function, Object, Promise, Reflect, JSON};
-use sluice_shared::job::{JobOutcome, JobSpec, JobState, RetryWith};
+use sluice_shared::job::{read_headers, JobOutcome, JobSpec, RetryWith};
 use sluice_shared::json::{self, FromJson, ToJson};
 use wasm_bindgen::prelude::*;
 use wasm_bindgen::JsCast;
@@ -215,7 +215,7 @@ pub(super) fn retry_with_from_js(options: &JsValue) -> Result<RetryWith, ClientE
     json::deny_unknown(members, &["body", "headers"]).map_err(|e| invalid(e.0))?;
     let headers = match members.iter().find(|(name, _)| name.as_ref() == "headers") {
         Some((_, json::Json::Null)) | None => None,
-        Some((_, v)) => Some(job::read_headers(v).map_err(|e| invalid(e.0))?),
+        Some((_, v)) => Some(read_headers(v).map_err(|e| invalid(e.0))?),
     };
     Ok(RetryWith { body, headers })
 }
@@ -230,7 +230,7 @@ pub(super) fn credentials_from_js(headers: &JsValue) -> Result<Vec<(String, Stri
     }
     let text = json_text(headers).map_err(invalid)?;
     let value = json::parse(&text).map_err(|e| invalid(e.0))?;
-    job::read_headers(&value).map_err(|e| invalid(e.0))
+    read_headers(&value).map_err(|e| invalid(e.0))
 }
 
 /// A page's job object to the wire job.

@@ -300,5 +300,11 @@ export interface SluiceWorkerConfig extends EngineConfig {
   packageUrl?: string;
   /** `fetch` calls to queue instead of sending (answered 202 with the job id). */
   intercept?: InterceptRoute[];
+  /** Current headers for a budget's requests (an `Authorization` read from IndexedDB), asked
+   * before each request and set over the job's own; after a 401 the budget waits until it
+   * gives different ones. May be async; `undefined` adds nothing. */
+  credentials?: (
+    budget: string,
+  ) => Record<string, string> | undefined | Promise<Record<string, string> | undefined>;
 }
 "#;

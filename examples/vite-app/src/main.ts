@@ -7,6 +7,7 @@ import init, {
   type Status,
   type WorkerBroadcast,
 } from 'sluice';
+import { signIn } from './session';
 
 /** The demo API on its own origin (`cargo run --release -- --api-port 8081`); `?api=` overrides. */
 const API = new URLSearchParams(location.search).get('api') ?? 'http://127.0.0.1:8081';
@@ -84,14 +85,41 @@ function showUpdates(jobs: JobUpdate[]): void {
   while (updates.children.length > 10) updates.lastElementChild?.remove();
 }
 
+/** Signs in and gives the worker the token at once; one sign-in at a time. The worker's
+ * `credentials` function (public/sw.js) reads the same token whenever no tab has given one. */
+let signingIn: Promise<void> | null = null;
+function refreshSession(sluice: Sluice): Promise<void> {
+  signingIn ??= signIn(API)
+    .then(async (token) => {
+      await sluice.setCredentials(BUDGET, { Authorization: `Bearer ${token}` });
+      document.body.dataset.signIns = String(Number(document.body.dataset.signIns ?? 0) + 1);
+    })
+    .finally(() => {
+      signingIn = null;
+    });
+  return signingIn;
+}
+
 async function main(): Promise<void> {
   // The client's wasm: Vite serves and fingerprints it like any asset the module names.
   await init();
   const sluice = await Sluice.register('/sw.js');
+  // Jobs queued before it still wait for it: a 401 holds them, it does not fail them.
+  await refreshSession(sluice).catch((error: unknown) => {
+    state.textContent = `Sign-in failed: ${String(error)}`;
+  });
 
   sluice.subscribe((message: WorkerBroadcast) => {
-    if (message.type === 'status') showStatus(message.status);
-    else if (message.type === 'jobs') showUpdates(message.updates);
+    if (message.type === 'status') {
+      showStatus(message.status);
+      // The API refused the token (it expired): sign in again; the jobs wait, none fails.
+      if (message.status.budgets.some((b) => b.name === BUDGET && b.credentialsNeeded)) {
+        state.textContent = 'Signing in again…';
+        refreshSession(sluice).catch((error: unknown) => {
+          state.textContent = `Sign-in failed: ${String(error)}`;
+        });
+      }
+    } else if (message.type === 'jobs') showUpdates(message.updates);
     // The worker's own trouble (a new version that cannot start, a crash it recovers from).
     else state.textContent = `Sluice: ${message.error.message}`;
   });

@@ -19,6 +19,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::json::{FromJson, ToJson};
 use crate::scope::Target;
+use crate::substring;
 use crate::time::DurationMs;
 
 /// How a batch endpoint takes its items and answers for them.
@@ -180,7 +181,7 @@ impl BatchRule {
                 return None;
             }
             // The parsed path, from the text, so `:id` is kept as written.
-            let after_scheme = self.url.find("://").map_or(0, |i| i + 3);
+            let after_scheme = substring::find(&self.url, "://").map_or(0, |i| i + 3);
             let start = self.url[after_scheme..]
                 .find('/')
                 .map_or(self.url.len(), |i| after_scheme + i);
@@ -220,7 +221,7 @@ impl BatchRule {
 /// `scheme://host[:port]` of `url` as the page wrote it (not `Target::origin`, which always
 /// writes the port): the batch goes to the same origin, spelled the same way.
 fn origin_as_written(url: &str, target: &Target) -> String {
-    let after_scheme = url.find("://").map_or(0, |i| i + 3);
+    let after_scheme = substring::find(url, "://").map_or(0, |i| i + 3);
     let end = url[after_scheme..]
         .find(['/', '?', '#'])
         .map_or(url.len(), |i| after_scheme + i);

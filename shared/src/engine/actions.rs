@@ -118,37 +118,6 @@ impl Engine {
         Ok(())
     }
 
-    /// Headers to send with every job of `budget` from now on, each in place of the job's own
-    /// of that name (an `Authorization` that replaces an expired one), and the end of its
-    /// wait for credentials, if it waited: what it held goes out with them. Kept in memory
-    /// only; a restarted worker waits for a page to give them again once the server refuses
-    /// the jobs' own.
-    pub fn set_credentials(
-        &mut self,
-        budget: &str,
-        headers: Vec<(String, String)>,
-    ) -> Result<(), EngineError> {
-        let Some(b) = self.budgets.get_mut(budget) else {
-            return Err(EngineError::UnknownBudget {
-                budget: budget.into(),
-                known: self.budgets.keys().cloned().collect(),
-            });
-        };
-        validate::check_headers(&headers)?;
-        if b.state.credentials_needed.take().is_some() {
-            self.saves.budget_changed(budget.to_string());
-        }
-        let generation = self.credentials.get(budget).map_or(0, |c| c.generation) + 1;
-        self.credentials.insert(
-            budget.to_string(),
-            PageCredentials {
-                generation,
-                headers,
-            },
-        );
-        Ok(())
-    }
-
     /// Forgets a finished job (a failed one the user does not want to retry).
     pub fn dismiss(&mut self, id: &str, now: Millis) -> Result<(), EngineError> {
         let job = self

@@ -12,7 +12,7 @@ pub(super) struct Answer {
     pub(super) said_by_body: bool,
     /// Where the limiter's log holds the request's start.
     pub(super) started: Millis,
-    /// Which of a page's credentials it went with (`PageCredentials::generation`).
+    /// Which credentials it went with (their generation, see `credentials`).
     pub(super) credentials: u64,
 }
 
@@ -296,45 +296,6 @@ impl Engine {
         };
         if let Some(job) = self.table.get_mut(id) {
             job.not_before = job.not_before.max(now.saturating_add(wait));
-        }
-        self.requeue(id, now);
-    }
-
-    /// The server refused the credentials `id` was sent with (a status of the budget's
-    /// `waitForCredentialsOn`): the job goes back to its place with no attempt spent, and the
-    /// budget sends nothing until a page gives new credentials ([`Engine::set_credentials`]).
-    /// Retrying with the same ones would only be refused again, in a loop, until the job ran
-    /// out of attempts and failed although nothing was wrong with it. A request that went
-    /// with older credentials than a page has given since (`sent_with`) holds nothing: its
-    /// refusal was of those, and a page that gave new ones at the first 401 would otherwise
-    /// see the budget wait again for the 401s still on their way.
-    pub(super) fn on_credentials_refused(
-        &mut self,
-        id: &JobId,
-        budget_name: &str,
-        status: u16,
-        sent_with: u64,
-        now: Millis,
-    ) {
-        let current = self
-            .credentials
-            .get(budget_name)
-            .map_or(0, |c| c.generation);
-        if let Some(b) = self
-            .budgets
-            .get_mut(budget_name)
-            .filter(|_| sent_with == current)
-        {
-            let given = if current > 0 {
-                "the credentials a page gave"
-            } else {
-                "its jobs' own credentials"
-            };
-            b.state.credentials_needed = Some(format!(
-                "budget '{budget_name}': the server refused {given} (HTTP {status}); \
-                 waiting for new ones from a page (setCredentials)"
-            ));
-            self.saves.budget_changed(budget_name.to_string());
         }
         self.requeue(id, now);
     }

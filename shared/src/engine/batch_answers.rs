@@ -196,18 +196,6 @@ impl Engine {
         }
     }
 
-    /// Whether `status` means "these credentials were refused" on this budget.
-    pub(super) fn refuses_credentials(
-        &self,
-        budget_name: &str,
-        status: u16,
-        signal: &ServerSignal,
-    ) -> bool {
-        self.budgets.get(budget_name).is_some_and(|b| {
-            !signal.rate_limited && b.config.wait_for_credentials_on.contains(&status)
-        })
-    }
-
     /// A batch's request got no answer. Offline: every member waits for the network. Given up
     /// early (most likely a lost answer, see `rto`) or at the timeout: the members go again
     /// together, with the same key, so an API that keeps batches by key does not apply it

@@ -230,6 +230,7 @@ impl Engine {
             .retain(|group| !group.iter().any(|id| members.contains(id)));
         let transmit = Transmit {
             job_id: carrier.clone(),
+            budget: budget_name.clone(),
             method: rule.endpoint_method.trim().to_ascii_uppercase(),
             url: endpoint,
             headers,

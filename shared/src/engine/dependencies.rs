@@ -16,6 +16,7 @@ use rustc_hash::FxHashMap;
 
 use super::*;
 use crate::result_ref::{self, refs_in};
+use crate::substring;
 
 /// The waiting jobs of each job that has any, by the dependency's id. Shaped like the key
 /// chains (a `VecDeque` per string): one hash map type less in the wasm.
@@ -214,11 +215,11 @@ pub(super) fn rename_dependency(spec: &mut JobSpec, asked: &str, carrier: &str) 
     for id in spec.after.iter_mut().filter(|id| *id == asked) {
         *id = carrier.to_string();
     }
-    spec.url = spec.url.replace(&from, &to);
+    spec.url = substring::replace(&spec.url, &from, &to);
     for (_, value) in spec.headers.iter_mut() {
-        *value = value.replace(&from, &to);
+        *value = substring::replace(value, &from, &to);
     }
     if let Some(body) = spec.body.as_mut() {
-        *body = body.replace(&from, &to);
+        *body = substring::replace(body, &from, &to);
     }
 }

@@ -101,8 +101,8 @@ pub(super) struct InFlight {
     /// trips, which say nothing of how the budget's single trips vary, so it is not measured
     /// as one (see `round_trips`); its answer still bounds where it arrived.
     pub(super) after_preflight: bool,
-    /// Which of a page's credentials it went with (`PageCredentials::generation`; 0: the
-    /// job's own headers only).
+    /// Which credentials it went with (their generation, see `credentials`; 0: the job's own
+    /// headers only).
     pub(super) credentials: u64,
 }
 

@@ -23,7 +23,8 @@
 //! checked and made) and `validate` (the checks), `placement` (where each waiting job stands;
 //! `handle_timeout`), `sending` (`poll_transmit`, `poll_timeout`, and the room a job's cost
 //! needs), `answers` (`on_sent`, `on_response`, `on_transport_error`), `endings` (how a job
-//! ends or is retried), `actions` (cancel, retry, dismiss, `set_credentials`), `persistence`
+//! ends or is retried), `actions` (cancel, retry, dismiss), `credentials` (`set_credentials`,
+//! what the worker script's function gives, the wait after a refusal), `persistence`
 //! (the save protocol around `take_changes`, behind the [`Persistence`] view that
 //! `Engine::persistence` gives); this file keeps the type, its construction and restore, and
 //! the getters.
@@ -47,6 +48,7 @@ mod actions;
 mod answers;
 mod batch_answers;
 mod batching;
+mod credentials;
 mod dependencies;
 mod endings;
 mod enqueue;
@@ -107,6 +109,8 @@ const BACKFILL_SCAN: usize = 32;
 #[serde(rename_all = "camelCase")]
 pub struct Transmit {
     pub job_id: JobId,
+    /// The budget it counts against (whose credentials the worker script's function gives).
+    pub budget: String,
     pub method: String,
     pub url: String,
     pub headers: Vec<(String, String)>,
@@ -182,22 +186,15 @@ pub struct Engine {
     storage: StorageMode,
     /// The last `ETag` answered per key, for jobs sent with it as `If-Match`.
     etags: KeyEtags,
-    /// Headers a page gave per budget (`set_credentials`), set over each job's own when it is
+    /// Credentials given per budget (see `credentials`), set over each job's own when it is
     /// sent. In memory only: credentials are not kept at rest.
-    credentials: std::collections::BTreeMap<String, PageCredentials>,
+    credentials: std::collections::BTreeMap<String, credentials::GivenCredentials>,
     /// Batches in flight, by the id their attempt carries (see `batching`).
     batches: std::collections::BTreeMap<JobId, batching::InFlightBatch>,
     /// Batches whose answer was lost, to go again with the same members.
     resend_batches: batching::ResendGroups,
     /// The jobs waiting for each job's answer (see `dependencies`).
     dependents: dependencies::Dependents,
-}
-
-/// A budget's credentials from a page, and how many times a page gave them: a refusal of a
-/// request sent with older ones says nothing of these.
-pub(super) struct PageCredentials {
-    generation: u64,
-    headers: Vec<(String, String)>,
 }
 
 impl Engine {

@@ -98,6 +98,7 @@ impl Engine {
         let cost = job.cost.clone();
         let transmit = Transmit {
             job_id: id.clone(),
+            budget: budget_name.clone(),
             method: job.method.clone(),
             url: job.url.clone(),
             headers: self.headers_to_send(job),
@@ -152,15 +153,6 @@ impl Engine {
         Some(job.attempts > 0)
     }
 
-    /// The headers a job goes with: its own, its key's `If-Match`, and a page's credentials
-    /// for its budget over them.
-    pub(super) fn headers_to_send(&self, job: &Job) -> Vec<(String, String)> {
-        match self.credentials.get(&job.budget) {
-            Some(c) => headers_set_over(&self.etags.request_headers(job), &c.headers),
-            None => self.etags.request_headers(job),
-        }
-    }
-
     /// Counts a start of budget `budget_name` that carries `members` (one job, or a batch's)
     /// and costs `cost` of its resources, and returns the request to make.
     #[allow(clippy::too_many_arguments)]
@@ -180,6 +172,7 @@ impl Engine {
         let filled = members
             .iter()
             .any(|id| self.table.get(id).is_some_and(|j| j.filled));
+        let credentials = self.credentials_generation(&budget_name);
         let b = self.budgets.get_mut(&budget_name)?;
         let save_first = saved_first
             || filled
@@ -224,10 +217,7 @@ impl Engine {
             unsent: save_first,
             timeout_ms: transmit.timeout_ms,
             after_preflight,
-            credentials: self
-                .credentials
-                .get(&budget_name)
-                .map_or(0, |c| c.generation),
+            credentials,
         });
         for id in members {
             if save_first {

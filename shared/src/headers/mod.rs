@@ -52,6 +52,7 @@ mod values;
 use serde::{Deserialize, Serialize};
 
 use crate::config::Window;
+use crate::substring;
 use crate::time::{DurationMs, Millis};
 
 use families::*;
@@ -233,7 +234,7 @@ pub fn read_signal(status: u16, headers: &[(String, String)], now: Millis) -> Se
 /// rate limits like any 429.
 fn concurrency_refusal(h: &Headers) -> bool {
     h.first_parsed("stripe-rate-limited-reason", |v| {
-        v.to_ascii_lowercase().contains("concurrency").then_some(())
+        substring::contains(&v.to_ascii_lowercase(), "concurrency").then_some(())
     })
     .is_some()
 }

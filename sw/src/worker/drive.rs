@@ -2,6 +2,7 @@
 //! pump never holds the engine or the pump's protocol itself, so a send can be followed from
 //! the pump to `fetch` and back through these calls alone.
 
+use sluice_shared::protocol::ProtocolError;
 use sluice_shared::{JobId, Millis, Response, Transmit, TransportError};
 
 use super::Worker;
@@ -53,6 +54,46 @@ impl Worker {
         }
     }
 
+    /// The worker script's credentials function gave `supplied` for `t`, about to leave at
+    /// `now`: the headers to send it with, or `None` when the engine let it go meanwhile. An
+    /// error (headers `fetch` would refuse) is the request's, reported as its answer.
+    pub fn on_credentials_supplied(
+        &self,
+        t: &Transmit,
+        supplied: Vec<(String, String)>,
+        now: Millis,
+    ) -> Result<Option<Vec<(String, String)>>, String> {
+        let send = self
+            .engine
+            .borrow_mut()
+            .on_credentials_supplied(&t.job_id, supplied.clone(), now)
+            .map_err(|e| supplied_badly(e.into()))?;
+        if !send {
+            self.pump.driver.borrow_mut().on_not_sent();
+            return Ok(None);
+        }
+        Ok(Some(sluice_shared::job::headers_set_over(
+            &t.headers, &supplied,
+        )))
+    }
+
+    /// While a budget waits for credentials, the worker script's function gave `supplied`;
+    /// whether that ended the wait.
+    pub fn offer_credentials(&self, budget: &str, supplied: Vec<(String, String)>) -> bool {
+        match self.engine.borrow_mut().offer_credentials(budget, supplied) {
+            Ok(ended) => ended,
+            Err(e) => {
+                crate::runtime::warn(&supplied_badly(e.into()));
+                false
+            }
+        }
+    }
+
+    /// The budgets that wait for credentials after a refusal.
+    pub fn budgets_waiting_for_credentials(&self) -> Vec<String> {
+        self.engine.borrow().budgets_waiting_for_credentials()
+    }
+
     /// The pump's save ended (`sent`: its starts may go out).
     pub fn on_pump_saved(&self, sent: bool) {
         self.pump.driver.borrow_mut().on_saved(sent);
@@ -73,4 +114,10 @@ impl Worker {
     pub fn hand_over_starts(&self) -> bool {
         self.engine.borrow_mut().persistence().hand_over()
     }
+}
+
+/// Why headers the worker script's credentials function gave cannot be sent (converted to the
+/// wire's error at this edge, as every engine error the worker reports is).
+fn supplied_badly(error: ProtocolError) -> String {
+    format!("the worker script's credentials function gave {error}")
 }

@@ -84,6 +84,9 @@ pub struct Worker {
     journals: RefCell<Vec<Journaled>>,
     /// Whether the task that writes `journals` one per record runs (one at a time).
     writing_journals: Cell<bool>,
+    /// Per budget waiting for credentials: when the worker script's function was last asked
+    /// for it, and whether that ask is still out (see `crate::credentials`).
+    pub(crate) credential_asks: RefCell<Vec<(String, Millis, bool)>>,
     /// Storage is full: set when it refused a save of the queue's own changes, cleared when a
     /// save lands again (see [`Worker::go_on_unrecorded`]); the next try is not before this.
     full_until: Cell<Option<Millis>>,
@@ -247,6 +250,7 @@ impl Worker {
             journals_wait_for_room: Cell::new(!journals.is_empty()),
             journals: RefCell::new(journals),
             writing_journals: Cell::new(false),
+            credential_asks: RefCell::new(Vec::new()),
             full_until: Cell::new(None),
         });
         w.note_unreadable(&loaded);
