@@ -100,12 +100,6 @@ pub enum JobState {
     Conflict,
 }
 
-impl crate::json::Placeholder for JobState {
-    fn placeholder() -> Self {
-        JobState::Queued
-    }
-}
-
 impl JobState {
     pub const ALL: [JobState; 7] = [
         JobState::Queued,

@@ -581,21 +581,6 @@ impl crate::json::ToJson for Envelope {
     }
 }
 
-impl crate::json::Placeholder for ReplyBody {
-    fn placeholder() -> Self {
-        ReplyBody::Alive
-    }
-}
-
-/// What an `error` field holds while [`crate::json::Fields`] reads a message that failed.
-impl crate::json::Placeholder for ProtocolError {
-    fn placeholder() -> Self {
-        ProtocolError::Malformed {
-            message: String::new(),
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

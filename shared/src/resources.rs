@@ -140,6 +140,10 @@ impl FromJson for Costs {
         }
         Ok(costs)
     }
+
+    fn placeholder() -> Self {
+        Costs::default()
+    }
 }
 
 impl Serialize for Costs {
@@ -272,6 +276,10 @@ impl ToJson for Resources {
 impl FromJson for Resources {
     fn from_json(v: &crate::json::Json) -> Result<Self, crate::json::Error> {
         Vec::from_json(v).map(Resources)
+    }
+
+    fn placeholder() -> Self {
+        Resources::default()
     }
 }
 

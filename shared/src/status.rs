@@ -117,8 +117,7 @@ pub struct LaneStatus {
     pub wait_p95_ms: Option<DurationMs>,
 }
 
-/// `Default` only for the JSON reader's placeholder (see `json::Placeholder`).
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, ToJson, FromJson)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToJson, FromJson)]
 #[serde(rename_all = "camelCase")]
 pub struct Status {
     pub now: Millis,

@@ -59,6 +59,14 @@ impl FromJson for RouteConfig {
         r.finish()?;
         Ok(route)
     }
+
+    fn placeholder() -> Self {
+        Self {
+            method: String::new(),
+            prefix: String::new(),
+            header: None,
+        }
+    }
 }
 
 /// A route ready for matching: method upper-cased, prefix absolute, header lower-cased.

@@ -79,7 +79,15 @@ fn status_of(queued: u64) -> Status {
             queued,
             ..StateCounts::default()
         },
-        ..Status::default()
+        now: 0,
+        budgets: vec![],
+        groups: vec![],
+        lanes: vec![],
+        eta_ms: None,
+        attempts_per_job: 0.0,
+        offline: false,
+        warnings: vec![],
+        notes: vec![],
     }
 }
 

@@ -7,7 +7,7 @@ use syn::DeriveInput;
 
 use crate::attrs::Fallback;
 use crate::names::one_of;
-use crate::shape::Shape;
+use crate::shape::{Field, Shape};
 use crate::tagged::{tagged_reader, tagged_writer};
 
 impl Shape {
@@ -95,7 +95,13 @@ impl Shape {
                 let struct_default = uses_struct_default.then(|| {
                     quote! { let d = <Self as ::core::default::Default>::default(); }
                 });
-                let idents = fields.iter().map(|field| &field.ident);
+                let idents: Vec<_> = fields.iter().map(|field| &field.ident).collect();
+                // A struct that has a `Default` for serde's `default` takes it.
+                let placeholder = if *default {
+                    quote! { <Self as ::core::default::Default>::default() }
+                } else {
+                    placeholders(&quote! { Self }, fields)
+                };
                 quote! {
                     impl #impl_generics #json::StructFields for #name #type_generics #where_clause {
                         const FIELDS: &'static [&'static str] = &[#(#keys),*];
@@ -114,6 +120,10 @@ impl Shape {
                             r.finish()?;
                             ::core::result::Result::Ok(out)
                         }
+
+                        fn placeholder() -> Self {
+                            #placeholder
+                        }
                     }
                 }
             }
@@ -125,6 +135,8 @@ impl Shape {
                     quote! { ::core::option::Option::Some(#text) => ::core::result::Result::Ok(#name::#ident), }
                 });
                 let names: Vec<&str> = variants.iter().map(|v| v.name.as_str()).collect();
+                // `Shape::of` refuses an enum without variants.
+                let first = &variants[0].ident;
                 // serde's message, with `{}` for the name found (braces in names doubled).
                 let unknown = format!(
                     "unknown variant `{{}}`, expected {}",
@@ -146,9 +158,22 @@ impl Shape {
                                 ),
                             }
                         }
+
+                        fn placeholder() -> Self {
+                            #name::#first
+                        }
                     }
                 }
             }
         }
+    }
+}
+
+/// `path { field: placeholder, .. }`: a value of `fields` that is never seen, for
+/// `FromJson::placeholder`.
+pub(crate) fn placeholders(path: &TokenStream2, fields: &[Field]) -> TokenStream2 {
+    let idents = fields.iter().map(|field| &field.ident);
+    quote! {
+        #path { #(#idents: ::sluice_shared::json::FromJson::placeholder(),)* }
     }
 }

@@ -6,6 +6,7 @@ use quote::quote;
 use syn::{DeriveInput, Ident};
 
 use crate::attrs::Fallback;
+use crate::codegen::placeholders;
 use crate::shape::{Field, TaggedVariant};
 
 /// How an absent field of a tagged variant is read (a variant has no `Default` of its own).
@@ -83,6 +84,13 @@ pub(crate) fn tagged_reader(
     let json = quote! { ::sluice_shared::json };
     let texts: Vec<&String> = variants.iter().map(|v| &v.name).collect();
     let expected = format!("internally tagged enum {name}");
+    // `Shape::of` refuses an enum without variants.
+    let first = &variants[0];
+    let first_ident = &first.ident;
+    let placeholder = match &first.fields {
+        None => quote! { #name::#first_ident },
+        Some(fields) => placeholders(&quote! { #name::#first_ident }, fields),
+    };
     let arms = variants.iter().map(|variant| {
         let ident = &variant.ident;
         let text = &variant.name;
@@ -122,6 +130,10 @@ pub(crate) fn tagged_reader(
                 };
                 r.finish()?;
                 ::core::result::Result::Ok(out)
+            }
+
+            fn placeholder() -> Self {
+                #placeholder
             }
         }
     }

@@ -59,6 +59,10 @@ impl FromJson for RawJson {
         write_as_it_came(v, &mut text);
         Ok(RawJson(text))
     }
+
+    fn placeholder() -> Self {
+        RawJson(String::new())
+    }
 }
 
 fn write_as_it_came(v: &Json, out: &mut String) {

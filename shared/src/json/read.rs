@@ -13,15 +13,23 @@ pub trait FromJson: Sized {
     /// Whether a struct field of this type may be absent: only an `Option` may (it is then
     /// `None`); any other absent field is serde's "missing field" error.
     const OPTIONAL: bool = false;
+
+    /// What a field of this type holds while [`Fields`] reads a struct whose reading has
+    /// failed: never seen, and the value of an absent `Option` (`None`). The derive writes it
+    /// (a struct's `Default` when it has `#[serde(default)]`, else its fields' placeholders; an
+    /// enum's first variant), so that a type needs nothing of its own for the reader.
+    fn placeholder() -> Self;
 }
 
 /// Reads a struct's fields for [`FromJson`]'s derive, keeping the first error.
 ///
-/// Each field yields a value even when it cannot be read (a [`Placeholder`]; fields after the
-/// first error are not looked at), and [`Fields::finish`] then returns that error in place of
-/// the struct. So the struct is built in one expression without a `?` per field: with one,
-/// every field's exit dropped the fields read before it, a sequence of drops per struct and per
-/// field in the wasm.
+/// Each field yields a value even when it cannot be read ([`FromJson::placeholder`]; fields
+/// after the first error are not looked at), and [`Fields::finish`] then returns that error in
+/// place of the struct. So the struct is built in one expression without a `?` per field: with
+/// one, every field's exit dropped the fields read before it, a sequence of drops per struct
+/// and per field in the wasm. Reading each field into an `Option` and building the struct once
+/// all are there needs no placeholder, but measured 4,975 B more of the worker gzipped and
+/// 1,886 B more of the page client: a check and a drop per field of every struct.
 pub struct Fields<'v, 'a> {
     members: &'v [(Cow<'a, str>, Json<'a>)],
     error: Option<Error>,
@@ -74,16 +82,16 @@ impl<'v, 'a> Fields<'v, 'a> {
     }
 
     /// A field: present, or absent (an error unless `T` is an `Option`).
-    pub fn field<T: FromJson + Placeholder>(&mut self, key: &str) -> T {
+    pub fn field<T: FromJson>(&mut self, key: &str) -> T {
         match self.lookup(key, T::OPTIONAL) {
             Some(v) => self.read(v),
-            // An absent `Option` is its placeholder, its `Default`: `None`.
+            // An absent `Option` is its placeholder: `None`.
             None => T::placeholder(),
         }
     }
 
     /// A field with a fallback for when it is absent.
-    pub fn field_or<T: FromJson + Placeholder>(&mut self, key: &str, fallback: T) -> T {
+    pub fn field_or<T: FromJson>(&mut self, key: &str, fallback: T) -> T {
         match self.lookup(key, true) {
             Some(v) => self.read(v),
             None => fallback,
@@ -91,7 +99,7 @@ impl<'v, 'a> Fields<'v, 'a> {
     }
 
     /// A present field's value. One body per type for both readers above.
-    fn read<T: FromJson + Placeholder>(&mut self, v: &Json) -> T {
+    fn read<T: FromJson>(&mut self, v: &Json) -> T {
         T::from_json(v).unwrap_or_else(|e| {
             self.fail(e);
             T::placeholder()
@@ -111,18 +119,6 @@ impl<'v, 'a> Fields<'v, 'a> {
             None => Ok(()),
             Some(e) => Err(e),
         }
-    }
-}
-
-/// What a field holds while [`Fields`] reads a struct whose reading has failed: never seen.
-/// Any `Default` type has one; a field type without a `Default` of its own names one.
-pub trait Placeholder {
-    fn placeholder() -> Self;
-}
-
-impl<T: Default> Placeholder for T {
-    fn placeholder() -> Self {
-        T::default()
     }
 }
 
@@ -234,6 +230,10 @@ impl FromJson for String {
             other => Err(other.invalid_type("a string")),
         }
     }
+
+    fn placeholder() -> Self {
+        String::new()
+    }
 }
 
 impl FromJson for bool {
@@ -242,6 +242,10 @@ impl FromJson for bool {
             Json::Bool(b) => Ok(*b),
             other => Err(other.invalid_type("a boolean")),
         }
+    }
+
+    fn placeholder() -> Self {
+        false
     }
 }
 
@@ -253,6 +257,10 @@ impl FromJson for f64 {
             Json::F64(f) => Ok(*f),
             other => Err(other.invalid_type("f64")),
         }
+    }
+
+    fn placeholder() -> Self {
+        0.0
     }
 }
 
@@ -277,6 +285,10 @@ macro_rules! json_integers {
         impl FromJson for $t {
             fn from_json(v: &Json) -> Result<Self, Error> {
                 integer(v, stringify!($t), $t::MIN as i64, $t::MAX as u64).map(|n| n as $t)
+            }
+
+            fn placeholder() -> Self {
+                0
             }
         }
 
@@ -306,6 +318,10 @@ impl<T: FromJson> FromJson for Option<T> {
     }
 
     const OPTIONAL: bool = true;
+
+    fn placeholder() -> Self {
+        None
+    }
 }
 
 pub(super) fn items<'v, 'a>(v: &'v Json<'a>) -> Result<&'v [Json<'a>], Error> {
@@ -326,12 +342,20 @@ impl<T: FromJson> FromJson for Vec<T> {
         }
         Ok(out)
     }
+
+    fn placeholder() -> Self {
+        Vec::new()
+    }
 }
 
 impl<T: FromJson> FromJson for VecDeque<T> {
     /// Through a `Vec`, whose buffer the `VecDeque` takes over.
     fn from_json(v: &Json) -> Result<Self, Error> {
         Vec::from_json(v).map(VecDeque::from)
+    }
+
+    fn placeholder() -> Self {
+        VecDeque::new()
     }
 }
 
@@ -351,5 +375,9 @@ impl<A: FromJson, B: FromJson> FromJson for (A, B) {
             return Err(Error("trailing characters".into()));
         }
         Ok((a, b))
+    }
+
+    fn placeholder() -> Self {
+        (A::placeholder(), B::placeholder())
     }
 }

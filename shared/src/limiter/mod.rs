@@ -240,27 +240,9 @@ impl crate::json::FromJson for State {
             }
         })
     }
-}
 
-impl crate::json::Placeholder for Limiter {
     fn placeholder() -> Self {
-        Limiter {
-            algorithm: Algorithm::default(),
-            windows: Vec::new(),
-            target_utilization: 1.0,
-            meters: Vec::new(),
-            starts: VecDeque::new(),
-            pace: None,
-            headroom: 0,
-            margin: 0,
-            last_sent: 0,
-            no_burst: false,
-            arrival_spread: 0,
-            last_arrived_by: None,
-            last_trip_typical: false,
-            awaiting_preflight: false,
-            preflighted: None,
-        }
+        State::Log(crate::json::FromJson::placeholder())
     }
 }
 
@@ -664,12 +646,6 @@ enum State {
     Bucket(BucketState),
     Gcra(GcraState),
     Fixed(FixedState),
-}
-
-impl crate::json::Placeholder for State {
-    fn placeholder() -> Self {
-        State::Log(LogState::default())
-    }
 }
 
 impl Meter {
