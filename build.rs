@@ -45,6 +45,7 @@ fn run() -> Result<(), BoxError> {
         "Cargo.lock",
         "rust-toolchain.toml",
         "shared",
+        "json",
         "sw",
         "client",
         "www",

@@ -453,7 +453,7 @@ impl EngineConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::json::tests::{reads_like_serde, same_as_serde};
+    use crate::json::testing::{reads_like_serde, same_as_serde};
 
     #[test]
     fn json_forms_match_serde() {

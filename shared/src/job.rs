@@ -504,7 +504,7 @@ pub(crate) mod tests {
 
     #[test]
     fn json_forms_match_serde() {
-        use crate::json::tests::{reads_like_serde, same_as_serde};
+        use crate::json::testing::{reads_like_serde, same_as_serde};
         let mut j = job(JobState::RetryWait);
         same_as_serde(&j);
         j.key = Some("k\"1".into());

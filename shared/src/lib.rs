@@ -6,10 +6,6 @@
 //! single timer for `poll_timeout` whose firing is an input of its own (`handle_timeout`). The same code runs natively under `cargo test` and in the
 //! simulator, where a fake clock drives hours of traffic in milliseconds.
 
-// `#[derive(ToJson, FromJson)]` names this crate as `::sluice_shared`, as it must from the
-// worker and the client; this makes the same path work inside it.
-extern crate self as sluice_shared;
-
 pub mod batch;
 pub mod body_rules;
 pub mod concurrency_cap;
@@ -17,7 +13,9 @@ pub mod config;
 pub mod headers;
 pub mod id_map;
 pub mod job;
-pub mod json;
+/// The JSON codec the worker and the page client read and write their records and messages
+/// with: the `sluice-json` crate, named `json` here for the engine's types and their users.
+pub use sluice_json as json;
 pub mod limiter;
 pub mod preflight;
 pub mod random;

@@ -836,13 +836,13 @@ mod tests {
                 &crate::json::from_str::<WorkerMessage>(&encode(m)).unwrap(),
                 m
             );
-            crate::json::tests::reads_like_serde::<WorkerMessage>(&encode(m));
+            crate::json::testing::reads_like_serde::<WorkerMessage>(&encode(m));
         }
     }
 
     #[test]
     fn pages_read_worker_messages_as_serde_does() {
-        use crate::json::tests::reads_like_serde;
+        use crate::json::testing::reads_like_serde;
         let texts = [
             // Fields the reader does not know are ignored, `removed` and `withheld` may be
             // absent (older workers), and so may an `Option`.

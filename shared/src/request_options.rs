@@ -111,7 +111,7 @@ fn check(member: &str, value: &Option<String>, allowed: &[&str]) -> Result<(), I
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::json::tests::same_as_serde;
+    use crate::json::testing::same_as_serde;
 
     #[test]
     fn the_browser_defaults_are_the_default() {

@@ -346,7 +346,7 @@ mod tests {
             warnings: vec!["x".into()],
             notes: vec!["y".into()],
         };
-        crate::json::tests::same_as_serde(&status);
+        crate::json::testing::same_as_serde(&status);
     }
 
     #[test]

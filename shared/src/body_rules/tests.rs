@@ -241,7 +241,7 @@ fn the_rule_reads_from_a_worker_script_as_written() {
     let r: BodyRule = crate::json::from_str(text).expect("a rule");
     assert_eq!(r.status, vec![200]);
     assert_eq!(r.wait_unit, WaitUnit::Milliseconds);
-    crate::json::tests::same_as_serde(&r);
+    crate::json::testing::same_as_serde(&r);
 }
 
 proptest! {

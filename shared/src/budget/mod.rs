@@ -444,7 +444,7 @@ fn half_life_factor(n: f64) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::json::tests::{reads_like_serde, same_as_serde};
+    use crate::json::testing::{reads_like_serde, same_as_serde};
 
     /// A budget named "b" of `limit` per second.
     fn per_second(limit: u32) -> BudgetConfig {

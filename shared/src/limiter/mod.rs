@@ -1015,7 +1015,7 @@ mod tests {
             greedy(&mut lim, T0 + 2500, 3);
             lim.retune(w(25, 3_600_000));
             lim.align_to(T0 + 777);
-            crate::json::tests::same_as_serde(&lim);
+            crate::json::testing::same_as_serde(&lim);
             let json = serde_json::to_string(&lim).unwrap();
             let mut restored: Limiter = serde_json::from_str(&json).unwrap();
             assert_eq!(restored, lim, "{algorithm:?}");

@@ -60,7 +60,7 @@ pub(super) fn max_in_any_window(starts: &[Millis], length: DurationMs) -> usize 
 
 pub(super) fn roundtrip(lim: &Limiter) -> Limiter {
     // The worker's codec must agree with serde on every state a test reaches.
-    crate::json::tests::same_as_serde(lim);
+    crate::json::testing::same_as_serde(lim);
     serde_json::from_str(&serde_json::to_string(lim).unwrap()).unwrap()
 }
 

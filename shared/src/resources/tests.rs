@@ -145,7 +145,7 @@ fn costs_read_and_write_as_an_object() {
     let c: Costs = crate::json::from_str(r#"{"tokens": 1200, "points": 3}"#).expect("costs");
     assert_eq!(c.of(&tokens(1, 1)), 1_200);
     assert_eq!(crate::json::to_string(&c), r#"{"points":3,"tokens":1200}"#);
-    crate::json::tests::same_as_serde(&c);
+    crate::json::testing::same_as_serde(&c);
     assert!(crate::json::from_str::<Costs>(r#"{"tokens": -1}"#).is_err());
     assert!(crate::json::from_str::<Costs>(r#"[1]"#).is_err());
 }

@@ -240,7 +240,7 @@ mod tests {
         assert_eq!(raw.text(), "[1,2]");
         assert_eq!(raw.read::<Vec<u64>>(), Ok(vec![1, 2]));
         let inside = r#"{"z":{"b":[true,null,"x\"y",-3,1.5]},"a":[]}"#;
-        let holder: Vec<RawJson> = super::super::from_str(&format!("[{inside}]")).unwrap();
+        let holder: Vec<RawJson> = crate::from_str(&format!("[{inside}]")).unwrap();
         assert_eq!(holder[0].text(), inside);
         assert_eq!(to_string(&holder), format!("[{inside}]"));
     }

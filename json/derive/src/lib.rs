@@ -1,5 +1,7 @@
-//! `#[derive(ToJson, FromJson)]` for `sluice_shared::json`, the codec the worker and the page
-//! client use instead of serde_json.
+//! `#[derive(ToJson, FromJson)]` for `sluice_json`, the codec the worker and the page
+//! client use instead of serde_json. Use them through `sluice_json`, which re-exports them: the
+//! code they generate names `::sluice_json`, so the deriving crate depends on it (a proc-macro
+//! crate cannot export the runtime itself).
 //!
 //! The derives read the type's own `#[serde(...)]` attributes, the ones serde's derives read,
 //! so that a type is declared once and both codecs agree on its JSON form. They take only the
@@ -15,13 +17,13 @@
 //! - internally tagged enums of unit and struct variants (`{"type": "name", ...fields}`):
 //!   container `tag = "..."`, `rename_all = "..."` (variant names), `rename_all_fields = "..."`;
 //!   variant `rename = "..."`; field `rename`, `default`, `default = "path"`. They also get
-//!   `sluice_shared::json::TaggedRead` (from `FromJson`: the tag, every variant's name, a reader
+//!   `sluice_json::TaggedRead` (from `FromJson`: the tag, every variant's name, a reader
 //!   of one variant's fields) and `TaggedWrite` (from `ToJson`: a value's variant name and a
 //!   writer of its fields), for a message whose tag stands beside fields of its own.
 //!
 //! Anything else (`flatten`, `skip`, untagged or adjacently tagged enums, ...) is refused.
 //!
-//! The code generated is what the `json` module's readers and writer expect, the same calls for
+//! The code generated is what `sluice_json`'s readers and writer expect, the same calls for
 //! every type, so that the wasm holds no more than one small reader and writer per type.
 
 mod attrs;
@@ -35,7 +37,7 @@ use syn::{DeriveInput, Error};
 
 use shape::Shape;
 
-/// Writes the value as `serde_json::to_string` writes it (`sluice_shared::json::ToJson`).
+/// Writes the value as `serde_json::to_string` writes it (`sluice_json::ToJson`).
 #[proc_macro_derive(ToJson, attributes(serde))]
 pub fn derive_to_json(input: TokenStream) -> TokenStream {
     let input = syn::parse_macro_input!(input as DeriveInput);
@@ -45,8 +47,8 @@ pub fn derive_to_json(input: TokenStream) -> TokenStream {
         .into()
 }
 
-/// Reads the value with serde's rules (`sluice_shared::json::FromJson`); for a struct also its
-/// JSON field names (`sluice_shared::json::StructFields`).
+/// Reads the value with serde's rules (`sluice_json::FromJson`); for a struct also its
+/// JSON field names (`sluice_json::StructFields`).
 #[proc_macro_derive(FromJson, attributes(serde))]
 pub fn derive_from_json(input: TokenStream) -> TokenStream {
     let input = syn::parse_macro_input!(input as DeriveInput);

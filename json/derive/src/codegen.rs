@@ -26,7 +26,7 @@ impl Shape {
                     let ident = &field.ident;
                     quote! {
                         out.push_str(#prefix);
-                        ::sluice_shared::json::ToJson::write_json(&self.#ident, out);
+                        ::sluice_json::ToJson::write_json(&self.#ident, out);
                     }
                 });
                 quote! {
@@ -47,7 +47,7 @@ impl Shape {
             }
         };
         quote! {
-            impl #impl_generics ::sluice_shared::json::ToJson for #name #type_generics #where_clause {
+            impl #impl_generics ::sluice_json::ToJson for #name #type_generics #where_clause {
                 fn write_json(&self, out: &mut ::std::string::String) {
                     #body
                 }
@@ -59,7 +59,7 @@ impl Shape {
     pub(crate) fn reader(&self, input: &DeriveInput) -> TokenStream2 {
         let name = &input.ident;
         let (impl_generics, type_generics, where_clause) = input.generics.split_for_impl();
-        let json = quote! { ::sluice_shared::json };
+        let json = quote! { ::sluice_json };
         match self {
             Shape::Struct {
                 fields,
@@ -174,6 +174,6 @@ impl Shape {
 pub(crate) fn placeholders(path: &TokenStream2, fields: &[Field]) -> TokenStream2 {
     let idents = fields.iter().map(|field| &field.ident);
     quote! {
-        #path { #(#idents: ::sluice_shared::json::FromJson::placeholder(),)* }
+        #path { #(#idents: ::sluice_json::FromJson::placeholder(),)* }
     }
 }

@@ -2,7 +2,7 @@
 //!
 //! Every type still derives serde's traits, and serde's JSON form stays the reference: the demo
 //! server and the tests speak it. The worker and the page client, though, read and write their
-//! records and messages through this module instead of `serde_json`. Serde's derives
+//! records and messages through this crate instead of `serde_json`. Serde's derives
 //! monomorphize a streaming visitor per type (twice over: maps and sequences), which made up
 //! more than a third of the worker's wasm and most of the client's; here there is one parser
 //! into a [`Json`] tree, one writer, and per type a small reader and writer over its fields,
@@ -16,11 +16,17 @@
 //! both directions against serde. Error messages follow serde's wording; type errors name no
 //! line and column.
 //!
+//! The crate knows no type of Sluice's: the engine's types derive its traits in `sluice-shared`
+//! (which re-exports it as `sluice_shared::json`), the worker's and the client's in theirs.
+//! Every crate that derives names `sluice-json` among its dependencies, since the derived code
+//! calls `::sluice_json`. With the `testing` feature (for dev-dependencies), [`testing`] checks
+//! a type against serde_json both ways.
+//!
 //! The derives refuse what they cannot follow, at compile time:
 //!
 //! ```compile_fail
 //! // serde would leave the field out; the derive refuses rather than write it.
-//! #[derive(sluice_shared::json::ToJson)]
+//! #[derive(sluice_json::ToJson)]
 //! struct Cached {
 //!     #[serde(skip)]
 //!     cache: u32,
@@ -29,7 +35,7 @@
 //!
 //! ```compile_fail
 //! // An adjacently tagged enum's form is not the derive's (internally tagged ones are).
-//! #[derive(sluice_shared::json::FromJson)]
+//! #[derive(sluice_json::FromJson)]
 //! #[serde(tag = "type", content = "data")]
 //! enum Message {
 //!     Ping,
@@ -38,17 +44,23 @@
 //!
 //! ```compile_fail
 //! // Only unit variants, written as strings.
-//! #[derive(sluice_shared::json::ToJson)]
+//! #[derive(sluice_json::ToJson)]
 //! enum Shape {
 //!     Circle { radius: u32 },
 //! }
 //! ```
 
+// `#[derive(ToJson, FromJson)]` names this crate as `::sluice_json`, as it must from the crates
+// that use it; this makes the same path work inside it (the tests' types).
+extern crate self as sluice_json;
+
 mod parse;
 mod raw;
 mod read;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
 #[cfg(test)]
-pub(crate) mod tests;
+mod tests;
 mod write;
 
 use std::borrow::Cow;
@@ -62,7 +74,7 @@ pub use write::*;
 /// `#[derive(ToJson, FromJson)]`: a struct's or a unit enum's writer and reader, from its
 /// declaration and its `#[serde(...)]` attributes; any serde attribute they cannot follow is
 /// a compile error (see the `sluice-json-derive` crate for the ones they do), so that serde
-/// and this codec never silently disagree about a type (the module's examples).
+/// and this codec never silently disagree about a type (the crate's examples).
 pub use sluice_json_derive::{FromJson, ToJson};
 
 /// A parsed JSON value. Strings borrow from the text unless they had escapes.

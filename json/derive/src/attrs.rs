@@ -140,7 +140,7 @@ fn unsupported(meta: &syn::meta::ParseNestedMeta, supported: &str) -> Error {
     let name = quote!(#path).to_string().replace(' ', "");
     meta.error(format!(
         "`#[serde({name})]` is not supported by ToJson/FromJson, so serde and \
-         `sluice_shared::json` would read or write this type differently. {supported}. Drop \
+         `sluice_json` would read or write this type differently. {supported}. Drop \
          the attribute, or implement ToJson/FromJson by hand"
     ))
 }

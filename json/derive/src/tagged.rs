@@ -28,7 +28,7 @@ pub(crate) fn tagged_writer(
 ) -> TokenStream2 {
     let name = &input.ident;
     let (impl_generics, type_generics, where_clause) = input.generics.split_for_impl();
-    let json = quote! { ::sluice_shared::json };
+    let json = quote! { ::sluice_json };
     let names = variants.iter().map(|variant| {
         let ident = &variant.ident;
         let text = &variant.name;
@@ -81,7 +81,7 @@ pub(crate) fn tagged_reader(
 ) -> TokenStream2 {
     let name = &input.ident;
     let (impl_generics, type_generics, where_clause) = input.generics.split_for_impl();
-    let json = quote! { ::sluice_shared::json };
+    let json = quote! { ::sluice_json };
     let texts: Vec<&String> = variants.iter().map(|v| &v.name).collect();
     let expected = format!("internally tagged enum {name}");
     // `Shape::of` refuses an enum without variants.
