@@ -440,16 +440,30 @@ impl<'a> StrictServer<'a> {
         &self.windows
     }
 
-    /// Per window, the most of our arrivals, attempts and `starts` in any placement of it.
+    /// Per window, the most of our arrivals, attempts and `starts` in any placement of it, or,
+    /// counted in fixed windows, in any one of them (two of them may hold twice the limit
+    /// across a boundary, which such a server allows).
     pub(super) fn peaks(&self, starts: &[Millis]) -> Vec<WindowPeak> {
+        let most = |times: &[Millis], w: &Window| match self.model.counting {
+            WindowCounting::Sliding => max_in_window(times, w.length_ms),
+            WindowCounting::Fixed => {
+                let mut per_window: HashMap<i64, u32> = HashMap::new();
+                for &t in times {
+                    let server_clock = t as i64 - self.model.client_clock_ahead_ms;
+                    let window = server_clock.div_euclid(w.length_ms.max(1) as i64);
+                    *per_window.entry(window).or_insert(0) += 1;
+                }
+                per_window.values().copied().max().unwrap_or(0)
+            }
+        };
         self.windows
             .iter()
             .map(|w| WindowPeak {
                 limit: w.limit,
                 length_ms: w.length_ms,
-                max_arrivals: max_in_window(&self.our_arrivals, w.length_ms),
-                max_attempts: max_in_window(&self.our_attempts, w.length_ms),
-                max_starts: max_in_window(starts, w.length_ms),
+                max_arrivals: most(&self.our_arrivals, w),
+                max_attempts: most(&self.our_attempts, w),
+                max_starts: most(starts, w),
             })
             .collect()
     }
