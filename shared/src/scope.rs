@@ -47,29 +47,73 @@ fn cut(text: &str, at: usize) -> (&str, &str) {
     text.split_at_checked(at).unwrap_or((text, ""))
 }
 
+/// A URL's text cut into its pieces exactly as written: no case folded, no default port
+/// added, nothing decoded. [`Target::parse`] reads a URL through it, so where the origin ends
+/// is decided here alone.
+///
+/// Why "as written" is needed next to [`Target`]: a batch goes to the same origin as its jobs,
+/// spelled the same way (`Target::origin` always writes the port), and a batch rule's URL
+/// pattern keeps its `:id` segments and the rest of its path as its author wrote them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UrlText<'a> {
+    /// `scheme://authority`: `HTTPS://API.x.com:443` stays so.
+    pub origin: &'a str,
+    /// What comes before `://`.
+    pub scheme: &'a str,
+    /// What comes between `://` and the first `/`, `?` or `#`: host, port, any user info.
+    pub authority: &'a str,
+    /// All after the authority: path, query and fragment; empty when there are none.
+    pub rest: &'a str,
+}
+
+impl<'a> UrlText<'a> {
+    /// Splits `url` after its origin; `None` when it has no `://`. Checks nothing else:
+    /// [`Target::parse`] says whether the URL is one the worker can send to.
+    pub fn split(url: &'a str) -> Option<Self> {
+        // Byte searches, not `str` patterns: each pattern type is its own searcher in the wasm.
+        let sep = url.as_bytes().windows(3).position(|w| w == b"://")?;
+        let after_scheme = cut(url, sep + 3).1;
+        let authority_len = after_scheme
+            .bytes()
+            .position(|b| matches!(b, b'/' | b'?' | b'#'))
+            .unwrap_or(after_scheme.len());
+        let (origin, rest) = cut(url, sep + 3 + authority_len);
+        Some(UrlText {
+            origin,
+            scheme: cut(url, sep).0,
+            authority: cut(after_scheme, authority_len).0,
+            rest,
+        })
+    }
+
+    /// The port an `http` or `https` URL goes to when it names none (ASCII case ignored);
+    /// `None` for any other scheme, which the worker never sends to.
+    pub fn default_port(&self) -> Option<u16> {
+        if self.scheme.eq_ignore_ascii_case("http") {
+            Some(80)
+        } else if self.scheme.eq_ignore_ascii_case("https") {
+            Some(443)
+        } else {
+            None
+        }
+    }
+}
+
 impl Target {
     /// Parses an absolute http(s) URL. Never panics, whatever the text.
     pub fn parse(url: &str) -> Result<Self, ScopeError> {
         let bad = |why: &str| Err(ScopeError(format!("'{}' {why}", shorten(url))));
-        // Byte searches, not `str` patterns: each pattern type is its own searcher in the wasm.
-        let Some(sep) = url.as_bytes().windows(3).position(|w| w == b"://") else {
+        let Some(text) = UrlText::split(url) else {
             return bad("is not an absolute http:// or https:// URL");
         };
-        let (scheme, rest) = (cut(url, sep).0, cut(url, sep + 3).1);
-        let scheme = scheme.to_ascii_lowercase();
-        let default_port = match scheme.as_str() {
-            "http" => 80,
-            "https" => 443,
-            _ => return bad("is not an http:// or https:// URL"),
+        let Some(default_port) = text.default_port() else {
+            return bad("is not an http:// or https:// URL");
         };
+        let scheme = text.scheme.to_ascii_lowercase();
         if url.contains('\\') || url.bytes().any(|b| b.is_ascii_control() || b == b' ') {
             return bad("contains a backslash, a space or a control character");
         }
-        let end = rest
-            .bytes()
-            .position(|b| matches!(b, b'/' | b'?' | b'#'))
-            .unwrap_or(rest.len());
-        let (authority, after) = cut(rest, end);
+        let (authority, after) = (text.authority, text.rest);
         if authority.contains('@') {
             return bad("carries user info (name@host), which fetch refuses");
         }
@@ -253,6 +297,33 @@ mod tests {
         }
         assert!(Target::parse("http://[::1]:8080/x").is_ok());
         assert!(Scope::parse("https://a.b/x?y").is_err());
+    }
+
+    #[test]
+    fn url_text_splits_after_the_origin_as_written() {
+        let text = UrlText::split("HTTPS://API.x.com:443/v1/c/:id?q=1#f").unwrap();
+        assert_eq!(text.origin, "HTTPS://API.x.com:443");
+        assert_eq!(text.scheme, "HTTPS");
+        assert_eq!(text.authority, "API.x.com:443");
+        assert_eq!(text.rest, "/v1/c/:id?q=1#f");
+        assert_eq!(text.default_port(), Some(443));
+        let bare = UrlText::split("http://[::1]:8080").unwrap();
+        assert_eq!(
+            (bare.origin, bare.authority, bare.rest),
+            ("http://[::1]:8080", "[::1]:8080", "")
+        );
+        assert_eq!(bare.default_port(), Some(80));
+        let query = UrlText::split("https://a.b?x=/y").unwrap();
+        assert_eq!((query.origin, query.rest), ("https://a.b", "?x=/y"));
+        let other = UrlText::split("ftp://a.b/x").unwrap();
+        assert_eq!((other.scheme, other.default_port()), ("ftp", None));
+        assert_eq!(UrlText::split("/api/contacts/:id"), None);
+        assert_eq!(UrlText::split("é:/x"), None);
+        // Whatever the text, the origin and the rest are the URL again.
+        for url in ["https://a.b/x", "https://a.b", "https://é.b/é?é#é", "x://"] {
+            let text = UrlText::split(url).unwrap();
+            assert_eq!(format!("{}{}", text.origin, text.rest), url);
+        }
     }
 
     #[test]

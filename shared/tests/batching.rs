@@ -9,12 +9,13 @@ use std::collections::{BTreeMap, BTreeSet};
 use proptest::prelude::*;
 use serde_json::{json, Value};
 use sluice_shared::batch::{BatchRule, BatchShape};
-use sluice_shared::config::{BudgetConfig, EngineConfig, ResourceConfig, Window};
+mod common;
+
+use common::{budget, config_with, drain, engine_with, API};
+use sluice_shared::config::{BudgetConfig, ResourceConfig, Window};
 use sluice_shared::engine::{Engine, Response, Transmit, TransportError};
 use sluice_shared::job::{JobSpec, JobState, Lane};
 use sluice_shared::random::Rng;
-
-const API: &str = "https://api.example";
 
 fn update_rule() -> BatchRule {
     BatchRule {
@@ -38,27 +39,17 @@ fn graph_rule() -> BatchRule {
     }
 }
 
-fn engine_with(rules: Vec<BatchRule>, resources: Vec<ResourceConfig>) -> Engine {
-    let budget = BudgetConfig {
-        name: "api".into(),
-        windows: vec![Window {
-            limit: 10,
-            length_ms: 1_000,
-        }],
-        concurrency: 4,
-        match_prefixes: vec![format!("{API}/")],
+/// The tests' budget (10 a second, 4 at once) with these batch `rules` and `resources`.
+fn batching_budget(rules: Vec<BatchRule>, resources: Vec<ResourceConfig>) -> BudgetConfig {
+    BudgetConfig {
         batches: rules,
         resources,
-        ..BudgetConfig::default()
-    };
-    Engine::new(
-        EngineConfig {
-            budgets: vec![budget],
-            ..EngineConfig::default()
-        },
-        Rng::seeded(11),
-    )
-    .unwrap()
+        ..budget(10, 1_000, 4)
+    }
+}
+
+fn batching_engine(rules: Vec<BatchRule>, resources: Vec<ResourceConfig>) -> Engine {
+    engine_with(batching_budget(rules, resources), 11)
 }
 
 fn edit(id: u32, lane: Lane, key: Option<&str>) -> JobSpec {
@@ -76,11 +67,6 @@ fn edit(id: u32, lane: Lane, key: Option<&str>) -> JobSpec {
 fn enqueue_all(e: &mut Engine, specs: Vec<JobSpec>, now: u64) -> Vec<String> {
     let (enqueued, _) = e.enqueue_many(specs, None, now).unwrap();
     enqueued.into_iter().map(|q| q.id).collect()
-}
-
-fn drain(e: &mut Engine, now: u64) -> Vec<Transmit> {
-    e.handle_timeout(now);
-    std::iter::from_fn(|| e.poll_transmit(now)).collect()
 }
 
 /// The first requests that start after `from`, following the engine's one timer (within a
@@ -143,7 +129,7 @@ fn ok(t: &Transmit, e: &mut Engine, now: u64) {
 /// request each against the budget's windows, every job done with its own result.
 #[test]
 fn a_bulk_edit_goes_as_full_batches_and_every_job_ends_with_its_own_outcome() {
-    let mut e = engine_with(vec![update_rule()], vec![]);
+    let mut e = batching_engine(vec![update_rule()], vec![]);
     let specs: Vec<JobSpec> = (0..250).map(|n| edit(n, Lane::Bulk, None)).collect();
     let ids = enqueue_all(&mut e, specs, 0);
     // Paced over the second (10 a second): one batch every 100 ms.
@@ -197,7 +183,7 @@ fn a_bulk_edit_goes_as_full_batches_and_every_job_ends_with_its_own_outcome() {
 /// an item refused for good fails with its own reason while the others succeed.
 #[test]
 fn a_failed_item_is_retried_alone_and_a_refused_one_fails_with_its_reason() {
-    let mut e = engine_with(vec![update_rule()], vec![]);
+    let mut e = batching_engine(vec![update_rule()], vec![]);
     let ids = enqueue_all(
         &mut e,
         (0..10).map(|n| edit(n, Lane::Bulk, None)).collect(),
@@ -265,7 +251,7 @@ fn a_failed_item_is_retried_alone_and_a_refused_one_fails_with_its_reason() {
 /// attempt of each, not a failed job.
 #[test]
 fn a_whole_batch_429_pauses_once_and_a_whole_batch_503_retries_every_member() {
-    let mut e = engine_with(vec![update_rule()], vec![]);
+    let mut e = batching_engine(vec![update_rule()], vec![]);
     let ids = enqueue_all(
         &mut e,
         (0..100).map(|n| edit(n, Lane::Bulk, None)).collect(),
@@ -315,7 +301,7 @@ fn a_whole_batch_429_pauses_once_and_a_whole_batch_503_retries_every_member() {
 /// A batch whose answer is lost goes again with the same members, so with the same key.
 #[test]
 fn a_lost_batch_goes_again_with_the_same_members_and_key() {
-    let mut e = engine_with(vec![update_rule()], vec![]);
+    let mut e = batching_engine(vec![update_rule()], vec![]);
     enqueue_all(
         &mut e,
         (0..30).map(|n| edit(n, Lane::Bulk, None)).collect(),
@@ -357,7 +343,7 @@ fn a_lost_batch_goes_again_with_the_same_members_and_key() {
 /// in order, never in one.
 #[test]
 fn per_key_order_holds_across_batches() {
-    let mut e = engine_with(vec![update_rule()], vec![]);
+    let mut e = batching_engine(vec![update_rule()], vec![]);
     let mut specs: Vec<JobSpec> = (0..5).map(|n| edit(n, Lane::Bulk, None)).collect();
     let mut second = edit(2, Lane::Bulk, Some("contact-2"));
     second.body = Some(json!({"properties": {"n": "later"}}).to_string());
@@ -378,7 +364,7 @@ fn per_key_order_holds_across_batches() {
 /// An interactive job never waits for companions; a bulk job waits `lingerMs` at most.
 #[test]
 fn interactive_jobs_never_linger_and_bulk_jobs_wait_briefly_for_companions() {
-    let mut e = engine_with(vec![update_rule()], vec![]);
+    let mut e = batching_engine(vec![update_rule()], vec![]);
     e.enqueue(edit(1, Lane::Interactive, None), 0).unwrap();
     let sent = drain(&mut e, 0);
     assert_eq!(sent.len(), 1);
@@ -409,7 +395,7 @@ fn an_items_resource_keeps_the_items_per_window_while_the_windows_count_requests
         default_cost: 1,
         ..ResourceConfig::default()
     };
-    let mut e = engine_with(vec![update_rule()], vec![items]);
+    let mut e = batching_engine(vec![update_rule()], vec![items]);
     enqueue_all(
         &mut e,
         (0..400).map(|n| edit(n, Lane::Bulk, None)).collect(),
@@ -457,7 +443,7 @@ fn graph_post(n: u32) -> JobSpec {
 /// that job alone waits its turn again; each sub-request carried its own idempotency key.
 #[test]
 fn a_sub_request_429_pauses_the_budget_and_only_that_job_goes_again() {
-    let mut e = engine_with(vec![graph_rule()], vec![]);
+    let mut e = batching_engine(vec![graph_rule()], vec![]);
     let ids = enqueue_all(&mut e, (0..5).map(graph_post).collect(), 0);
     let sent = drain(&mut e, 25);
     assert_eq!(sent.len(), 1);
@@ -526,7 +512,7 @@ proptest! {
         outcomes in proptest::collection::vec(0u8..10, 64),
         lost in proptest::collection::vec(any::<bool>(), 16),
     ) {
-        let mut e = engine_with(vec![update_rule()], vec![]);
+        let mut e = batching_engine(vec![update_rule()], vec![]);
         let mut specs = vec![];
         for n in 0..jobs {
             // The first `keyed` records get two edits each, in order.
@@ -626,7 +612,7 @@ fn a_restart_sends_a_batch_in_flight_again_with_the_same_members_and_key() {
         max_items: 10,
         ..BatchRule::default()
     };
-    let mut e = engine_with(vec![rule.clone()], vec![]);
+    let mut e = batching_engine(vec![rule.clone()], vec![]);
     let first_ids = enqueue_all(&mut e, (0..10).map(graph_post).collect(), 0);
     let (_, sent) = next_sends(&mut e, 0);
     assert_eq!(sent.len(), 1);
@@ -645,20 +631,7 @@ fn a_restart_sends_a_batch_in_flight_again_with_the_same_members_and_key() {
     let budgets: Vec<_> = e.budget_states().cloned().collect();
     let later = enqueue_all(&mut e, (10..15).map(graph_post).collect(), 5);
     jobs.extend(later.iter().map(|id| e.job(id).unwrap().clone()));
-    let config = EngineConfig {
-        budgets: vec![BudgetConfig {
-            name: "api".into(),
-            windows: vec![Window {
-                limit: 10,
-                length_ms: 1_000,
-            }],
-            concurrency: 4,
-            match_prefixes: vec![format!("{API}/")],
-            batches: vec![rule],
-            ..BudgetConfig::default()
-        }],
-        ..EngineConfig::default()
-    };
+    let config = config_with(batching_budget(vec![rule], vec![]));
     let mut restarted = Engine::restore(config, Rng::seeded(12), jobs, budgets, 10_000).unwrap();
     // An interactive create comes first after the restart: left free, the stopped batch's
     // members would be its companions, under another key.

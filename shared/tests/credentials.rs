@@ -1,47 +1,21 @@
 //! Credentials that expire while jobs wait (issue 39): a 401 does not fail the job, the budget
 //! waits for new credentials from a page, and each job is sent once with them.
 
-use sluice_shared::config::{BudgetConfig, EngineConfig, Window};
+mod common;
+
+use common::{budget, drain, engine_with};
 use sluice_shared::engine::{Engine, Response, Transmit};
-use sluice_shared::job::{JobKind, JobSpec, JobState, Lane};
-use sluice_shared::random::Rng;
+use sluice_shared::job::{JobSpec, JobState};
 
 fn engine() -> Engine {
-    let budget = BudgetConfig {
-        name: "api".into(),
-        windows: vec![Window {
-            limit: 10,
-            length_ms: 1_000,
-        }],
-        concurrency: 4,
-        match_prefixes: vec!["https://api.example/".into()],
-        ..BudgetConfig::default()
-    };
-    Engine::new(
-        EngineConfig {
-            budgets: vec![budget],
-            ..EngineConfig::default()
-        },
-        Rng::seeded(7),
-    )
-    .unwrap()
+    engine_with(budget(10, 1_000, 4), 7)
 }
 
 fn create(n: usize, token: &str) -> JobSpec {
     JobSpec {
-        kind: JobKind::Create,
-        method: "POST".into(),
-        url: "https://api.example/contacts".into(),
-        lane: Lane::Bulk,
         headers: vec![("Authorization".into(), format!("Bearer {token}"))],
-        body: Some(format!("{{\"n\":{n}}}")),
-        ..JobSpec::default()
+        ..common::create(n)
     }
-}
-
-fn drain(e: &mut Engine, now: u64) -> Vec<Transmit> {
-    e.handle_timeout(now);
-    std::iter::from_fn(|| e.poll_transmit(now)).collect()
 }
 
 fn authorization(t: &Transmit) -> String {

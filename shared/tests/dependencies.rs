@@ -3,32 +3,19 @@
 //! reference left in it, and its filled request is saved before it leaves, across kills and
 //! restores; a dependency that fails, is cancelled or dismissed takes its dependents with it.
 
+mod common;
+
 use std::collections::BTreeMap;
 
+use common::{budget, burst, config_with, API};
 use proptest::prelude::*;
-use sluice_shared::config::{BudgetConfig, EngineConfig, Window};
+use sluice_shared::config::EngineConfig;
 use sluice_shared::engine::{Engine, Response, Transmit, TransportError};
 use sluice_shared::job::{Job, JobKind, JobSpec, JobState, RetryWith};
 use sluice_shared::random::Rng;
 
-const API: &str = "https://api.example";
-
 fn config() -> EngineConfig {
-    EngineConfig {
-        budgets: vec![BudgetConfig {
-            name: "api".into(),
-            windows: vec![Window {
-                limit: 100,
-                length_ms: 1_000,
-            }],
-            concurrency: 4,
-            match_prefixes: vec![format!("{API}/")],
-            // Whatever may go, goes at once: the tests read what is sent when.
-            pacing: false,
-            ..BudgetConfig::default()
-        }],
-        ..EngineConfig::default()
-    }
+    config_with(burst(budget(100, 1_000, 4)))
 }
 
 fn engine() -> Engine {

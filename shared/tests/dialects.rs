@@ -2,38 +2,21 @@
 //! "rate limited" on a 200, a limit said in words, and a refusal of concurrency rather than
 //! rate (Stripe's) — each driven through the engine's public surface with a fake clock.
 
-use sluice_shared::config::{
-    BodyMeaning, BodyRule, BudgetConfig, EngineConfig, ResourceConfig, Window,
-};
-use sluice_shared::engine::{Engine, Response, Transmit};
+mod common;
+
+use common::{budget, burst, config_with, drain, engine_with};
+use sluice_shared::config::{BodyMeaning, BodyRule, BudgetConfig, ResourceConfig, Window};
+use sluice_shared::engine::Response;
 use sluice_shared::job::{JobKind, JobSpec, JobState, Lane};
 use sluice_shared::random::Rng;
 use sluice_shared::resources::Costs;
 
-fn budget(limit: u32, concurrency: u32, rules: Vec<BodyRule>) -> BudgetConfig {
+/// The tests' budget, `limit` a second without pacing, reading answers' bodies by `rules`.
+fn budget_reading_bodies(limit: u32, concurrency: u32, rules: Vec<BodyRule>) -> BudgetConfig {
     BudgetConfig {
-        name: "api".into(),
-        windows: vec![Window {
-            limit,
-            length_ms: 1_000,
-        }],
-        concurrency,
-        match_prefixes: vec!["https://api.example/".into()],
-        pacing: false,
         body_rules: rules,
-        ..BudgetConfig::default()
+        ..burst(budget(limit, 1_000, concurrency))
     }
-}
-
-fn engine_with(b: BudgetConfig) -> Engine {
-    Engine::new(
-        EngineConfig {
-            budgets: vec![b],
-            ..EngineConfig::default()
-        },
-        Rng::seeded(7),
-    )
-    .expect("a valid configuration")
 }
 
 fn edit(n: usize) -> JobSpec {
@@ -58,11 +41,6 @@ fn answer(status: u16, headers: &[(&str, &str)], body: &str) -> Response {
     }
 }
 
-fn drain(engine: &mut Engine, now: u64) -> Vec<Transmit> {
-    engine.handle_timeout(now);
-    std::iter::from_fn(|| engine.poll_transmit(now)).collect()
-}
-
 fn wiki_rule() -> BodyRule {
     BodyRule {
         status: vec![200],
@@ -75,7 +53,7 @@ fn wiki_rule() -> BodyRule {
 
 #[test]
 fn a_200_whose_body_says_rate_limited_pauses_the_budget_and_the_job_is_sent_again() {
-    let mut e = engine_with(budget(10, 2, vec![wiki_rule()]));
+    let mut e = engine_with(budget_reading_bodies(10, 2, vec![wiki_rule()]), 7);
     let a = e.enqueue(edit(1), 0).expect("enqueued").id;
     let b = e.enqueue(edit(2), 0).expect("enqueued").id;
     let sent = drain(&mut e, 0);
@@ -121,7 +99,7 @@ fn a_200_whose_body_says_rate_limited_pauses_the_budget_and_the_job_is_sent_agai
 
 #[test]
 fn without_a_rule_the_same_answer_is_a_success() {
-    let mut e = engine_with(budget(10, 2, vec![]));
+    let mut e = engine_with(budget_reading_bodies(10, 2, vec![]), 7);
     let a = e.enqueue(edit(1), 0).expect("enqueued").id;
     let sent = drain(&mut e, 0);
     let limited = r#"{"error": {"code": "ratelimited"}}"#;
@@ -138,7 +116,7 @@ fn a_limit_said_in_a_429_body_is_learned_and_kept() {
         ..BodyRule::default()
     };
     // Told 10 a second; the server says 2 in words.
-    let mut e = engine_with(budget(10, 4, vec![rule]));
+    let mut e = engine_with(budget_reading_bodies(10, 4, vec![rule]), 7);
     for n in 0..20 {
         e.enqueue(edit(n), 0).expect("enqueued");
     }
@@ -174,7 +152,7 @@ fn a_limit_said_in_a_429_body_is_learned_and_kept() {
 
 #[test]
 fn a_concurrency_refusal_pauses_nothing_and_lowers_the_cap_until_answers_succeed() {
-    let mut e = engine_with(budget(100, 4, vec![]));
+    let mut e = engine_with(budget_reading_bodies(100, 4, vec![]), 7);
     let ids: Vec<_> = (0..400)
         .map(|n| e.enqueue(edit(n), 0).expect("enqueued").id)
         .collect();
@@ -247,7 +225,7 @@ fn a_body_rule_can_say_concurrency() {
         means: BodyMeaning::Concurrency,
         ..BodyRule::default()
     };
-    let mut e = engine_with(budget(100, 2, vec![rule]));
+    let mut e = engine_with(budget_reading_bodies(100, 2, vec![rule]), 7);
     for n in 0..4 {
         e.enqueue(edit(n), 0).expect("enqueued");
     }
@@ -283,7 +261,7 @@ fn tokens_budget(per_minute: u32, cost_path: Option<&str>) -> BudgetConfig {
             cost_path: cost_path.map(Into::into),
             ..ResourceConfig::default()
         }],
-        ..budget(100, 4, vec![])
+        ..budget_reading_bodies(100, 4, vec![])
     }
 }
 
@@ -296,7 +274,7 @@ fn completion(n: usize, tokens: u64) -> JobSpec {
 
 #[test]
 fn a_job_starts_only_when_its_tokens_fit_the_minute() {
-    let mut e = engine_with(tokens_budget(1_000, None));
+    let mut e = engine_with(tokens_budget(1_000, None), 7);
     for n in 0..4 {
         e.enqueue(completion(n, 300), 0).expect("enqueued");
     }
@@ -322,7 +300,7 @@ fn a_job_starts_only_when_its_tokens_fit_the_minute() {
 
 #[test]
 fn the_answer_says_what_a_job_really_spent() {
-    let mut e = engine_with(tokens_budget(1_000, Some("usage.total_tokens")));
+    let mut e = engine_with(tokens_budget(1_000, Some("usage.total_tokens")), 7);
     for n in 0..6 {
         e.enqueue(completion(n, 400), 0).expect("enqueued");
     }
@@ -341,7 +319,7 @@ fn the_answer_says_what_a_job_really_spent() {
 
 #[test]
 fn the_servers_token_headers_hold_the_queue_until_its_reset() {
-    let mut e = engine_with(tokens_budget(90_000, None));
+    let mut e = engine_with(tokens_budget(90_000, None), 7);
     let t0 = 1_000_000;
     for n in 0..3 {
         e.enqueue(completion(n, 1_000), t0).expect("enqueued");
@@ -402,10 +380,7 @@ fn a_tokens_a_minute_limit_is_kept_with_random_costs() {
         };
         let r = sim::run(&Scenario {
             seed,
-            engine: EngineConfig {
-                budgets: vec![budget],
-                ..EngineConfig::default()
-            },
+            engine: config_with(budget),
             server: ServerModel {
                 tokens_per_minute: Some(20_000),
                 headers,
@@ -439,7 +414,7 @@ fn a_tokens_a_minute_limit_is_kept_with_random_costs() {
 /// of the resource, then nothing passes it: it starts within two windows, not never.
 #[test]
 fn a_large_job_is_passed_for_one_window_at_most() {
-    let mut e = engine_with(tokens_budget(1_000, None));
+    let mut e = engine_with(tokens_budget(1_000, None), 7);
     e.enqueue(completion(0, 700), 0).expect("enqueued");
     let big = e.enqueue(completion(1, 900), 0).expect("enqueued").id;
     for n in 2..400 {

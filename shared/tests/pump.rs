@@ -2,13 +2,16 @@
 //! random sequences of inputs — enqueues, answers, saves landing, time passing and kills at
 //! any point between them — against a real engine and a storage that lands saves in order.
 
+mod common;
+
 use std::collections::{HashMap, HashSet, VecDeque};
 
+use common::{budget, burst, config_with};
 use proptest::prelude::*;
 
-use sluice_shared::config::{BudgetConfig, EngineConfig, Window};
+use sluice_shared::config::{BudgetConfig, EngineConfig};
 use sluice_shared::engine::{Changes, Engine, Response, Transmit};
-use sluice_shared::job::{Job, JobId, JobKind, JobSpec, JobState, Lane};
+use sluice_shared::job::{Job, JobId, JobSpec, JobState};
 use sluice_shared::pump::{Pump, MIN_STALL_DELAY_MS, SAVE_EVERY_MS};
 use sluice_shared::random::Rng;
 use sluice_shared::sim;
@@ -16,31 +19,18 @@ use sluice_shared::sim;
 const LIMIT: u32 = 5;
 const WINDOW_MS: u64 = 1_000;
 
+/// The tests' budget without URL prefixes: each job names its budget.
 fn config(concurrency: u32) -> EngineConfig {
-    EngineConfig {
-        budgets: vec![BudgetConfig {
-            name: "api".into(),
-            windows: vec![Window {
-                limit: LIMIT,
-                length_ms: WINDOW_MS,
-            }],
-            concurrency,
-            pacing: false,
-            ..BudgetConfig::default()
-        }],
-        ..EngineConfig::default()
-    }
+    config_with(BudgetConfig {
+        match_prefixes: vec![],
+        ..burst(budget(LIMIT, WINDOW_MS, concurrency))
+    })
 }
 
 fn create(n: usize) -> JobSpec {
     JobSpec {
         budget: "api".into(),
-        lane: Lane::Bulk,
-        kind: JobKind::Create,
-        method: "POST".into(),
-        url: "https://api.example/contacts".into(),
-        body: Some(format!("{{\"n\":{n}}}")),
-        ..JobSpec::default()
+        ..common::create(n)
     }
 }
 
@@ -270,18 +260,10 @@ fn the_simulator_runs_the_pump_with_its_save_latency() {
     let run = |save_ms| {
         let s = sim::Scenario {
             seed: 3,
-            engine: EngineConfig {
-                budgets: vec![BudgetConfig {
-                    name: "api".into(),
-                    windows: vec![Window {
-                        limit: 100,
-                        length_ms: 1_000,
-                    }],
-                    concurrency: 4,
-                    ..BudgetConfig::default()
-                }],
-                ..EngineConfig::default()
-            },
+            engine: config_with(BudgetConfig {
+                match_prefixes: vec![],
+                ..budget(100, 1_000, 4)
+            }),
             server: sim::ServerModel::default(),
             arrivals: vec![sim::bulk_creates("api", 300, 0)],
             rebuilds: vec![],

@@ -1,41 +1,14 @@
 //! Named scenarios: the tricky cases, each driven through the engine's public surface with a
 //! fake clock.
 
+mod common;
+
+use common::{budget, burst, config_with, create, drain, engine_with};
 use sluice_shared::config::{BudgetConfig, EngineConfig, RetryConfig, Window};
 use sluice_shared::engine::{Engine, Response, StorageMode, Transmit, TransportError};
 use sluice_shared::job::{JobKind, JobSpec, JobState, Lane, RetryWith};
 use sluice_shared::random::Rng;
 use sluice_shared::sim::{self, HeaderStyle, RetryAfterForm, Scenario, ServerModel};
-
-fn budget(limit: u32, window_ms: u64, concurrency: u32) -> BudgetConfig {
-    BudgetConfig {
-        name: "api".into(),
-        windows: vec![Window {
-            limit,
-            length_ms: window_ms,
-        }],
-        concurrency,
-        match_prefixes: vec!["https://api.example/".into()],
-        ..BudgetConfig::default()
-    }
-}
-
-/// Without pacing, so a test can start several requests at the same instant.
-fn burst(mut b: BudgetConfig) -> BudgetConfig {
-    b.pacing = false;
-    b
-}
-
-fn engine_with(b: BudgetConfig) -> Engine {
-    Engine::new(
-        EngineConfig {
-            budgets: vec![b],
-            ..EngineConfig::default()
-        },
-        Rng::seeded(42),
-    )
-    .unwrap()
-}
 
 fn spec(kind: JobKind, method: &str, url: &str, lane: Lane) -> JobSpec {
     JobSpec {
@@ -44,18 +17,6 @@ fn spec(kind: JobKind, method: &str, url: &str, lane: Lane) -> JobSpec {
         method: method.into(),
         url: url.into(),
         ..JobSpec::default()
-    }
-}
-
-fn post(n: usize) -> JobSpec {
-    JobSpec {
-        body: Some(format!("{{\"n\":{n}}}")),
-        ..spec(
-            JobKind::Create,
-            "POST",
-            "https://api.example/contacts",
-            Lane::Bulk,
-        )
     }
 }
 
@@ -91,12 +52,6 @@ fn with_headers(status: u16, headers: &[(&str, &str)]) -> Response {
     }
 }
 
-/// A wake-up at `now`: what fell due happens, then every start the engine allows is taken.
-fn drain(engine: &mut Engine, now: u64) -> Vec<Transmit> {
-    engine.handle_timeout(now);
-    std::iter::from_fn(|| engine.poll_transmit(now)).collect()
-}
-
 /// Starts everything the engine allows at `now`, shows each start to `on_start`, and answers
 /// it at once: a server with no latency, for tests about who goes first.
 fn start_and_answer(engine: &mut Engine, now: u64, mut on_start: impl FnMut(&Transmit)) {
@@ -118,8 +73,10 @@ fn next_look(engine: &Engine, now: u64) -> u64 {
 
 #[test]
 fn global_pause_holds_the_whole_budget_then_the_limited_job_goes_first() {
-    let mut e = engine_with(burst(budget(100, 1_000, 4)));
-    let ids: Vec<_> = (0..10).map(|i| e.enqueue(post(i), 0).unwrap().id).collect();
+    let mut e = engine_with(burst(budget(100, 1_000, 4)), 42);
+    let ids: Vec<_> = (0..10)
+        .map(|i| e.enqueue(create(i), 0).unwrap().id)
+        .collect();
     let sent = drain(&mut e, 0);
     assert_eq!(sent.len(), 4);
     e.on_response(
@@ -151,9 +108,9 @@ fn global_pause_holds_the_whole_budget_then_the_limited_job_goes_first() {
 
 #[test]
 fn in_flight_429s_extend_the_pause_only_when_they_ask_for_later() {
-    let mut e = engine_with(burst(budget(100, 1_000, 4)));
+    let mut e = engine_with(burst(budget(100, 1_000, 4)), 42);
     for i in 0..4 {
-        e.enqueue(post(i), 0).unwrap();
+        e.enqueue(create(i), 0).unwrap();
     }
     let sent = drain(&mut e, 0);
     e.on_response(
@@ -184,8 +141,8 @@ fn retry_after_both_forms_with_a_client_clock_three_minutes_fast() {
         httpdate::fmt_http_date(std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms))
     };
     for retry_after in ["5".to_string(), date(server_now + 5_000)] {
-        let mut e = engine_with(budget(100, 1_000, 4));
-        e.enqueue(post(0), client_now).unwrap();
+        let mut e = engine_with(budget(100, 1_000, 4), 42);
+        e.enqueue(create(0), client_now).unwrap();
         let t = e.poll_transmit(client_now).unwrap();
         e.on_response(
             &t.job_id,
@@ -202,9 +159,9 @@ fn retry_after_both_forms_with_a_client_clock_three_minutes_fast() {
 
 #[test]
 fn header_sync_server_remaining_two_allows_two_starts_before_the_reset() {
-    let mut e = engine_with(budget(10, 1_000, 1));
+    let mut e = engine_with(budget(10, 1_000, 1), 42);
     for i in 0..8 {
-        e.enqueue(post(i), 0).unwrap();
+        e.enqueue(create(i), 0).unwrap();
     }
     let t = e.poll_transmit(0).unwrap();
     e.on_response(
@@ -243,9 +200,9 @@ fn header_sync_server_remaining_two_allows_two_starts_before_the_reset() {
 
 #[test]
 fn remaining_zero_pauses_until_the_reset_and_shows_a_countdown() {
-    let mut e = engine_with(budget(10, 1_000, 1));
-    e.enqueue(post(0), 0).unwrap();
-    e.enqueue(post(1), 0).unwrap();
+    let mut e = engine_with(budget(10, 1_000, 1), 42);
+    e.enqueue(create(0), 0).unwrap();
+    e.enqueue(create(1), 0).unwrap();
     let t = e.poll_transmit(0).unwrap();
     e.on_response(
         &t.job_id,
@@ -262,8 +219,8 @@ fn remaining_zero_pauses_until_the_reset_and_shows_a_countdown() {
 
 #[test]
 fn idempotent_retry_after_a_timeout_reuses_the_key_and_leaves_one_record() {
-    let mut e = engine_with(budget(100, 1_000, 4));
-    let id = e.enqueue(post(0), 0).unwrap().id;
+    let mut e = engine_with(budget(100, 1_000, 4), 42);
+    let id = e.enqueue(create(0), 0).unwrap().id;
     let first = e.poll_transmit(0).unwrap();
     e.on_transport_error(&id, TransportError::Timeout, 15_000);
     assert_eq!(e.job(&id).unwrap().state, JobState::RetryWait);
@@ -311,9 +268,9 @@ fn idempotent_retry_after_a_timeout_reuses_the_key_and_leaves_one_record() {
 
 #[test]
 fn five_patches_while_paused_become_one_request_with_the_last_values() {
-    let mut e = engine_with(burst(budget(100, 1_000, 4)));
+    let mut e = engine_with(burst(budget(100, 1_000, 4)), 42);
     // Pause the budget with a 429 first.
-    e.enqueue(post(0), 0).unwrap();
+    e.enqueue(create(0), 0).unwrap();
     let t = e.poll_transmit(0).unwrap();
     e.on_response(&t.job_id, with_headers(429, &[("Retry-After", "10")]), 5);
     let mut ids = Vec::new();
@@ -350,7 +307,7 @@ fn five_patches_while_paused_become_one_request_with_the_last_values() {
 
 #[test]
 fn patches_never_merge_into_a_tried_job_or_across_a_delete() {
-    let mut e = engine_with(budget(100, 1_000, 4));
+    let mut e = engine_with(budget(100, 1_000, 4), 42);
     let mut patch = spec(
         JobKind::Patch,
         "PATCH",
@@ -377,7 +334,7 @@ fn patches_never_merge_into_a_tried_job_or_across_a_delete() {
 
 #[test]
 fn identical_idempotent_jobs_waiting_at_once_become_one() {
-    let mut e = engine_with(budget(100, 1_000, 4));
+    let mut e = engine_with(budget(100, 1_000, 4), 42);
     let put = JobSpec {
         body: Some("{\"a\":1}".into()),
         ..spec(JobKind::Custom, "PUT", "https://api.example/x", Lane::Bulk)
@@ -391,10 +348,10 @@ fn identical_idempotent_jobs_waiting_at_once_become_one() {
 
 #[test]
 fn a_page_chosen_id_names_the_job_and_a_folded_job_is_remembered_by_its_carrier() {
-    let mut e = engine_with(budget(100, 1_000, 4));
+    let mut e = engine_with(budget(100, 1_000, 4), 42);
     let mine = JobSpec {
         id: Some("page-1".into()),
-        ..post(1)
+        ..create(1)
     };
     let a = e.enqueue(mine, 0).unwrap();
     assert_eq!(a.id, "page-1");
@@ -431,12 +388,12 @@ fn a_page_chosen_id_names_the_job_and_a_folded_job_is_remembered_by_its_carrier(
 
 #[test]
 fn a_create_and_a_later_delete_neither_sent_cancel_out() {
-    let mut e = engine_with(budget(1, 60_000, 1));
-    e.enqueue(post(99), 0).unwrap();
+    let mut e = engine_with(budget(1, 60_000, 1), 42);
+    e.enqueue(create(99), 0).unwrap();
     let _busy = e.poll_transmit(0).unwrap();
-    let mut create = post(1);
-    create.key = Some("contact:new".into());
-    let c = e.enqueue(create, 1).unwrap();
+    let mut new_contact = create(1);
+    new_contact.key = Some("contact:new".into());
+    let c = e.enqueue(new_contact, 1).unwrap();
     let mut delete = spec(
         JobKind::Delete,
         "DELETE",
@@ -459,9 +416,9 @@ fn a_create_and_a_later_delete_neither_sent_cancel_out() {
 
 #[test]
 fn interactive_never_overtakes_bulk_for_the_same_key_but_lends_it_priority() {
-    let mut e = engine_with(budget(1, 1_000, 1));
+    let mut e = engine_with(budget(1, 1_000, 1), 42);
     for i in 0..5 {
-        e.enqueue(post(i), 0).unwrap();
+        e.enqueue(create(i), 0).unwrap();
     }
     let mut bulk = spec(
         JobKind::Patch,
@@ -492,9 +449,9 @@ fn interactive_never_overtakes_bulk_for_the_same_key_but_lends_it_priority() {
 
 #[test]
 fn interactive_overtakes_a_bulk_job_within_one_token_interval() {
-    let mut e = engine_with(budget(10, 1_000, 4));
+    let mut e = engine_with(budget(10, 1_000, 4), 42);
     for i in 0..100 {
-        e.enqueue(post(i), 0).unwrap();
+        e.enqueue(create(i), 0).unwrap();
     }
     let mut now = 0;
     let mut interactive = None;
@@ -529,9 +486,9 @@ fn interactive_actions_overtake_a_bulk_backlog_that_has_long_aged() {
     // 600 bulk jobs at 10/s take a minute: most of the run, the backlog ranks as high as an
     // interactive job (after 10 s) and then higher (after 20 s). A person's actions, one every
     // few seconds, must still go first, each within one token interval.
-    let mut e = engine_with(budget(10, 1_000, 4));
+    let mut e = engine_with(budget(10, 1_000, 4), 42);
     for i in 0..600 {
-        e.enqueue(post(i), 0).unwrap();
+        e.enqueue(create(i), 0).unwrap();
     }
     let token = 1_000 / 10;
     let mut now = 0;
@@ -563,9 +520,9 @@ fn interactive_actions_overtake_a_bulk_backlog_that_has_long_aged() {
 fn aged_jobs_take_a_share_of_starts_from_an_endless_interactive_stream() {
     // People alone would keep the budget busy for ever; bulk jobs past their aging bound still
     // start, one in `AGED_TURN_EVERY`, and people get the rest.
-    let mut e = engine_with(budget(10, 1_000, 10));
+    let mut e = engine_with(budget(10, 1_000, 10), 42);
     for i in 0..5 {
-        e.enqueue(post(i), 0).unwrap();
+        e.enqueue(create(i), 0).unwrap();
     }
     let bound = e.config().aging.bound(Lane::Bulk).unwrap();
     let turns = u64::from(sluice_shared::engine::AGED_TURN_EVERY);
@@ -602,7 +559,7 @@ fn aged_jobs_take_a_share_of_starts_from_an_endless_interactive_stream() {
 
 #[test]
 fn starvation_background_starts_within_its_aging_bound_under_endless_interactive_load() {
-    let mut e = engine_with(budget(10, 1_000, 10));
+    let mut e = engine_with(budget(10, 1_000, 10), 42);
     let bg = e
         .enqueue(
             spec(
@@ -641,13 +598,10 @@ fn starvation_background_starts_within_its_aging_bound_under_endless_interactive
 
 #[test]
 fn a_rebuild_in_two_steps_sends_what_a_rebuild_in_one_step_sends() {
-    let config = EngineConfig {
-        budgets: vec![budget(100, 1_000, 4)],
-        ..EngineConfig::default()
-    };
+    let config = config_with(budget(100, 1_000, 4));
     let mut e = Engine::new(config.clone(), Rng::seeded(1)).unwrap();
     for i in 0..60 {
-        let mut spec = post(i);
+        let mut spec = create(i);
         spec.key = Some(format!("k{}", i % 7));
         spec.lane = if i % 11 == 0 {
             Lane::Interactive
@@ -713,13 +667,10 @@ fn a_rebuild_in_two_steps_sends_what_a_rebuild_in_one_step_sends() {
 
 #[test]
 fn a_rebuild_keeps_the_pause_and_retries_in_flight_jobs_with_the_same_key() {
-    let config = EngineConfig {
-        budgets: vec![burst(budget(100, 1_000, 4))],
-        ..EngineConfig::default()
-    };
+    let config = config_with(burst(budget(100, 1_000, 4)));
     let mut e = Engine::new(config.clone(), Rng::seeded(1)).unwrap();
     for i in 0..3 {
-        e.enqueue(post(i), 0).unwrap();
+        e.enqueue(create(i), 0).unwrap();
     }
     let sent = drain(&mut e, 0);
     e.on_response(
@@ -748,13 +699,10 @@ fn a_rebuild_keeps_the_pause_and_retries_in_flight_jobs_with_the_same_key() {
 
 #[test]
 fn only_the_first_round_after_idle_is_saved_before_it_goes_out_and_a_restore_counts_the_rest() {
-    let config = EngineConfig {
-        budgets: vec![burst(budget(5, 1_000, 2))],
-        ..EngineConfig::default()
-    };
+    let config = config_with(burst(budget(5, 1_000, 2)));
     let mut e = Engine::new(config.clone(), Rng::seeded(1)).unwrap();
     for i in 0..6 {
-        e.enqueue(post(i), 0).unwrap();
+        e.enqueue(create(i), 0).unwrap();
     }
     let first = drain(&mut e, 0);
     assert_eq!(first.len(), 2);
@@ -811,23 +759,20 @@ fn only_the_first_round_after_idle_is_saved_before_it_goes_out_and_a_restore_cou
 
     // Once idle, the flag clears and the next start is saved first again.
     let mut idle = Engine::new(config, Rng::seeded(3)).unwrap();
-    idle.enqueue(post(0), 0).unwrap();
+    idle.enqueue(create(0), 0).unwrap();
     let t = drain(&mut idle, 0);
     idle.on_response(&t[0].job_id, ok(), 10);
     assert!(!idle.persistence().take_changes().budgets[0].sends_before_saving);
-    idle.enqueue(post(1), 20).unwrap();
+    idle.enqueue(create(1), 20).unwrap();
     assert!(drain(&mut idle, 2_000)[0].save_first);
 }
 
 #[test]
 fn while_storage_is_full_starts_go_out_unsaved_and_a_restore_waits_out_the_window() {
-    let config = EngineConfig {
-        budgets: vec![burst(budget(5, 1_000, 2))],
-        ..EngineConfig::default()
-    };
+    let config = config_with(burst(budget(5, 1_000, 2)));
     let mut e = Engine::new(config.clone(), Rng::seeded(1)).unwrap();
     for i in 0..8 {
-        e.enqueue(post(i), 0).unwrap();
+        e.enqueue(create(i), 0).unwrap();
     }
     // The save of the enqueues landed; then storage fills up.
     let saved = e.persistence().take_changes();
@@ -903,8 +848,8 @@ fn while_storage_is_full_starts_go_out_unsaved_and_a_restore_waits_out_the_windo
 
 #[test]
 fn non_retryable_4xx_fails_at_once_with_the_server_message() {
-    let mut e = engine_with(budget(100, 1_000, 4));
-    let id = e.enqueue(post(0), 0).unwrap().id;
+    let mut e = engine_with(budget(100, 1_000, 4), 42);
+    let id = e.enqueue(create(0), 0).unwrap().id;
     let t = e.poll_transmit(0).unwrap();
     e.on_response(
         &t.job_id,
@@ -934,14 +879,14 @@ fn header<'a>(t: &'a Transmit, name: &str) -> Option<&'a str> {
 
 #[test]
 fn a_409_is_a_conflict_kept_with_the_servers_answer_and_never_retried_by_itself() {
-    let mut e = engine_with(budget(100, 1_000, 4));
+    let mut e = engine_with(budget(100, 1_000, 4), 42);
     // A page's client puts a create's key among its headers.
     let created = JobSpec {
         headers: vec![
             ("Content-Type".into(), "application/json".into()),
             ("Idempotency-Key".into(), "k1".into()),
         ],
-        ..post(0)
+        ..create(0)
     };
     let id = e.enqueue(created, 0).unwrap().id;
     let t = e.poll_transmit(0).unwrap();
@@ -1019,10 +964,7 @@ fn answered_with_etag(etag: &str) -> Response {
 /// the third edit goes with the second's version, not with none.
 #[test]
 fn edits_of_one_key_are_sent_with_the_etag_of_the_answer_before() {
-    let config = EngineConfig {
-        budgets: vec![budget(100, 1_000, 4)],
-        ..EngineConfig::default()
-    };
+    let config = config_with(budget(100, 1_000, 4));
     let mut e = Engine::new(config.clone(), Rng::seeded(42)).unwrap();
     let read = JobSpec {
         key: Some("contact-1".into()),
@@ -1088,9 +1030,9 @@ fn edits_of_one_key_are_sent_with_the_etag_of_the_answer_before() {
 
 #[test]
 fn a_412_conflict_can_be_retried_as_it_was_or_dismissed() {
-    let mut e = engine_with(budget(100, 1_000, 4));
-    let a = e.enqueue(post(0), 0).unwrap().id;
-    let b = e.enqueue(post(1), 0).unwrap().id;
+    let mut e = engine_with(budget(100, 1_000, 4), 42);
+    let a = e.enqueue(create(0), 0).unwrap().id;
+    let b = e.enqueue(create(1), 0).unwrap().id;
     for now in [0, 100, 200] {
         for t in drain(&mut e, now) {
             e.on_response(&t.job_id, with_headers(412, &[]), now + 5);
@@ -1107,8 +1049,8 @@ fn a_412_conflict_can_be_retried_as_it_was_or_dismissed() {
 
 #[test]
 fn a_conflict_resolved_with_a_bad_replacement_is_refused_and_stays_a_conflict() {
-    let mut e = engine_with(budget(100, 1_000, 4));
-    let id = e.enqueue(post(0), 0).unwrap().id;
+    let mut e = engine_with(budget(100, 1_000, 4), 42);
+    let id = e.enqueue(create(0), 0).unwrap().id;
     let t = e.poll_transmit(0).unwrap();
     e.on_response(&t.job_id, with_headers(409, &[]), 5);
     let bad = RetryWith {
@@ -1122,8 +1064,8 @@ fn a_conflict_resolved_with_a_bad_replacement_is_refused_and_stays_a_conflict() 
 
 #[test]
 fn retries_back_off_and_give_up_after_the_attempt_limit() {
-    let mut e = engine_with(budget(100, 1_000, 4));
-    let id = e.enqueue(post(0), 0).unwrap().id;
+    let mut e = engine_with(budget(100, 1_000, 4), 42);
+    let id = e.enqueue(create(0), 0).unwrap().id;
     let mut now = 0;
     for attempt in 1..=3 {
         e.handle_timeout(now);
@@ -1145,8 +1087,8 @@ fn retries_back_off_and_give_up_after_the_attempt_limit() {
 
 #[test]
 fn only_handle_timeout_moves_a_job_whose_backoff_ended_and_polling_changes_nothing() {
-    let mut e = engine_with(budget(100, 1_000, 4));
-    let id = e.enqueue(post(0), 0).unwrap().id;
+    let mut e = engine_with(budget(100, 1_000, 4), 42);
+    let id = e.enqueue(create(0), 0).unwrap().id;
     let t = e.poll_transmit(0).unwrap();
     e.on_response(&t.job_id, with_headers(503, &[]), 5);
     assert_eq!(e.job(&id).unwrap().state, JobState::RetryWait);
@@ -1169,8 +1111,8 @@ fn only_handle_timeout_moves_a_job_whose_backoff_ended_and_polling_changes_nothi
 
 #[test]
 fn the_offline_probe_ends_by_handle_timeout() {
-    let mut e = engine_with(budget(100, 1_000, 4));
-    let id = e.enqueue(post(0), 0).unwrap().id;
+    let mut e = engine_with(budget(100, 1_000, 4), 42);
+    let id = e.enqueue(create(0), 0).unwrap().id;
     e.poll_transmit(0).unwrap();
     e.on_transport_error(&id, TransportError::Offline, 5);
     let probe = e.poll_timeout(5).unwrap();
@@ -1191,9 +1133,9 @@ fn the_offline_probe_ends_by_handle_timeout() {
 fn when_retries_run_out_the_budget_holds_until_the_user_retries() {
     let mut b = budget(1_000, 1_000, 50);
     b.name = "api".into();
-    let mut e = engine_with(b);
+    let mut e = engine_with(b, 42);
     for i in 0..60 {
-        e.enqueue(post(i), 0).unwrap();
+        e.enqueue(create(i), 0).unwrap();
     }
     let mut now = 0;
     for _ in 0..200 {
@@ -1229,8 +1171,8 @@ fn when_retries_run_out_the_budget_holds_until_the_user_retries() {
 
 #[test]
 fn offline_jobs_wait_without_spending_attempts() {
-    let mut e = engine_with(budget(100, 1_000, 4));
-    let id = e.enqueue(post(0), 0).unwrap().id;
+    let mut e = engine_with(budget(100, 1_000, 4), 42);
+    let id = e.enqueue(create(0), 0).unwrap().id;
     e.poll_transmit(0).unwrap();
     e.on_transport_error(&id, TransportError::Offline, 5);
     assert_eq!(e.job(&id).unwrap().attempts, 0);
@@ -1243,8 +1185,8 @@ fn offline_jobs_wait_without_spending_attempts() {
 
 #[test]
 fn cancel_by_group_and_bad_input_errors() {
-    let mut e = engine_with(budget(1, 60_000, 1));
-    let specs: Vec<_> = (0..5).map(post).collect();
+    let mut e = engine_with(budget(1, 60_000, 1), 42);
+    let specs: Vec<_> = (0..5).map(create).collect();
     let (ids, _) = e.enqueue_many(specs, Some("g1".into()), 0).unwrap();
     let sent = e.poll_transmit(0).unwrap();
     let cancelled = e.cancel("g1", 1).unwrap();
@@ -1259,21 +1201,21 @@ fn cancel_by_group_and_bad_input_errors() {
         "a cancelled job is never retried"
     );
 
-    let mut bad = post(0);
+    let mut bad = create(0);
     bad.url = "ftp://x".into();
     assert!(e.enqueue(bad, 0).is_err());
-    let mut unknown = post(0);
+    let mut unknown = create(0);
     unknown.budget = "nope".into();
     let err = e.enqueue(unknown, 0).unwrap_err().to_string();
     assert!(err.contains("unknown budget 'nope'"), "{err}");
-    let mut nobody = post(0);
+    let mut nobody = create(0);
     nobody.url = "https://elsewhere.example/".into();
     let err = e.enqueue(nobody, 0).unwrap_err().to_string();
     assert!(
         err.contains("outside what the worker script allows"),
         "{err}"
     );
-    let mut many: Vec<_> = (0..3).map(post).collect();
+    let mut many: Vec<_> = (0..3).map(create).collect();
     many[2].method = "BAD METHOD".into();
     let before = e.jobs().count();
     assert!(e.enqueue_many(many, None, 0).is_err());
@@ -1287,8 +1229,8 @@ fn a_group_larger_than_a_window_gets_a_warning() {
         limit: 5_000,
         length_ms: 3_600_000,
     });
-    let mut e = engine_with(b);
-    let specs: Vec<_> = (0..6_000).map(post).collect();
+    let mut e = engine_with(b, 42);
+    let specs: Vec<_> = (0..6_000).map(create).collect();
     let (_, warning) = e.enqueue_many(specs, Some("big".into()), 0).unwrap();
     assert_eq!(
         warning.as_deref(),
@@ -1301,10 +1243,7 @@ fn bulk_runs_close_to_the_limit_with_no_429s() {
     for (latency, jitter) in [(15, 5), (150, 20)] {
         let report = sim::run(&Scenario {
             seed: 3,
-            engine: EngineConfig {
-                budgets: vec![budget(100, 1_000, 4)],
-                ..EngineConfig::default()
-            },
+            engine: config_with(budget(100, 1_000, 4)),
             server: ServerModel {
                 limit: 100,
                 one_way_ms: latency,
@@ -1334,10 +1273,7 @@ fn learns_the_limit_from_ietf_headers_and_stays_under_it() {
     // We were told 200/s, the server really allows 50/s and says so in its headers.
     let report = sim::run(&Scenario {
         seed: 11,
-        engine: EngineConfig {
-            budgets: vec![budget(200, 1_000, 4)],
-            ..EngineConfig::default()
-        },
+        engine: config_with(budget(200, 1_000, 4)),
         server: ServerModel {
             limit: 50,
             headers: HeaderStyle::Ietf,
@@ -1365,10 +1301,7 @@ fn learns_the_limit_from_each_vendor_family_and_stays_under_it() {
     ] {
         let report = sim::run(&Scenario {
             seed: 1,
-            engine: EngineConfig {
-                budgets: vec![budget(150, 1_000, 4)],
-                ..EngineConfig::default()
-            },
+            engine: config_with(budget(150, 1_000, 4)),
             server: ServerModel {
                 limit: 100,
                 headers,
@@ -1393,10 +1326,7 @@ fn learns_the_limit_from_each_vendor_family_and_stays_under_it() {
 fn other_callers_on_the_same_quota_cost_few_429s() {
     let report = sim::run(&Scenario {
         seed: 5,
-        engine: EngineConfig {
-            budgets: vec![budget(100, 1_000, 4)],
-            ..EngineConfig::default()
-        },
+        engine: config_with(budget(100, 1_000, 4)),
         server: ServerModel {
             limit: 100,
             other_callers_per_s: 20.0,
@@ -1428,10 +1358,7 @@ fn every_algorithm_runs_a_bulk_job_against_a_strict_sliding_server() {
         b.algorithm = algorithm;
         let report = sim::run(&Scenario {
             seed: 9,
-            engine: EngineConfig {
-                budgets: vec![b],
-                ..EngineConfig::default()
-            },
+            engine: config_with(b),
             server: ServerModel {
                 limit: 50,
                 headers: HeaderStyle::XRateLimit,
@@ -1474,9 +1401,9 @@ fn every_algorithm_runs_a_bulk_job_against_a_strict_sliding_server() {
 /// 20 ms margin; every window is 1,000 ms plus the margin), when requests
 /// come back 20 ms after they start except the `slow`-th (1-based), answered after `slow_took`.
 fn nth_start_with_one_slow_answer(nth: usize, slow: usize, slow_took: u64) -> u64 {
-    let mut e = engine_with(budget(10, 1_000, 10));
+    let mut e = engine_with(budget(10, 1_000, 10), 42);
     for i in 0..nth {
-        e.enqueue(post(i), 0).unwrap();
+        e.enqueue(create(i), 0).unwrap();
     }
     let mut answers: Vec<(u64, String)> = Vec::new();
     let mut started = 0;
@@ -1527,9 +1454,9 @@ fn a_count_taken_after_a_request_was_held_back_is_not_read_as_other_callers() {
     // run that has sent for `run_ms`) is held back 80 ms on its way, as a busy browser does, so
     // the starts made meanwhile reach the server first and are in its count.
     let others_after = |run_ms: u64| {
-        let mut e = engine_with(budget(100, 1_000, 20));
+        let mut e = engine_with(budget(100, 1_000, 20), 42);
         for i in 0..400 {
-            e.enqueue(post(i), 0).unwrap();
+            e.enqueue(create(i), 0).unwrap();
         }
         let mut arrivals: Vec<u64> = Vec::new();
         // (arrives, answered, job, remaining as counted at arrival)
@@ -1587,20 +1514,20 @@ fn a_count_taken_after_a_request_was_held_back_is_not_read_as_other_callers() {
 
 #[test]
 fn status_lists_each_group_once_in_id_order_with_its_counts() {
-    let mut e = engine_with(budget(10, 1_000, 2));
+    let mut e = engine_with(budget(10, 1_000, 2), 42);
     // Interleaved, so that the engine meets the groups in no particular order.
     for i in 0..30 {
         let group = ["g-c", "g-a", "g-b"][i % 3];
         e.enqueue(
             JobSpec {
                 group_id: Some(group.into()),
-                ..post(i)
+                ..create(i)
             },
             0,
         )
         .unwrap();
     }
-    e.enqueue(post(99), 0).unwrap();
+    e.enqueue(create(99), 0).unwrap();
     let groups = e.snapshot(0).groups;
     let ids: Vec<&str> = groups.iter().map(|g| g.id.as_str()).collect();
     assert_eq!(ids, ["g-a", "g-b", "g-c"]);
@@ -1614,13 +1541,10 @@ fn starts_across_a_hand_over(handover_at: u64, announced: bool) -> Vec<u64> {
         pacing: true,
         ..budget(10, 1_000, 2)
     };
-    let config = EngineConfig {
-        budgets: vec![b.clone()],
-        ..EngineConfig::default()
-    };
-    let mut e = engine_with(b);
+    let config = config_with(b.clone());
+    let mut e = engine_with(b, 42);
     for i in 0..60 {
-        e.enqueue(post(i), 0).unwrap();
+        e.enqueue(create(i), 0).unwrap();
     }
     let mut answers: Vec<(u64, String)> = Vec::new();
     let mut starts = Vec::new();
@@ -1675,24 +1599,24 @@ fn counted_preflights_take_one_start_per_url_per_max_age() {
     counted.count_preflights = true;
     counted.preflight_max_age_ms = 5_000;
     // Creates carry an Idempotency-Key, so every one of them is preflighted.
-    let mut e = engine_with(counted.clone());
+    let mut e = engine_with(counted.clone(), 42);
     for n in 0..20 {
-        e.enqueue(post(n), 0).unwrap();
+        e.enqueue(create(n), 0).unwrap();
     }
     // One preflight for the one URL, and nine requests: ten starts in the window.
     assert_eq!(drain(&mut e, 0).len(), 9);
 
     // The same, not counting preflights: all ten go.
-    let mut plain = engine_with(burst(budget(10, 1_000, 10)));
+    let mut plain = engine_with(burst(budget(10, 1_000, 10)), 42);
     for n in 0..20 {
-        plain.enqueue(post(n), 0).unwrap();
+        plain.enqueue(create(n), 0).unwrap();
     }
     assert_eq!(drain(&mut plain, 0).len(), 10);
 
     // Within the max age the browser reuses the preflight: a full window of requests.
-    let mut e = engine_with(counted.clone());
+    let mut e = engine_with(counted.clone(), 42);
     for n in 0..30 {
-        e.enqueue(post(n), 0).unwrap();
+        e.enqueue(create(n), 0).unwrap();
     }
     for t in drain(&mut e, 0) {
         e.on_response(&t.job_id, ok(), 50);
@@ -1706,7 +1630,7 @@ fn counted_preflights_take_one_start_per_url_per_max_age() {
     assert_eq!(drain(&mut e, 6_000).len(), 9);
 
     // A PATCH per record: one preflight per URL, so half the starts are preflights.
-    let mut e = engine_with(counted);
+    let mut e = engine_with(counted, 42);
     for n in 0..10 {
         e.enqueue(
             spec(
@@ -1727,7 +1651,7 @@ fn counted_preflights_take_one_start_per_url_per_max_age() {
 /// configuration cannot put a budget outside the allowed origins.
 #[test]
 fn jobs_and_budgets_stay_inside_the_allowed_scopes() {
-    let mut e = engine_with(budget(10, 1_000, 4));
+    let mut e = engine_with(budget(10, 1_000, 4), 42);
     let code = |e: &mut Engine, budget: &str, url: &str| {
         let spec = JobSpec {
             budget: budget.into(),
@@ -1794,9 +1718,9 @@ fn jobs_and_budgets_stay_inside_the_allowed_scopes() {
 /// refusal: four 429s without Retry-After pause for the default second, not for eight.
 #[test]
 fn in_flight_429s_of_one_refusal_do_not_double_the_pause() {
-    let mut e = engine_with(burst(budget(10, 1_000, 4)));
+    let mut e = engine_with(burst(budget(10, 1_000, 4)), 42);
     for n in 0..8 {
-        e.enqueue(post(n), 0).unwrap();
+        e.enqueue(create(n), 0).unwrap();
     }
     let sent = drain(&mut e, 0);
     assert_eq!(sent.len(), 4);
@@ -1811,17 +1735,17 @@ fn in_flight_429s_of_one_refusal_do_not_double_the_pause() {
 /// `crypto.getRandomValues`), not from the seeded generator; a failing source falls back.
 #[test]
 fn identifiers_come_from_the_given_source() {
-    let mut e = engine_with(budget(10, 1_000, 4));
+    let mut e = engine_with(budget(10, 1_000, 4), 42);
     e.set_identifier_source(Box::new(|b: &mut [u8; 16]| {
         *b = [0xab; 16];
         true
     }));
-    let id = e.enqueue(post(0), 0).unwrap().id;
+    let id = e.enqueue(create(0), 0).unwrap().id;
     assert_eq!(id, "abababab-abab-4bab-abab-abababababab");
     let key = &e.job(&id).unwrap().idempotency_key;
     assert_eq!(key, "abababab-abab-4bab-abab-abababababab");
     e.set_identifier_source(Box::new(|_: &mut [u8; 16]| false));
-    let other = e.enqueue(post(1), 0).unwrap().id;
+    let other = e.enqueue(create(1), 0).unwrap().id;
     assert_ne!(other, id);
     assert_eq!(other.len(), 36);
 }
@@ -1832,7 +1756,7 @@ fn identifiers_come_from_the_given_source() {
 #[test]
 fn request_options_reach_the_request_and_are_checked_at_enqueue() {
     use sluice_shared::request_options::RequestOptions;
-    let mut e = engine_with(burst(budget(10, 1_000, 4)));
+    let mut e = engine_with(burst(budget(10, 1_000, 4)), 42);
     let omit = RequestOptions {
         credentials: Some("omit".into()),
         redirect: Some("error".into()),
@@ -1896,7 +1820,7 @@ fn request_options_reach_the_request_and_are_checked_at_enqueue() {
 fn a_finished_jobs_credentials_do_not_stay_at_rest() {
     let with_token = |n| JobSpec {
         headers: vec![("Authorization".into(), "Bearer s3cret".into())],
-        ..post(n)
+        ..create(n)
     };
     let config = EngineConfig {
         budgets: vec![burst(budget(10, 1_000, 4))],
@@ -1925,9 +1849,9 @@ fn a_finished_jobs_credentials_do_not_stay_at_rest() {
 /// said in `Server-Timing` or not; returns the start times. The held ones are the 2nd to the
 /// 5th: the first carries the CORS preflight, and its trip is not measured as one.
 fn starts_after_held_trips(hold_reported: bool) -> Vec<u64> {
-    let mut e = engine_with(budget(5, 1_000, 4));
+    let mut e = engine_with(budget(5, 1_000, 4), 42);
     for i in 0..80 {
-        e.enqueue(post(i), 0).unwrap();
+        e.enqueue(create(i), 0).unwrap();
     }
     let mut answers: Vec<(u64, String, bool)> = Vec::new();
     let mut starts = Vec::new();
@@ -1983,8 +1907,8 @@ fn a_hold_the_proxy_reports_is_not_taken_for_network_spread() {
 /// done the group's ETA is 0.
 #[test]
 fn a_groups_progress_counts_its_waiting_jobs_and_gives_an_eta() {
-    let mut e = engine_with(budget(10, 1_000, 4));
-    let specs: Vec<JobSpec> = (0..40).map(post).collect();
+    let mut e = engine_with(budget(10, 1_000, 4), 42);
+    let specs: Vec<JobSpec> = (0..40).map(create).collect();
     e.enqueue_many(specs, Some("import".into()), 0).unwrap();
     let sent = drain(&mut e, 0);
     let group = |e: &Engine, now| {

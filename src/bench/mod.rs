@@ -35,6 +35,7 @@ use crate::browser::load::{CpuSample, CpuUse};
 use crate::browser::{self, Error, Rig, RigOptions, Tab};
 
 mod bulk;
+pub mod ceiling;
 mod cold_start;
 mod latency;
 pub mod limiters;

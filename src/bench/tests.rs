@@ -23,3 +23,13 @@ fn quick_runs_are_smaller() {
     assert_eq!(full.bulk_jobs, 2_000);
     assert_eq!(full.many_jobs, 10_000);
 }
+
+#[test]
+fn a_spread_is_min_median_max_and_nan_when_empty() {
+    use super::ceiling::Spread;
+    let s = Spread::of(&[3.0, 1.0, 2.0]);
+    assert_eq!((s.min, s.median, s.max), (1.0, 2.0, 3.0));
+    let s = Spread::of(&[4.0, 1.0, 2.0, 3.0, f64::NAN]);
+    assert_eq!((s.min, s.median, s.max), (1.0, 2.5, 4.0));
+    assert!(Spread::of(&[]).median.is_nan());
+}

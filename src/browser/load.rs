@@ -14,6 +14,8 @@ pub struct CpuSample {
     busy: u64,
     /// Of which our own: this process and the browser's process group.
     ours: u64,
+    /// Of which the browser's process group alone.
+    browser: u64,
 }
 
 /// CPU use between two samples, as shares of the whole machine (1.0 = every core busy).
@@ -31,11 +33,21 @@ impl CpuSample {
     pub fn take(browser_group: Option<u32>) -> Option<CpuSample> {
         let at = Instant::now();
         let busy = machine_busy_ticks()?;
-        let mut ours = process_ticks("self").unwrap_or(0);
-        if let Some(group) = browser_group {
-            ours += group_ticks(group);
-        }
-        Some(CpuSample { at, busy, ours })
+        let browser = browser_group.map_or(0, group_ticks);
+        let ours = process_ticks("self").unwrap_or(0) + browser;
+        Some(CpuSample {
+            at,
+            busy,
+            ours,
+            browser,
+        })
+    }
+
+    /// CPU time the browser's processes spent from `self` to `later`, in ms (whole clock
+    /// ticks, 10 ms each on Linux: read it over runs of seconds).
+    pub fn browser_ms_until(&self, later: &CpuSample) -> Option<f64> {
+        let hz = clock_ticks_per_second()?;
+        Some(later.browser.saturating_sub(self.browser) as f64 / hz * 1000.0)
     }
 
     /// The use from `self` to `later`.

@@ -1,5 +1,5 @@
 //! `sluice bench`: its arguments, and its modes (the main bench, `--peers-only`, `--proxy`,
-//! `--limiters`) each saved as JSON and printed as a table.
+//! `--limiters`, `--ceiling`) each saved as JSON and printed as a table.
 
 use std::path::PathBuf;
 
@@ -46,6 +46,12 @@ pub(crate) struct BenchArgs {
     /// JSON to target/bench-limiters.json unless --out.
     #[arg(long, conflicts_with_all = ["proxy", "peers", "peers_only", "quick"])]
     pub(crate) limiters: bool,
+    /// Measure the worker's own ceiling instead: the API's limit lifted, Sluice against plain
+    /// fetch loops in the worker and the page at 16 and 32 in flight, alternating (10,000
+    /// POSTs a run, 3 rounds; 2,000 and 1 with --quick); JSON to target/bench-ceiling.json
+    /// unless --out. Needs a quiet machine: it measures CPU.
+    #[arg(long, conflicts_with_all = ["proxy", "peers", "peers_only", "limiters"])]
+    ceiling: bool,
     /// Runs of each client per limiter with --limiters (default 2).
     #[arg(long, requires = "limiters", value_parser = clap::value_parser!(u16).range(1..))]
     pub(crate) runs: Option<u16>,
@@ -66,6 +72,9 @@ pub(crate) async fn bench(args: BenchArgs) -> Result<(), MainError> {
     }
     if args.limiters {
         return bench_limiters(args).await;
+    }
+    if args.ceiling {
+        return bench_ceiling(args).await;
     }
     let options = BenchOptions {
         quick: args.quick,
@@ -156,6 +165,25 @@ async fn bench_limiters(args: BenchArgs) -> Result<(), MainError> {
         serde_json::to_string_pretty(&report),
         &table(&report),
         &bench_out(args.out, "target/bench-limiters.json"),
+    )
+}
+
+async fn bench_ceiling(args: BenchArgs) -> Result<(), MainError> {
+    use sluice::bench::ceiling::{run, table};
+    let options = sluice::bench::BenchOptions {
+        quick: args.quick,
+        chromium: args.chromium,
+        ..Default::default()
+    };
+    let report = run(&options, &|line| {
+        eprintln!("sluice bench --ceiling: {line}")
+    })
+    .await
+    .map_err(MainError::Bench)?;
+    save_report(
+        serde_json::to_string_pretty(&report),
+        &table(&report),
+        &bench_out(args.out, "target/bench-ceiling.json"),
     )
 }
 

@@ -42,7 +42,8 @@ pub(crate) struct SimulateArgs {
     interactive_share: f64,
     /// Run the fixed grid of conditions (5 seeds each) and print one table with each cell's
     /// target and verdict; writes JSON to --out (default target/simulate-matrix.json). Only
-    /// --algorithm, --interactive-share, --target-utilization and --save-ms apply to it.
+    /// --algorithm, --interactive-share, --target-utilization, --save-ms and --fixed-server
+    /// apply to it.
     #[arg(long)]
     matrix: bool,
     /// Requests in flight at once.
@@ -83,6 +84,11 @@ pub(crate) struct SimulateArgs {
     /// The first request's way there takes this much longer (its CORS preflight goes first).
     #[arg(long, default_value_t = 0)]
     first_extra_ms: u64,
+    /// The server counts fixed windows (a counter reset on multiples of each length, as
+    /// express-rate-limit and rate-limiter-flexible do) instead of sliding ones: what
+    /// --algorithm fixed-window is for.
+    #[arg(long)]
+    fixed_server: bool,
     /// Requests per second other callers spend from the same quota.
     #[arg(long, default_value_t = 0.0)]
     other_callers: f64,
@@ -142,7 +148,7 @@ enum SimHeaders {
 pub(crate) fn simulate(args: SimulateArgs) -> Result<(), MainError> {
     use sluice::simulate::{matrix_table, run, run_matrix, SimulateOptions};
     use sluice_shared::config::Algorithm;
-    use sluice_shared::sim::{HeaderStyle, RetryAfterForm as SimForm};
+    use sluice_shared::sim::{HeaderStyle, RetryAfterForm as SimForm, WindowCounting};
     let options = SimulateOptions {
         jobs: args.jobs,
         limit: args.limit,
@@ -185,6 +191,11 @@ pub(crate) fn simulate(args: SimulateArgs) -> Result<(), MainError> {
         slow_ms: args.slow_ms,
         no_burst: args.no_burst,
         first_extra_ms: args.first_extra_ms,
+        server_counting: if args.fixed_server {
+            WindowCounting::Fixed
+        } else {
+            WindowCounting::Sliding
+        },
         other_callers_per_s: args.other_callers,
         tokens_per_minute: args.tokens_per_minute,
         mean_tokens: args.mean_tokens,

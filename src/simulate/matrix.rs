@@ -16,11 +16,12 @@ pub struct MatrixCell {
 pub const MATRIX_SEEDS: std::ops::RangeInclusive<u64> = 1..=5;
 
 /// The grid: 2,000 jobs at 100 per second, K = 4, 30 ms round trip unless a cell says
-/// otherwise. From `base` only the algorithm, the interactive share, the target utilization
-/// and the save time carry over.
+/// otherwise. From `base` only the algorithm, the interactive share, the target utilization,
+/// the save time and how the server counts its windows carry over.
 pub fn matrix_cells(base: &SimulateOptions) -> Vec<MatrixCell> {
     let grid = SimulateOptions {
         algorithm: base.algorithm,
+        server_counting: base.server_counting,
         interactive_share: base.interactive_share,
         target_utilization: base.target_utilization,
         save_ms: base.save_ms,
@@ -220,6 +221,8 @@ pub struct CellResult {
 #[serde(rename_all = "camelCase")]
 pub struct MatrixReport {
     pub algorithm: Algorithm,
+    /// How the server counted its windows.
+    pub server_counting: WindowCounting,
     pub interactive_share: f64,
     pub seeds: Vec<u64>,
     pub elapsed_ms: u64,
@@ -370,6 +373,7 @@ pub fn run_matrix(base: &SimulateOptions) -> Result<MatrixReport, String> {
     let met = cells.iter().filter(|c| c.pass).count();
     Ok(MatrixReport {
         algorithm: base.algorithm,
+        server_counting: base.server_counting,
         interactive_share: base.interactive_share,
         seeds,
         elapsed_ms: started.elapsed().as_millis() as u64,
@@ -468,8 +472,12 @@ pub fn matrix_table(m: &MatrixReport) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "sluice simulate --matrix: algorithm {}, seeds {}..={}, medians over seeds",
+        "sluice simulate --matrix: algorithm {}, {} server, seeds {}..={}, medians over seeds",
         serde_json::to_value(m.algorithm)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_string))
+            .unwrap_or_default(),
+        serde_json::to_value(m.server_counting)
             .ok()
             .and_then(|v| v.as_str().map(str::to_string))
             .unwrap_or_default(),

@@ -12,7 +12,7 @@ use sluice_shared::config::{Algorithm, BudgetConfig, EngineConfig, RetryConfig, 
 use sluice_shared::job::Lane;
 use sluice_shared::random::Rng;
 use sluice_shared::sim::{
-    self, HeaderStyle, Report, RetryAfterForm, Scenario, ServerModel, WindowPeak,
+    self, HeaderStyle, Report, RetryAfterForm, Scenario, ServerModel, WindowCounting, WindowPeak,
 };
 use sluice_shared::sim_tokens::{token_jobs, tokens_resource};
 
@@ -48,6 +48,8 @@ pub struct SimulateOptions {
     pub no_burst: bool,
     /// The first request's way there is this much longer (`--first-extra-ms`: its preflight).
     pub first_extra_ms: u64,
+    /// How the server counts its windows (`--fixed-server`: fixed ones).
+    pub server_counting: WindowCounting,
     pub other_callers_per_s: f64,
     /// The limit the engine is told (defaults to the server's real one).
     pub configured_limit: Option<u32>,
@@ -88,6 +90,7 @@ impl Default for SimulateOptions {
             slow_ms: 2_000,
             no_burst: false,
             first_extra_ms: 0,
+            server_counting: WindowCounting::Sliding,
             other_callers_per_s: 0.0,
             configured_limit: None,
             configured_windows: None,
@@ -319,6 +322,7 @@ pub fn scenario(o: &SimulateOptions) -> Result<Scenario, String> {
             slow_ms: o.slow_ms,
             no_burst: o.no_burst,
             first_extra_ms: o.first_extra_ms,
+            counting: o.server_counting,
             other_callers_per_s: o.other_callers_per_s,
             tokens_per_minute: o.tokens_per_minute,
             ..ServerModel::default()

@@ -247,6 +247,7 @@ fn a_small_matrix_cell_runs_and_fills_every_column() {
 
     let m = MatrixReport {
         algorithm: Algorithm::SlidingLog,
+        server_counting: WindowCounting::Sliding,
         interactive_share: 0.0,
         seeds: vec![1, 2, 3],
         elapsed_ms: 0,
@@ -269,6 +270,7 @@ fn a_small_matrix_cell_runs_and_fills_every_column() {
         assert!(table.contains(column), "{column}: {table}");
     }
     assert!(table.contains("true limit, jitter 5"), "{table}");
+    assert!(table.contains("sliding server"), "{table}");
     assert!(table
         .lines()
         .last()
@@ -287,6 +289,35 @@ fn a_small_matrix_cell_runs_and_fills_every_column() {
         assert!(!cell[key].is_null(), "{key}: {cell}");
     }
     assert!(!cell["runs"][0]["againstBound"]["share"].is_null());
+}
+
+/// `--fixed-server` reaches the server of every matrix cell, and a fixed-window budget runs
+/// against it at the limit.
+#[test]
+fn a_fixed_server_carries_into_the_matrix_and_into_a_run() {
+    let base = SimulateOptions {
+        server_counting: WindowCounting::Fixed,
+        algorithm: Algorithm::FixedWindow,
+        ..SimulateOptions::default()
+    };
+    let cells = matrix_cells(&base);
+    assert!(cells
+        .iter()
+        .all(|c| c.options.server_counting == WindowCounting::Fixed));
+    let s = scenario(&base).unwrap();
+    assert_eq!(s.server.counting, WindowCounting::Fixed);
+    let r = run(&SimulateOptions {
+        jobs: 600,
+        limit: 20,
+        ..base
+    })
+    .unwrap();
+    assert_eq!(r.report.rate_limited, 0);
+    assert!(
+        r.report.share_of_limit >= 0.98,
+        "{}",
+        r.report.share_of_limit
+    );
 }
 
 #[test]

@@ -23,7 +23,7 @@
 
 use serde::{Deserialize, Serialize};
 use sluice_shared::json::{self, FromJson, Json};
-use sluice_shared::substring;
+use sluice_shared::scope::UrlText;
 use sluice_shared::{Algorithm, BudgetConfig, EngineConfig, Window};
 
 use crate::config_check::check_script_config;
@@ -177,7 +177,7 @@ pub fn resolve_engine_prefixes(config: &mut EngineConfig, origin: &str) {
     }
     // An entry naming another scheme stays as written, for validation to refuse.
     for entry in &mut config.allow {
-        if !substring::contains(entry, "://") {
+        if UrlText::split(entry).is_none() {
             *entry = resolve_prefix(entry, origin);
         }
     }

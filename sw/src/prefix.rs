@@ -2,6 +2,8 @@
 //! resolved against the worker's origin. Both the configuration's budgets and its interception
 //! routes take them, so the rule lives here, beneath both.
 
+use sluice_shared::scope::UrlText;
+
 /// `/api/` -> `http://host:port/api/`; absolute http(s) prefixes are kept as they are.
 pub fn resolve_prefix(prefix: &str, origin: &str) -> String {
     if is_absolute_http(prefix) {
@@ -17,8 +19,7 @@ pub fn resolve_prefix(prefix: &str, origin: &str) -> String {
 
 /// Whether a URL starts with `http://` or `https://` (any case), i.e. needs no resolution.
 pub fn is_absolute_http(url: &str) -> bool {
-    let lower = |n: usize| url.get(..n).map(str::to_ascii_lowercase);
-    lower(7).as_deref() == Some("http://") || lower(8).as_deref() == Some("https://")
+    UrlText::split(url).is_some_and(|text| text.default_port().is_some())
 }
 
 #[cfg(test)]

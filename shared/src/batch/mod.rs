@@ -18,8 +18,7 @@ pub mod shapes;
 use serde::{Deserialize, Serialize};
 
 use crate::json::{FromJson, ToJson};
-use crate::scope::Target;
-use crate::substring;
+use crate::scope::{Target, UrlText};
 use crate::time::DurationMs;
 
 /// How a batch endpoint takes its items and answers for them.
@@ -180,12 +179,8 @@ impl BatchRule {
             {
                 return None;
             }
-            // The parsed path, from the text, so `:id` is kept as written.
-            let after_scheme = substring::find(&self.url, "://").map_or(0, |i| i + 3);
-            let start = self.url[after_scheme..]
-                .find('/')
-                .map_or(self.url.len(), |i| after_scheme + i);
-            &self.url[start..]
+            // The pattern's path as written, so its `:id` segments are kept.
+            UrlText::split(&self.url)?.rest
         };
         let wanted: Vec<&str> = pattern_path.split('/').collect();
         let given: Vec<&str> = job.path.split('/').collect();
@@ -209,27 +204,12 @@ impl BatchRule {
         if !self.endpoint.starts_with('/') {
             return Some(self.endpoint.clone());
         }
-        let job = Target::parse(job_url).ok()?;
-        Some(format!(
-            "{}{}",
-            origin_as_written(job_url, &job),
-            self.endpoint
-        ))
-    }
-}
-
-/// `scheme://host[:port]` of `url` as the page wrote it (not `Target::origin`, which always
-/// writes the port): the batch goes to the same origin, spelled the same way.
-fn origin_as_written(url: &str, target: &Target) -> String {
-    let after_scheme = substring::find(url, "://").map_or(0, |i| i + 3);
-    let end = url[after_scheme..]
-        .find(['/', '?', '#'])
-        .map_or(url.len(), |i| after_scheme + i);
-    let written = &url[..end];
-    if written.is_empty() {
-        target.origin()
-    } else {
-        written.to_string()
+        // Only a URL the worker can send to has a batch endpoint.
+        Target::parse(job_url).ok()?;
+        // The origin as the page wrote it (not `Target::origin`, which always writes the
+        // port): the batch goes to the same origin, spelled the same way.
+        let origin = UrlText::split(job_url)?.origin;
+        Some(format!("{origin}{}", self.endpoint))
     }
 }
 

@@ -2,6 +2,7 @@
 //! and options, and where it may go (what the worker script allows, then its budget).
 
 use super::*;
+use crate::scope::UrlText;
 
 impl Engine {
     /// Checks `spec` against the configuration, before anything of it is kept: refuses
@@ -110,11 +111,8 @@ pub fn validate_url(url: &str) -> Result<(), EngineError> {
     if url.len() > 16_384 {
         return Err(invalid("longer than 16,384 characters"));
     }
-    let rest = if let Some(r) = url.strip_prefix("https://") {
-        r
-    } else if let Some(r) = url.strip_prefix("http://") {
-        r
-    } else {
+    // The scheme as written, lower case (`new URL(..).href` writes it so).
+    let Some(text) = UrlText::split(url).filter(|t| matches!(t.scheme, "http" | "https")) else {
         return Err(invalid(
             "only absolute http:// and https:// URLs can be sent",
         ));
@@ -122,8 +120,7 @@ pub fn validate_url(url: &str) -> Result<(), EngineError> {
     if url.chars().any(|c| c.is_whitespace() || c.is_control()) {
         return Err(invalid("contains spaces or control characters"));
     }
-    let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
-    let host = authority.rsplit('@').next().unwrap_or("");
+    let host = text.authority.rsplit('@').next().unwrap_or("");
     if host.is_empty() || host.starts_with(':') {
         return Err(invalid("has no host"));
     }

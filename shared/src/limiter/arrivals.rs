@@ -81,7 +81,7 @@ impl Limiter {
             .meters
             .iter()
             .zip(&self.windows)
-            .map(|(m, w)| m.length.saturating_sub(w.length_ms))
+            .map(|(m, w)| self.spread_length(m).saturating_sub(w.length_ms))
             .min()
             .unwrap_or(0);
         let to = latest.saturating_sub(margin);

@@ -5,8 +5,12 @@
 //! just after it put `2 * limit` starts in one sliding window; that is fine for a server that
 //! counts the same fixed windows, and the reason it is not the default.
 //!
-//! Its margin comes out of the count, not the length: the boundaries must stay on the server's
-//! grid (the limiter's module docs, under "Margins", say why).
+//! Its margin cannot stretch the length: the boundaries must stay on the server's grid (the
+//! limiter's module docs, under "Margins", say why). Paced, it is kept in time instead: the
+//! pacing grid spreads the limit over the length plus the margin, and the limit holds in any
+//! span that long (`Limiter::fixed_spread_earliest`), while each fixed window keeps its whole
+//! count. It once came out of the count, which on 20 a second with a margin of 10 ms allowed
+//! 19 a window: 0.95 of the limit, where the time costs 1%.
 
 use std::collections::VecDeque;
 
@@ -166,7 +170,46 @@ mod tests {
         assert_eq!(lim, before);
     }
 
+    #[test]
+    fn a_paced_fixed_window_keeps_its_margin_in_time_and_its_whole_count() {
+        let mut lim = limiter(Algorithm::FixedWindow, &[w(20, 1000)], 1.0);
+        lim.set_pacing(true);
+        let _ = lim.set_margin(20);
+        let starts = greedy_until(&mut lim, T0, T0 + 10_200);
+        // 20 per 1,020 ms: 200 starts in 10.2 s (0.98 of the limit), where the margin taken
+        // from the count allowed 19 a window (0.95).
+        assert_eq!(starts.len(), 200);
+        assert!(max_in_any_window(&starts, 1020) <= 20);
+        // A start late by three intervals is made up, but never past 20 in 1,020 ms.
+        let mut late = starts.clone();
+        let mut at = T0 + 10_200 + 3 * 51;
+        for _ in 0..40 {
+            at = lim.next_start_at(at);
+            lim.record_start(at);
+            late.push(at);
+        }
+        assert!(late[200..].windows(2).any(|p| p[1] - p[0] < 51), "{late:?}");
+        assert!(max_in_any_window(&late, 1020) <= 20, "{late:?}");
+    }
+
     proptest! {
+        #[test]
+        fn paced_fixed_windows_hold_their_limit_in_a_window_plus_the_margin(
+            windows in windows_strategy(1..=5000),
+            u in utilization_strategy(),
+            margin in 0u64..50,
+            ops in plain_ops(),
+        ) {
+            let mut lim = limiter(Algorithm::FixedWindow, &windows, u);
+            lim.set_pacing(true);
+            let _ = lim.set_margin(margin);
+            let starts = play(&mut lim, 0, &ops, true).starts;
+            for window in &windows {
+                let most = max_in_any_window(&starts, window.length_ms + margin);
+                prop_assert!(most <= shrink(window.limit, u) as usize);
+            }
+        }
+
         #[test]
         fn fixed_windows_never_exceed_the_limit_per_window(
             windows in windows_strategy(1..=5000),

@@ -9,25 +9,23 @@ use crate::sim_tokens::TokenServer;
 use crate::time::{DurationMs, Millis};
 
 /// The headers `style` writes of the server's windows as they stand after an arrival at `now`
-/// (`logs[i]`: the arrivals window `i` counts), the server's clock reading `server_clock`.
+/// (`logs[i]`: the arrivals window `i` counts, which all leave it in `resets_ms[i]`), the
+/// server's clock reading `server_clock`.
 pub(super) fn rate_limit_headers(
     style: HeaderStyle,
     windows: &[Window],
     logs: &[VecDeque<Millis>],
+    resets_ms: &[DurationMs],
     now: Millis,
     server_clock: i64,
     tokens: Option<&mut TokenServer>,
 ) -> Vec<(String, String)> {
-    // (window, remaining, milliseconds until the oldest arrival leaves it).
+    // (window, remaining, milliseconds until what it counts has left it).
     let states_ms: Vec<(Window, u32, DurationMs)> = logs
         .iter()
         .zip(windows)
-        .map(|(log, w)| {
-            let reset = log
-                .front()
-                .map_or(0, |&t| (t + w.length_ms).saturating_sub(now));
-            (*w, w.limit.saturating_sub(log.len() as u32), reset)
-        })
+        .zip(resets_ms)
+        .map(|((log, w), &reset)| (*w, w.limit.saturating_sub(log.len() as u32), reset))
         .collect();
     // The same in whole seconds, rounded up, as the older headers and the IETF draft write it.
     let states: Vec<(Window, u32, u64)> = states_ms

@@ -1,7 +1,7 @@
 //! A deterministic simulation of the engine against a strict server.
 //!
 //! This is how the engine's promises are proven: a fake clock, a server that counts arrivals
-//! in an exact sliding window and answers 429 the moment a request would exceed it, network
+//! in an exact sliding window (or, as configured, in fixed windows) and answers 429 the moment a request would exceed it, network
 //! latency with jitter between our start and the server's count, an idempotency store that
 //! counts applied creates, injected 5xx and "applied, then the response was lost" timeouts,
 //! other callers spending the same quota, and rebuilds of the engine from its saved state at
@@ -29,7 +29,7 @@ mod server;
 mod simulation;
 
 pub use report::{ideal_time, ideal_time_windows, max_in_window, Report, WindowPeak};
-pub use server::{HeaderStyle, RetryAfterForm, ServerModel};
+pub use server::{HeaderStyle, RetryAfterForm, ServerModel, WindowCounting};
 
 use simulation::Simulation;
 

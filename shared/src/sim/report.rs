@@ -32,9 +32,10 @@ pub struct Report {
     pub rate_limited: u64,
     pub rate_limited_per_1000: f64,
     /// The most of our arrivals the server counted in any window of its length (the first
-    /// window's; see `per_window` for all of them).
+    /// window's; see `per_window` for all of them). A server counting fixed windows: in any
+    /// one of them.
     pub max_arrivals_in_window: u32,
-    /// The most of our starts in any window of the limit's length.
+    /// The most of our starts in any window of the limit's length (fixed: in any one).
     pub max_starts_in_window: u32,
     /// The same two figures for every window the server enforces, in `ServerModel::windows`
     /// order.

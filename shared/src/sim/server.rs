@@ -1,7 +1,8 @@
-//! The strict server: it counts arrivals in exact sliding windows (and, as configured, in a
-//! leaky bucket and in tokens a minute), refuses with a 429 the moment an arrival would exceed
-//! any of them, and keeps an idempotency store that counts applied creates. Strict on purpose:
-//! a real API may let a burst slip through, and the simulator must show every one.
+//! The strict server: it counts arrivals in exact sliding windows (or, as configured, in fixed
+//! windows, and in a leaky bucket and in tokens a minute), refuses with a 429 the moment an
+//! arrival would exceed any of them, and keeps an idempotency store that counts applied
+//! creates. Strict on purpose: a real API may let a burst slip through, and the simulator must
+//! show every one.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 
@@ -44,6 +45,20 @@ pub enum HeaderStyle {
     /// `-Daily-Remaining` for a window of a day where the server enforces one, `-Secondly` and
     /// `-Secondly-Remaining` for one of a second that is not the first.
     IntervalDaily,
+}
+
+/// How the simulated server counts each of its windows.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum WindowCounting {
+    /// Every placement of the window: an arrival is forgotten one window after it came. The
+    /// strictest a server can count, and what a server of unknown algorithm is taken for.
+    #[default]
+    Sliding,
+    /// A counter per window on multiples of its length on the server's clock, reset at each
+    /// boundary (express-rate-limit's and rate-limiter-flexible's memory stores): what a
+    /// budget's `algorithm: 'fixed-window'` is for.
+    Fixed,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -89,6 +104,9 @@ pub struct ServerModel {
     pub first_extra_ms: DurationMs,
     /// How far the client's clock runs ahead of the server's.
     pub client_clock_ahead_ms: i64,
+    /// Sliding windows (the default) or fixed ones, for every window the server enforces.
+    #[serde(default)]
+    pub counting: WindowCounting,
     /// Further windows the server enforces together with `limit` per `window_ms` (10 per second
     /// AND 3,000 per hour): an arrival is refused when any of them is full.
     #[serde(default)]
@@ -131,6 +149,7 @@ impl Default for ServerModel {
             burst: 0,
             first_extra_ms: 0,
             client_clock_ahead_ms: 0,
+            counting: WindowCounting::Sliding,
             extra_windows: vec![],
             tokens_per_minute: None,
         }
@@ -212,10 +231,12 @@ impl<'a> StrictServer<'a> {
                 self.handle(req, rng, report, headers)
             }
         };
+        let resets = self.resets_in(now);
         response.headers.extend(rate_limit_headers(
             self.model.headers,
             &self.windows,
             &self.logs,
+            &resets,
             now,
             server_clock,
             self.tokens.as_mut(),
@@ -223,24 +244,66 @@ impl<'a> StrictServer<'a> {
         (!lost).then_some(response)
     }
 
+    /// Drops the arrivals a window no longer counts: a sliding window those a window old, a
+    /// fixed one those before its current window began.
     fn forget_old_arrivals(&mut self, now: Millis) {
-        for (log, w) in self.logs.iter_mut().zip(&self.windows) {
-            while log.front().is_some_and(|&t| t + w.length_ms <= now) {
+        let counting = self.model.counting;
+        let starts: Vec<Millis> = self
+            .windows
+            .iter()
+            .map(|w| now - self.into_fixed_window(now, w))
+            .collect();
+        for ((log, w), begin) in self.logs.iter_mut().zip(&self.windows).zip(starts) {
+            let gone = |t: Millis| match counting {
+                WindowCounting::Sliding => t + w.length_ms <= now,
+                WindowCounting::Fixed => t < begin,
+            };
+            while log.front().is_some_and(|&t| gone(t)) {
                 log.pop_front();
             }
         }
+    }
+
+    /// How far `now` is into its fixed window of `w`, whose boundaries fall on multiples of the
+    /// length on the server's clock.
+    fn into_fixed_window(&self, now: Millis, w: &Window) -> DurationMs {
+        let server_clock = now as i64 - self.model.client_clock_ahead_ms;
+        let into = server_clock.rem_euclid(w.length_ms.max(1) as i64) as DurationMs;
+        into.min(now)
+    }
+
+    /// Per window, how long until the count it holds now has left it: until its oldest arrival
+    /// is a window old (sliding), or until its next boundary (fixed).
+    fn resets_in(&self, now: Millis) -> Vec<DurationMs> {
+        self.logs
+            .iter()
+            .zip(&self.windows)
+            .map(|(log, w)| match self.model.counting {
+                WindowCounting::Sliding => log
+                    .front()
+                    .map_or(0, |&t| (t + w.length_ms).saturating_sub(now)),
+                WindowCounting::Fixed => w.length_ms - self.into_fixed_window(now, w),
+            })
+            .collect()
     }
 
     /// How long until an arrival now would fit, `None` when it fits now: the longest of the
     /// waits for each sliding window, for the leaky bucket and for tokens.
     fn wait_for_room(&mut self, now: Millis, tokens: u64) -> Option<DurationMs> {
         // Until each window has room again: when the arrival that leaves it one below
-        // its limit drops out (others may have filled it past the limit).
-        let room_in = |log: &VecDeque<Millis>, w: &Window| {
+        // its limit drops out (others may have filled it past the limit), or, counted in fixed
+        // windows, at the next boundary.
+        let counting = self.model.counting;
+        let room_in = |(log, w): (&VecDeque<Millis>, &Window), reset: DurationMs| {
             let over_by = log.len().checked_sub(w.limit as usize)?;
-            log.get(over_by)
-                .map(|&t| (t + w.length_ms).saturating_sub(now))
+            match counting {
+                WindowCounting::Sliding => log
+                    .get(over_by)
+                    .map(|&t| (t + w.length_ms).saturating_sub(now)),
+                WindowCounting::Fixed => Some(reset),
+            }
         };
+        let resets = self.resets_in(now);
         let interval = self.interval();
         let tolerance = interval * u64::from(self.model.burst);
         let too_soon = self
@@ -254,8 +317,9 @@ impl<'a> StrictServer<'a> {
         self.logs
             .iter()
             .zip(&self.windows)
+            .zip(resets)
             .filter(|_| !leaky_only)
-            .filter_map(|(log, w)| room_in(log, w))
+            .filter_map(|(window, reset)| room_in(window, reset))
             .chain(too_soon)
             .chain(no_tokens)
             .max()
@@ -376,16 +440,30 @@ impl<'a> StrictServer<'a> {
         &self.windows
     }
 
-    /// Per window, the most of our arrivals, attempts and `starts` in any placement of it.
+    /// Per window, the most of our arrivals, attempts and `starts` in any placement of it, or,
+    /// counted in fixed windows, in any one of them (two of them may hold twice the limit
+    /// across a boundary, which such a server allows).
     pub(super) fn peaks(&self, starts: &[Millis]) -> Vec<WindowPeak> {
+        let most = |times: &[Millis], w: &Window| match self.model.counting {
+            WindowCounting::Sliding => max_in_window(times, w.length_ms),
+            WindowCounting::Fixed => {
+                let mut per_window: HashMap<i64, u32> = HashMap::new();
+                for &t in times {
+                    let server_clock = t as i64 - self.model.client_clock_ahead_ms;
+                    let window = server_clock.div_euclid(w.length_ms.max(1) as i64);
+                    *per_window.entry(window).or_insert(0) += 1;
+                }
+                per_window.values().copied().max().unwrap_or(0)
+            }
+        };
         self.windows
             .iter()
             .map(|w| WindowPeak {
                 limit: w.limit,
                 length_ms: w.length_ms,
-                max_arrivals: max_in_window(&self.our_arrivals, w.length_ms),
-                max_attempts: max_in_window(&self.our_attempts, w.length_ms),
-                max_starts: max_in_window(starts, w.length_ms),
+                max_arrivals: most(&self.our_arrivals, w),
+                max_attempts: most(&self.our_attempts, w),
+                max_starts: most(starts, w),
             })
             .collect()
     }
