@@ -190,10 +190,7 @@ impl Engine {
             None => "its jobs' own credentials",
         };
         let from = match current {
-            Some(c) if c.from_script => {
-                "from the worker script's function (asked again when a page or a sync wakes \
-                 the worker) or a page (setCredentials)"
-            }
+            Some(c) if c.from_script => "from it or a page (setCredentials)",
             _ => "from a page (setCredentials)",
         };
         let reason = format!(
