@@ -100,10 +100,15 @@ impl<'v, 'a> Fields<'v, 'a> {
 
     /// A present field's value. One body per type for both readers above.
     fn read<T: FromJson>(&mut self, v: &Json) -> T {
-        T::from_json(v).unwrap_or_else(|e| {
-            self.fail(e);
-            T::placeholder()
-        })
+        match T::from_json(v) {
+            Ok(value) => value,
+            Err(e) => {
+                // The first error is kept; reading stops at it (see `lookup`), so there is none
+                // yet here.
+                self.error = Some(e);
+                T::placeholder()
+            }
+        }
     }
 
     /// serde's `deny_unknown_fields`: a member not named in `known` fails the reading.
