@@ -72,7 +72,8 @@ pub fn take_function(config: &JsValue) -> Result<(), String> {
 
 /// Whether the worker script gave a function.
 pub fn has_function() -> bool {
-    function().is_some()
+    // Asked before every send: a look, not a copy of the function's handle.
+    FUNCTION.with(|f| f.borrow().is_some())
 }
 
 /// What the function gives for `budget`, within `timeout_ms`: an object of header names and
