@@ -328,13 +328,13 @@ fn supplied_turn(
         assert!(e
             .on_credentials_supplied(&t.job_id, supplied.clone(), now)
             .unwrap());
-        let headers = sluice_shared::job::headers_set_over(&t.headers, &supplied);
-        let token = headers
-            .iter()
-            .find(|(n, _)| n.eq_ignore_ascii_case("authorization"))
-            .map(|(_, v)| v.clone())
-            .unwrap_or_default();
-        sent_with.push((t.job_id.clone(), token.clone()));
+        // What the worker sends: the function's headers set over the request's.
+        let sent = Transmit {
+            headers: sluice_shared::job::headers_set_over(&t.headers, &supplied),
+            ..t
+        };
+        let token = authorization(&sent);
+        sent_with.push((sent.job_id.clone(), token.clone()));
         let status = if token == format!("Bearer {server_takes}") {
             201
         } else {
@@ -342,7 +342,7 @@ fn supplied_turn(
             401
         };
         e.on_response(
-            &t.job_id,
+            &sent.job_id,
             Response {
                 status,
                 headers: vec![],

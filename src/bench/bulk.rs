@@ -85,15 +85,7 @@ pub(super) async fn plain_rate(rig: &Rig, jobs: usize, latency_ms: u64) -> Resul
         .set_config(unlimited)
         .map_err(|e| Error::Server(e.to_string()))?;
     rig.api.reset();
-    let n = jobs.min(PLAIN_LOOP_REQUESTS);
-    let loop_js = format!(
-        "(async () => {{ let i = 0; const one = async () => {{ while (i < {n}) {{ i += 1; \
-         const r = await fetch('{origin}/api/contacts', {{ method: 'POST', headers: \
-         {{ 'content-type': 'application/json', 'idempotency-key': 'plain-' + i }}, \
-         body: JSON.stringify({{ name: 'plain ' + i }}) }}); await r.text(); }} }}; \
-         await Promise.all(Array.from({{ length: {CONCURRENCY} }}, one)); return i; }})()",
-        origin = rig.api_origin
-    );
+    let loop_js = plain_loop_js(&rig.api_origin, jobs.min(PLAIN_LOOP_REQUESTS), CONCURRENCY);
     let ran = rig
         .browser
         .eval_in_worker(&loop_js, Duration::from_secs(120))
@@ -106,6 +98,19 @@ pub(super) async fn plain_rate(rig: &Rig, jobs: usize, latency_ms: u64) -> Resul
     let arrivals = rig.api.arrivals();
     let finish_s = finish_time_s(&arrivals, latency_ms)?;
     Ok(arrivals.len() as f64 / finish_s)
+}
+
+/// `in_flight` loops that together POST `n` creates to `origin`, each reading its answer
+/// before the next: an async expression that resolves to `n`. Run in the worker (its own path
+/// to the network) or in the page.
+pub(super) fn plain_loop_js(origin: &str, n: usize, in_flight: u32) -> String {
+    format!(
+        "(async () => {{ let i = 0; const one = async () => {{ while (i < {n}) {{ i += 1; \
+         const r = await fetch('{origin}/api/contacts', {{ method: 'POST', headers: \
+         {{ 'content-type': 'application/json', 'idempotency-key': 'plain-' + i }}, \
+         body: JSON.stringify({{ name: 'plain ' + i }}) }}); await r.text(); }} }}; \
+         await Promise.all(Array.from({{ length: {in_flight} }}, one)); return i; }})()"
+    )
 }
 
 /// From the first arrival to the last one's response (its latency after it), in seconds.

@@ -14,6 +14,8 @@
 //! browser's CPU per request (all its processes). The targets compare Sluice with the plain
 //! loop in the worker measured in the same sitting.
 
+use super::bulk::plain_loop_js;
+use super::peers::Spread;
 use super::*;
 
 /// The API's latency in every run.
@@ -81,35 +83,6 @@ pub struct CeilingRun {
     pub browser_cpu_ms_per_request: Option<f64>,
     /// How busy the rest of the machine was meanwhile.
     pub cpu: Option<CpuUse>,
-}
-
-/// Smallest, median and largest of a figure over the rounds.
-#[derive(Clone, Copy, Debug, Serialize)]
-pub struct Spread {
-    pub min: f64,
-    pub median: f64,
-    pub max: f64,
-}
-
-impl Spread {
-    /// `NaN`s throughout when there is nothing to summarize.
-    pub fn of(values: &[f64]) -> Spread {
-        let mut v: Vec<f64> = values.iter().copied().filter(|x| x.is_finite()).collect();
-        v.sort_by(f64::total_cmp);
-        let (Some(&min), Some(&max)) = (v.first(), v.last()) else {
-            return Spread {
-                min: f64::NAN,
-                median: f64::NAN,
-                max: f64::NAN,
-            };
-        };
-        let median = if v.len() % 2 == 1 {
-            v[v.len() / 2]
-        } else {
-            (v[v.len() / 2 - 1] + v[v.len() / 2]) / 2.0
-        };
-        Spread { min, median, max }
-    }
 }
 
 /// One client at one concurrency, over the rounds.
@@ -256,18 +229,6 @@ async fn run_one(
             _ => None,
         },
     })
-}
-
-/// `in_flight` loops that together POST `n` creates to `origin`, each reading its answer
-/// before the next: an async expression that resolves to `n`.
-fn plain_loop_js(origin: &str, n: usize, in_flight: u32) -> String {
-    format!(
-        "(async () => {{ let i = 0; const one = async () => {{ while (i < {n}) {{ i += 1; \
-         const r = await fetch('{origin}/api/contacts', {{ method: 'POST', headers: \
-         {{ 'content-type': 'application/json', 'idempotency-key': 'plain-' + i }}, \
-         body: JSON.stringify({{ name: 'plain ' + i }}) }}); await r.text(); }} }}; \
-         await Promise.all(Array.from({{ length: {in_flight} }}, one)); return i; }})()"
-    )
 }
 
 fn summarize(runs: &[CeilingRun], in_flight: &[u32]) -> Vec<CeilingSummary> {

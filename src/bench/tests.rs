@@ -26,7 +26,7 @@ fn quick_runs_are_smaller() {
 
 #[test]
 fn a_spread_is_min_median_max_and_nan_when_empty() {
-    use super::ceiling::Spread;
+    use super::peers::Spread;
     let s = Spread::of(&[3.0, 1.0, 2.0]);
     assert_eq!((s.min, s.median, s.max), (1.0, 2.0, 3.0));
     let s = Spread::of(&[4.0, 1.0, 2.0, 3.0, f64::NAN]);

@@ -32,6 +32,20 @@ function tokenStore(mode, write) {
 }
 "#;
 
+/// Once 8 creates are applied, the API takes only `t2`: the token the jobs went with expired.
+async fn expire_the_token_after_eight_creates(h: &Harness) {
+    h.wait_until("8 creates applied", Duration::from_secs(20), || {
+        h.api.stats().contacts >= 8
+    })
+    .await;
+    h.api
+        .update_config(&ConfigPatch {
+            bearer: Some("t2".into()),
+            ..Default::default()
+        })
+        .expect("a new token");
+}
+
 /// Serves the package under `/sluice/` and a worker script declaring budget `api` (20 a
 /// second, 4 in flight, the API's `/api/`) and `credentials`, then opens the test page
 /// with it as its worker, keep-alives every second.
@@ -90,16 +104,7 @@ e2e!(
             "#,
         )
         .await;
-        h.wait_until("8 creates applied", Duration::from_secs(20), || {
-            h.api.stats().contacts >= 8
-        })
-        .await;
-        h.api
-            .update_config(&ConfigPatch {
-                bearer: Some("t2".into()),
-                ..Default::default()
-            })
-            .expect("a new token");
+        expire_the_token_after_eight_creates(h).await;
         let waiting: Value = tab
             .eval(
                 r#"
@@ -233,16 +238,7 @@ e2e!(
             "#,
         )
         .await;
-        h.wait_until("8 creates applied", Duration::from_secs(20), || {
-            h.api.stats().contacts >= 8
-        })
-        .await;
-        h.api
-            .update_config(&ConfigPatch {
-                bearer: Some("t2".into()),
-                ..Default::default()
-            })
-            .expect("a new token");
+        expire_the_token_after_eight_creates(h).await;
         let waiting: Value = tab
             .eval(
                 r#"
