@@ -17,6 +17,7 @@
 use super::bulk::plain_loop_js;
 use super::peers::Spread;
 use super::*;
+use crate::browser::profile::{self_times, ProfiledThread};
 
 /// The API's latency in every run.
 const LATENCY_MS: u64 = 5;
@@ -124,7 +125,8 @@ pub async fn run(
                     round + 1,
                     client.name()
                 ));
-                let run = run_one(options, client, in_flight, sizes.requests, round).await?;
+                let run =
+                    run_one(options, client, in_flight, sizes.requests, round, progress).await?;
                 progress(&format!(
                     "  {:.0}/s, {} ms of browser CPU per request",
                     run.rate_per_s,
@@ -153,6 +155,7 @@ async fn run_one(
     in_flight: u32,
     requests: usize,
     round: usize,
+    progress: &dyn Fn(&str),
 ) -> Result<CeilingRun, Error> {
     let api = ApiConfig {
         limit: u32::MAX,
@@ -175,6 +178,10 @@ async fn run_one(
         tab.eval(&bulk_jobs_js(requests, "ceiling", &origin))
             .await?;
     }
+    let profiled = match options.profile_dir {
+        Some(_) => rig.browser.start_profiles().await?,
+        None => Vec::new(),
+    };
     let before = rig.browser.cpu_sample();
     match client {
         Client::Sluice | Client::SluiceUnpaced => {
@@ -210,6 +217,18 @@ async fn run_one(
         }
     }
     let after = rig.browser.cpu_sample();
+    if let Some(dir) = &options.profile_dir {
+        save_profiles(
+            &rig.browser,
+            &profiled,
+            dir,
+            client,
+            in_flight,
+            round,
+            progress,
+        )
+        .await?;
+    }
     let arrivals = rig.api.arrivals();
     let finish_s = finish_time_s(&arrivals, LATENCY_MS)?;
     let browser_ms = match (&before, &after) {
@@ -229,6 +248,44 @@ async fn run_one(
             _ => None,
         },
     })
+}
+
+/// Saves each profiled thread's profile as `<client>-<in flight>-<round>-<thread><n>.cpuprofile`
+/// in `dir` and prints its functions with the most self time.
+async fn save_profiles(
+    browser: &crate::browser::Browser,
+    threads: &[ProfiledThread],
+    dir: &std::path::Path,
+    client: Client,
+    in_flight: u32,
+    round: usize,
+    progress: &dyn Fn(&str),
+) -> Result<(), Error> {
+    let client = serde_json::to_value(client)
+        .ok()
+        .and_then(|v| v.as_str().map(String::from))
+        .unwrap_or_default();
+    for (i, thread) in threads.iter().enumerate() {
+        let profile = browser.stop_profile(thread).await?;
+        // Numbered: a browser may have more than one page (the driver's blank one).
+        let file = dir.join(format!(
+            "{client}-{in_flight}-{}-{}{i}.cpuprofile",
+            round + 1,
+            thread.label
+        ));
+        std::fs::create_dir_all(dir)
+            .and_then(|()| std::fs::write(&file, profile.to_string()))
+            .map_err(|e| Error::Server(format!("saving {}: {e}", file.display())))?;
+        progress(&format!(
+            "  the {} thread, self time ({}):",
+            thread.label,
+            file.display()
+        ));
+        for t in self_times(&profile, 25) {
+            progress(&format!("  {:9.1} ms  {}", t.ms, t.function));
+        }
+    }
+    Ok(())
 }
 
 fn summarize(runs: &[CeilingRun], in_flight: &[u32]) -> Vec<CeilingSummary> {

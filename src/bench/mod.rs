@@ -63,6 +63,9 @@ pub struct BenchOptions {
     pub peers: bool,
     /// What the peer comparison runs: sizes and where the peers are installed.
     pub peer_options: peers::PeerOptions,
+    /// `--ceiling`: save a CPU profile of the worker's thread for each run in this folder and
+    /// print where its time went.
+    pub profile_dir: Option<PathBuf>,
 }
 
 /// Why the bench could not run.

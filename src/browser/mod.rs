@@ -12,6 +12,7 @@
 
 pub mod cdp;
 pub mod load;
+pub mod profile;
 mod tab;
 
 use std::net::SocketAddr;

@@ -52,6 +52,13 @@ pub(crate) struct BenchArgs {
     /// unless --out. Needs a quiet machine: it measures CPU.
     #[arg(long, conflicts_with_all = ["proxy", "peers", "peers_only", "limiters"])]
     ceiling: bool,
+    /// With --ceiling: save CPU profiles of the worker's thread and the pages' in this folder
+    /// for every run (`<client>-<in flight>-<round>-<thread>.cpuprofile`, for DevTools or
+    /// speedscope) and print the functions with the most self time. Function names of the
+    /// wasm need a build with SLUICE_WASM_NAMES=1. Profiling slows the runs: their figures
+    /// are not the bench's.
+    #[arg(long, requires = "ceiling")]
+    profile: Option<PathBuf>,
     /// Runs of each client per limiter with --limiters (default 2).
     #[arg(long, requires = "limiters", value_parser = clap::value_parser!(u16).range(1..))]
     pub(crate) runs: Option<u16>,
@@ -85,6 +92,7 @@ pub(crate) async fn bench(args: BenchArgs) -> Result<(), MainError> {
             jobs: args.peer_jobs.map(|n| n as usize),
             dir: args.peers_dir,
         },
+        profile_dir: None,
     };
     let progress = |line: &str| eprintln!("sluice bench: {line}");
     let (json, text) = if args.peers_only {
@@ -173,6 +181,7 @@ async fn bench_ceiling(args: BenchArgs) -> Result<(), MainError> {
     let options = sluice::bench::BenchOptions {
         quick: args.quick,
         chromium: args.chromium,
+        profile_dir: args.profile,
         ..Default::default()
     };
     let report = run(&options, &|line| {

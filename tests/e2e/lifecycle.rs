@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use serde_json::Value;
+use sluice::api::ApiConfig;
 use sluice_shared::config::{BudgetConfig, EngineConfig, Window};
 use sluice_shared::engine::Engine;
 use sluice_shared::job::{JobKind, JobSpec, Lane};
@@ -11,7 +12,7 @@ use sluice_shared::random::Rng;
 
 use crate::e2e;
 use crate::support::js::{enqueue_group as enqueue_group_js, settle_group as settle_group_js};
-use crate::support::{BrowserHarness, PageScript};
+use crate::support::{BrowserHarness, Options, PageScript};
 
 e2e!(a_stopped_worker_resumes_the_queue_from_storage, 90, |h| {
     let tab = h.open_e2e_with("keepAliveMs=300").await;
@@ -553,5 +554,96 @@ e2e!(
             .await;
         assert_eq!(db["version"], 4, "{db}");
         assert_eq!(db["indexes"], serde_json::json!(["state_seq"]), "{db}");
+    }
+);
+
+e2e!(
+    /// Issue 40: a large `enqueueMany` is saved as one journal record, then written one job per
+    /// record, eight jobs a save, outcomes counted first. Where the worker itself is the limit
+    /// (the API's limit lifted, 5 ms round trips, 32 in flight: several outcomes a save),
+    /// counted at IndexedDB's `put` in the worker, 2,000 creates make at most 1.5 puts a job
+    /// into `jobs` (before, 2.0: nearly every job was written from the journal just before it
+    /// went out, and again with its outcome). The journal entry is gone once all are done,
+    /// and a worker stopped then starts from the per-job records: every job still done, none
+    /// sent again.
+    a_bulk_send_at_the_workers_own_limit_writes_each_job_about_once,
+    90,
+    // Alone: how many outcomes a save carries depends on the rate the machine allows.
+    Options::api(ApiConfig {
+        limit: u32::MAX,
+        latency_ms: 5,
+        seed: Some(1),
+        ..ApiConfig::default()
+    })
+    .exclusive(),
+    |h| {
+        const JOBS: usize = 2_000;
+        let tab = h.open_e2e_with("keepAliveMs=300").await;
+        tab.eval(&crate::support::js::configure(2_000, 32, "")).await;
+        let starts = h.worker_starts();
+        h.browser
+            .eval_in_worker(
+                r#"(() => {
+                  const put = IDBObjectStore.prototype.put;
+                  self.jobPuts = 0;
+                  IDBObjectStore.prototype.put = function (...args) {
+                    if (this.name === 'jobs') self.jobPuts += 1;
+                    return put.apply(this, args);
+                  };
+                  return true;
+                })()"#,
+                Duration::from_secs(10),
+            )
+            .await
+            .unwrap_or_else(|e| panic!("counting the worker's puts: {e}"));
+        let ids: Vec<String> = tab.eval_as(&enqueue_group_js(JOBS, "bulk")).await;
+        assert_eq!(ids.len(), JOBS);
+        let results: Vec<String> = tab.eval_as(&settle_group_js("bulk")).await;
+        assert!(crate::support::js::all_done(&results), "{results:?}");
+        let journal_entries = "const db = await new Promise((resolve, reject) => { \
+               const open = indexedDB.open('sluice'); \
+               open.onsuccess = () => resolve(open.result); \
+               open.onerror = () => reject(open.error); }); \
+             const n = await new Promise((resolve, reject) => { \
+               const count = db.transaction('journal').objectStore('journal').count(); \
+               count.onsuccess = () => resolve(count.result); \
+               count.onerror = () => reject(count.error); }); \
+             db.close(); return n;";
+        let mut entries = Value::Null;
+        for _ in 0..50 {
+            entries = tab.eval(journal_entries).await;
+            if entries == 0 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert_eq!(entries, 0, "the journal entry outlived its jobs");
+        let puts = h
+            .browser
+            .eval_in_worker("self.jobPuts", Duration::from_secs(10))
+            .await
+            .unwrap_or_else(|e| panic!("reading the worker's puts: {e}"));
+        assert_eq!(
+            h.worker_starts(),
+            starts,
+            "the worker restarted, which lost the count"
+        );
+        let puts = puts.as_u64().unwrap_or_else(|| panic!("puts: {puts}"));
+        crate::support::report(&format!(
+            "{JOBS} creates in one enqueueMany: {puts} puts into `jobs` ({:.2} a job)",
+            puts as f64 / JOBS as f64
+        ));
+        assert!(
+            puts as usize >= JOBS && puts as usize <= JOBS * 3 / 2,
+            "{puts} puts for {JOBS} jobs"
+        );
+        let sent = h.api.total();
+        assert_eq!(sent, JOBS, "each job sent once");
+        h.stop_worker().await;
+        let status = tab.eval("return await sluice.snapshot();").await;
+        assert_eq!(status["counts"]["done"], JOBS, "{status}");
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert_eq!(h.api.total(), JOBS, "a job was sent again after the restart");
+        h.assert_each_applied_once(JOBS, 2_000);
     }
 );

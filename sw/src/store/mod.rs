@@ -42,7 +42,10 @@
 //! caller waits for ([`Journaled`]). The caller then writes them one per record in chunks of
 //! [`JOURNAL_CHUNK`], each its own short transaction ([`QueueStore::put_jobs`]), so that its other
 //! saves (a fetch's outcome, a new start) do not wait for all of them; the last chunk deletes
-//! the journal entry. A chunk holds each job as it is *then* in memory, never older than any
+//! the journal entry. While requests are out, the pump's saves write them instead, eight jobs a
+//! save with the save's own outcomes counted first, from the back of the entry (its front goes
+//! out first); a job a landed save already wrote, with its outcome, is not written again
+//! (`worker/journal.rs`). A chunk holds each job as it is *then* in memory, never older than any
 //! per-job record written before it. On load, a journal entry that is still there fills in
 //! the jobs missing from `jobs` (a per-job record is never older than the journal's copy, so
 //! it wins). If a chunk fails, the caller must stop using its in-memory state, so that the

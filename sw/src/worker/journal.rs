@@ -8,8 +8,8 @@ use crate::store::{Journaled, MetaOp, JOURNAL_CHUNK};
 
 use super::{add_jobs, Worker};
 
-/// Journaled jobs each save carries along while requests are out (see
-/// [`Worker::carry_journal_share`]). A `put` costs the worker thread itself about 0.14 ms per
+/// Jobs each save writes one per record while requests are out, its own changes counted
+/// first and journaled jobs making up the rest (see [`Worker::carry_journal_share`]). A `put` costs the worker thread itself about 0.14 ms per
 /// job (the record is cloned where it is called): at 25 per save, saves took a third of the
 /// thread in a bulk job's first second and its first hundred starts came 30-170 ms late; at 8
 /// it is about a millisecond per save, and a 2,000-job `enqueueMany` is written one per record
@@ -46,22 +46,62 @@ impl Worker {
 
     /// Adds the next few journaled jobs to a save that is going out anyway (and the entry's
     /// deletion once it is empty), so that a large `enqueueMany` is written one per record
-    /// without a transaction of its own while the pump is busy.
-    pub(super) fn carry_journal_share(&self, changes: &mut Changes, meta: &mut Vec<MetaOp>) {
+    /// without a transaction of its own while the pump is busy. A save writes
+    /// [`JOURNAL_SHARE`] jobs in all, the `changed` ones of its own first: a save carrying
+    /// that many outcomes carries no share. The share comes from the back of the entry,
+    /// skipping jobs a save has written since (see [`Worker::note_written`]): its front goes
+    /// out first, and each of those is written with its outcome anyway.
+    ///
+    /// Before, a share of 8 from the front came with every save: at 600 requests a second
+    /// nearly every job of a bulk send was written twice (2.1 puts a job in `sluice bench
+    /// --ceiling`), once just before it went out and once with its outcome, and a `put` is
+    /// a fair share of what a request costs the browser (issue 40).
+    pub(super) fn carry_journal_share(
+        &self,
+        changes: &mut Changes,
+        meta: &mut Vec<MetaOp>,
+        changed: usize,
+    ) {
+        let share = JOURNAL_SHARE.saturating_sub(changed);
         let ids = {
             let mut journals = self.journals.borrow_mut();
+            let mut written = self.written_since_journal.borrow_mut();
             let Some(front) = journals.first_mut() else {
                 return;
             };
-            let n = front.jobs.len().min(JOURNAL_SHARE);
-            let ids: Vec<JobId> = front.jobs.drain(..n).collect();
+            let mut ids = Vec::with_capacity(share);
+            while ids.len() < share {
+                let Some(id) = front.jobs.pop() else {
+                    break;
+                };
+                if !written.contains_key(&id) {
+                    ids.push(id);
+                }
+            }
             if front.jobs.is_empty() {
                 meta.push(MetaOp::DeleteJournal(front.id.clone()));
                 journals.remove(0);
+                if journals.is_empty() {
+                    written.clear();
+                }
             }
             ids
         };
         add_jobs(changes, &self.engine.borrow(), &ids);
+    }
+
+    /// A save landed that wrote `jobs` one per record: the entries holding them need not
+    /// write them again. Not a save that journaled new jobs itself: those are in `jobs` too
+    /// but not one per record, and a job of an older entry that it wrote is written once
+    /// more at worst.
+    pub(super) fn note_written(&self, jobs: &[Job]) {
+        if self.journals.borrow().is_empty() {
+            return;
+        }
+        let mut written = self.written_since_journal.borrow_mut();
+        for job in jobs {
+            written.insert(job.id.clone(), 0);
+        }
     }
 
     /// Writes the next chunk of the oldest journal entry; `false` once there is nothing left
@@ -78,10 +118,19 @@ impl Worker {
                 return false;
             };
             let n = front.jobs.len().min(JOURNAL_CHUNK);
-            let ids: Vec<JobId> = front.jobs.drain(..n).collect();
+            let mut written = self.written_since_journal.borrow_mut();
+            let mut ids = Vec::with_capacity(n);
+            for id in front.jobs.drain(..n) {
+                if !written.contains_key(&id) {
+                    ids.push(id);
+                }
+            }
             let last_of = front.jobs.is_empty().then(|| front.id.clone());
             if last_of.is_some() {
                 journals.remove(0);
+                if journals.is_empty() {
+                    written.clear();
+                }
             }
             (ids, last_of)
         };
@@ -104,30 +153,27 @@ impl Worker {
         true
     }
 
-    /// A save that removes a job still waiting in a journal entry must also finish that entry:
-    /// a restart would otherwise bring the job back from it. Adds every job still waiting in
-    /// any entry to `changes`, and the entries' deletion to `meta`. (Rare: only a job dismissed
-    /// or expired within seconds of its `enqueueMany` gets here.)
+    /// A save that removes a job while a journal entry is still there must also finish the
+    /// entry: a restart would otherwise bring the job back from it, as it was enqueued, and
+    /// send it again. Not only a job the entry still lists: one it already wrote (or skipped,
+    /// written with its outcome) is in the entry's record all the same. Adds every job still
+    /// to write to `changes`, and the entries' deletion to `meta`. (Rare: only a job that
+    /// ends and is forgotten, dismissed or expired while its `enqueueMany` is still being
+    /// written one per record gets here.)
     pub(super) fn finish_journals_if_removing(
         &self,
         changes: &mut Changes,
         meta: &mut Vec<MetaOp>,
     ) {
-        if changes.removed.is_empty() {
-            return;
-        }
-        let mut journals = self.journals.borrow_mut();
-        let touched = journals
-            .iter()
-            .any(|j| j.jobs.iter().any(|id| changes.removed.contains(id)));
-        if !touched {
+        if changes.removed.is_empty() || self.journals.borrow().is_empty() {
             return;
         }
         let engine = self.engine.borrow();
-        for journal in journals.drain(..) {
+        for journal in self.journals.borrow_mut().drain(..) {
             add_jobs(changes, &engine, &journal.jobs);
             meta.push(MetaOp::DeleteJournal(journal.id));
         }
+        self.written_since_journal.borrow_mut().clear();
     }
 
     /// A save that was to delete journal entries was refused (storage is full): they go back

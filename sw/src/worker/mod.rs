@@ -82,6 +82,12 @@ pub struct Worker {
     /// `Vec`, not a `VecDeque`: entries are few, and a `VecDeque` of its own element type
     /// costs the wasm more code than the `Vec` does.
     journals: RefCell<Vec<Journaled>>,
+    /// Jobs of `journals` a committed save has written one per record since (an outcome, a
+    /// retry's wait): their entry need not write them again (see
+    /// [`Worker::carry_journal_share`]). Ids with a meaningless value: the map type of
+    /// `store::merge_journals`. Never shrunk but emptied when the last entry goes: a
+    /// removal is more code of the hash table's in the wasm.
+    written_since_journal: RefCell<FxHashMap<JobId, usize>>,
     /// Whether the task that writes `journals` one per record runs (one at a time).
     writing_journals: Cell<bool>,
     /// Per budget waiting for credentials: when the worker script's function was last asked
@@ -249,6 +255,7 @@ impl Worker {
             whole_queue_waiters: RefCell::new(Vec::new()),
             journals_wait_for_room: Cell::new(!journals.is_empty()),
             journals: RefCell::new(journals),
+            written_since_journal: RefCell::default(),
             writing_journals: Cell::new(false),
             credential_asks: RefCell::new(Vec::new()),
             full_until: Cell::new(None),

@@ -56,7 +56,7 @@ impl Worker {
         // Jobs added below are written, not news: only these go to the pages.
         let changed = changes.jobs.len();
         self.finish_journals_if_removing(&mut changes, &mut meta);
-        self.carry_journal_share(&mut changes, &mut meta);
+        self.carry_journal_share(&mut changes, &mut meta, changed);
         match self.store.save(&changes, &meta, fresh.unwrap_or(&[])).await {
             Ok(journaled) => {
                 self.engine
@@ -65,6 +65,9 @@ impl Worker {
                     .on_saved(changes.save);
                 // Whatever a refused save held back was written before this one or by it.
                 self.journals_wait_for_room.set(false);
+                if journaled.is_none() {
+                    self.note_written(&changes.jobs);
+                }
                 self.write_journaled(journaled);
             }
             // Not once this instance stopped (a refused save of new jobs stopped it meanwhile):
