@@ -9,8 +9,9 @@ use crate::store::{Journaled, MetaOp, JOURNAL_CHUNK};
 use super::{add_jobs, Worker};
 
 /// Jobs each save writes one per record while requests are out, its own changes counted
-/// first and journaled jobs making up the rest (see [`Worker::carry_journal_share`]). A `put` costs the worker thread itself about 0.14 ms per
-/// job (the record is cloned where it is called): at 25 per save, saves took a third of the
+/// first and journaled jobs making up the rest (see [`Worker::carry_journal_share`]). A `put`
+/// costs the worker thread itself about 0.14 ms per job (the record is cloned where it is
+/// called): at 25 per save, saves took a third of the
 /// thread in a bulk job's first second and its first hundred starts came 30-170 ms late; at 8
 /// it is about a millisecond per save, and a 2,000-job `enqueueMany` is written one per record
 /// within its first 4 s of sending (10,000: 20 s; a worker stopped before then rebuilds from
@@ -69,13 +70,16 @@ impl Worker {
             let Some(front) = journals.first_mut() else {
                 return;
             };
+            // Jobs already written leave the entry whatever the share, so that an entry whose
+            // jobs were all written with their outcomes goes even while every save is full.
             let mut ids = Vec::with_capacity(share);
-            while ids.len() < share {
-                let Some(id) = front.jobs.pop() else {
+            while let Some(id) = front.jobs.last() {
+                if written.contains_key(id) {
+                    front.jobs.pop();
+                } else if ids.len() < share {
+                    ids.extend(front.jobs.pop());
+                } else {
                     break;
-                };
-                if !written.contains_key(&id) {
-                    ids.push(id);
                 }
             }
             if front.jobs.is_empty() {
