@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{budget, burst, config_with, create, drain, engine_with};
+use common::{budget, burst, config_with, create, drain, engine_with, API};
 use sluice_shared::config::{BudgetConfig, EngineConfig, RetryConfig, Window};
 use sluice_shared::engine::{Engine, Response, StorageMode, Transmit, TransportError};
 use sluice_shared::job::{JobKind, JobSpec, JobState, Lane, RetryWith};
@@ -1935,4 +1935,62 @@ fn a_groups_progress_counts_its_waiting_jobs_and_gives_an_eta() {
     let g = group(&e, now);
     assert_eq!((g.done, g.pending, g.waiting), (40, 0, 0));
     assert_eq!(g.eta_ms, Some(0));
+}
+
+/// `enqueue_many` routes a run of jobs to one URL once (see `Engine::route`): every job of a
+/// group still goes to the budget it would go to alone, whether its URL, or the budget it
+/// names, is the previous job's or not; and a URL outside what the worker allows is refused
+/// at its own place in the group, however many jobs before it went to an allowed one.
+#[test]
+fn a_bulk_group_routes_every_job_as_it_would_route_it_alone() {
+    let search = BudgetConfig {
+        name: "search".into(),
+        match_prefixes: vec![format!("{API}/search/")],
+        ..budget(10, 1_000, 4)
+    };
+    let config = EngineConfig {
+        budgets: vec![budget(10, 1_000, 4), search],
+        ..EngineConfig::default()
+    };
+    let to = |url: &str, named: &str| JobSpec {
+        url: format!("{API}{url}"),
+        budget: named.into(),
+        ..create(0)
+    };
+    let group = vec![
+        to("/contacts", ""),
+        to("/contacts", ""),
+        to("/search/q", ""),
+        to("/search/q", ""),
+        to("/search/q", "api"),
+        to("/contacts", ""),
+        to("/contacts", "search"),
+        to("/contacts", ""),
+    ];
+    let expected = [
+        "api", "api", "search", "search", "api", "api", "search", "api",
+    ];
+    let mut alone = Engine::new(config.clone(), Rng::seeded(1)).expect("valid");
+    let mut together = Engine::new(config.clone(), Rng::seeded(1)).expect("valid");
+    let (results, _) = together
+        .enqueue_many(group.clone(), None, 0)
+        .expect("valid group");
+    for ((spec, result), budget) in group.into_iter().zip(&results).zip(expected) {
+        let one = alone.enqueue(spec, 0).expect("valid job");
+        assert_eq!(alone.job(&one.id).expect("kept").budget, budget);
+        assert_eq!(together.job(&result.id).expect("kept").budget, budget);
+    }
+
+    let mut refused: Vec<_> = (0..5).map(|_| to("/contacts", "")).collect();
+    refused.push(JobSpec {
+        url: "https://elsewhere.example/contacts".into(),
+        ..create(0)
+    });
+    refused.push(to("/contacts", ""));
+    let err = together
+        .enqueue_many(refused, None, 0)
+        .expect_err("a job outside the allowed URLs");
+    let message = err.to_string();
+    assert!(message.contains("job 6 of 7"), "{message}");
+    assert!(message.contains("elsewhere.example"), "{message}");
 }

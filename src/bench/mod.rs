@@ -36,7 +36,7 @@ use crate::browser::{self, Error, Rig, RigOptions, Tab};
 
 mod bulk;
 pub mod ceiling;
-mod cold_start;
+pub mod cold_start;
 mod latency;
 pub mod limiters;
 pub mod peers;
@@ -240,10 +240,24 @@ pub struct ColdStartResult {
     /// The answer to the same message from a stopped worker with an empty queue: what the
     /// start costs before any job is loaded.
     pub empty_first_answer_ms: f64,
+    /// The worker stopped again and the page loaded anew.
+    pub page_load: PageLoadWake,
     /// Times the browser started the worker again by itself right after it was stopped
     /// mid-work (stopped again before measuring).
     pub restarts_after_stop: u32,
     pub cpu: Option<CpuUse>,
+}
+
+/// A stopped worker woken by a page load, timed from the navigation's start.
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PageLoadWake {
+    /// Jobs waiting when the page's status came.
+    pub jobs_held: u64,
+    /// To the first request's arrival.
+    pub first_send_ms: f64,
+    /// To the page's first status (its client registered, then asked).
+    pub first_answer_ms: f64,
 }
 
 /// One target and whether this run met it.

@@ -213,6 +213,10 @@ pub fn table(r: &Report) -> String {
         c.empty_first_answer_ms,
         cpu_text(&c.cpu)
     ));
+    s.push_str(&format!(
+        "  woken by a page load holding {} jobs: first send {:.0} ms, first answer {:.0} ms after the navigation began\n",
+        c.page_load.jobs_held, c.page_load.first_send_ms, c.page_load.first_answer_ms
+    ));
     if c.restarts_after_stop > 0 {
         s.push_str(&format!(
             "  (the browser started the stopped worker again by itself {} time(s); stopped again \

@@ -52,6 +52,11 @@ pub(crate) struct BenchArgs {
     /// unless --out. Needs a quiet machine: it measures CPU.
     #[arg(long, conflicts_with_all = ["proxy", "peers", "peers_only", "limiters"])]
     ceiling: bool,
+    /// Measure only `enqueueMany` of 10,000 jobs and the cold starts holding them, woken by a
+    /// message and by a page load (3 runs; 2,000 jobs and 1 run with --quick); JSON to
+    /// target/bench-cold-start.json unless --out.
+    #[arg(long, conflicts_with_all = ["proxy", "peers", "peers_only", "limiters", "ceiling"])]
+    cold_start: bool,
     /// With --ceiling: save CPU profiles of the worker's thread and the pages' in this folder
     /// for every run (`<client>-<in flight>-<round>-<thread>.cpuprofile`, for DevTools or
     /// speedscope) and print the functions with the most self time. Function names of the
@@ -82,6 +87,9 @@ pub(crate) async fn bench(args: BenchArgs) -> Result<(), MainError> {
     }
     if args.ceiling {
         return bench_ceiling(args).await;
+    }
+    if args.cold_start {
+        return bench_cold_start(args).await;
     }
     let options = BenchOptions {
         quick: args.quick,
@@ -193,6 +201,25 @@ async fn bench_ceiling(args: BenchArgs) -> Result<(), MainError> {
         serde_json::to_string_pretty(&report),
         &table(&report),
         &bench_out(args.out, "target/bench-ceiling.json"),
+    )
+}
+
+async fn bench_cold_start(args: BenchArgs) -> Result<(), MainError> {
+    use sluice::bench::cold_start::{run, table};
+    let options = sluice::bench::BenchOptions {
+        quick: args.quick,
+        chromium: args.chromium,
+        ..Default::default()
+    };
+    let report = run(&options, &|line| {
+        eprintln!("sluice bench --cold-start: {line}")
+    })
+    .await
+    .map_err(|e| MainError::Bench(e.into()))?;
+    save_report(
+        serde_json::to_string_pretty(&report),
+        &table(&report),
+        &bench_out(args.out, "target/bench-cold-start.json"),
     )
 }
 

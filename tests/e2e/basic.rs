@@ -121,6 +121,50 @@ pub async fn one_create_is_sent_once_with_a_key_and_applied_once(h: &impl Browse
     h.assert_each_applied_once(1, 1);
 }
 
+/// Whether `s` is a UUID v4 as `crypto.randomUUID()` writes one: lower-case hex in groups of
+/// 8-4-4-4-12, version 4, variant 10xx.
+fn is_uuid_v4(s: &str) -> bool {
+    let b = s.as_bytes();
+    b.len() == 36
+        && b.iter().enumerate().all(|(i, &c)| {
+            if matches!(i, 8 | 13 | 18 | 23) {
+                c == b'-'
+            } else {
+                c.is_ascii_digit() || (b'a'..=b'f').contains(&c)
+            }
+        })
+        && b[14] == b'4'
+        && matches!(b[19], b'8' | b'9' | b'a' | b'b')
+}
+
+e2e!(
+    /// The page draws its jobs' ids and Idempotency-Keys from `crypto.getRandomValues`, 64 ids'
+    /// bytes at a time: across several refills every id and every key of a group is a distinct
+    /// UUID v4, and the server sees each key once.
+    a_groups_ids_and_idempotency_keys_are_distinct_uuids,
+    60,
+    |h| {
+        let tab = h.open_e2e().await;
+        tab.eval(&crate::support::js::configure(200, 8, "")).await;
+        let ids: Vec<String> = tab
+            .eval_as(&crate::support::js::enqueue_group(150, "u"))
+            .await;
+        let results: Vec<String> = tab.eval_as(&crate::support::js::settle_group("u")).await;
+        assert!(crate::support::js::all_done(&results), "{results:?}");
+        let keys: Vec<String> = h
+            .arrivals_where(|a| a.method == "POST" && a.path == "/api/contacts")
+            .into_iter()
+            .filter_map(|a| a.idempotency_key)
+            .collect();
+        assert_eq!(keys.len(), 150, "one create each, each with a key");
+        let all: std::collections::BTreeSet<&str> =
+            ids.iter().chain(&keys).map(String::as_str).collect();
+        assert_eq!(all.len(), 300, "150 ids and 150 keys, all different");
+        let bad: Vec<&&str> = all.iter().filter(|s| !is_uuid_v4(s)).collect();
+        assert!(bad.is_empty(), "not UUID v4: {bad:?}");
+    }
+);
+
 e2e!(
     malformed_messages_get_errors_and_the_worker_goes_on,
     60,

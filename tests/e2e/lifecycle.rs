@@ -332,7 +332,7 @@ e2e!(
 );
 
 e2e!(
-    /// A stopped worker holding a queue larger than what a start reads first (300 waiting
+    /// A stopped worker holding a queue larger than what a start reads first (100 waiting
     /// jobs) sends from its head at once and reads the rest meanwhile: every job ends done,
     /// each key's jobs still go out in enqueue order across that boundary, and a request
     /// answered meanwhile sees the whole queue.

@@ -40,12 +40,19 @@ impl Engine {
         now: Millis,
     ) -> Result<(Vec<Enqueued>, Option<String>), EngineError> {
         let total = specs.len();
-        let mut checked = Vec::with_capacity(total);
+        let mut checked: Vec<(JobSpec, String, String)> = Vec::with_capacity(total);
         // The ids of the jobs checked so far: a later job may wait for them.
         let mut earlier: Vec<JobId> = Vec::new();
         for (i, mut spec) in specs.into_iter().enumerate() {
             spec.url = crate::result_ref::decode_refs_in_url(&spec.url);
-            let valid = self.validate(&spec).and_then(|(budget, method)| {
+            let valid = self.check_request(&spec).and_then(|method| {
+                // A job to the URL and named budget of the one before goes where it went: a
+                // bulk group sends many jobs to one URL, and parsing it against every
+                // budget's prefixes was a quarter of a 10,000-job enqueue in the worker.
+                let budget = match checked.last() {
+                    Some((before, budget, _)) if routed_alike(before, &spec) => budget.clone(),
+                    _ => self.route(&spec)?,
+                };
                 spec.after = self.check_dependencies(&spec, &earlier)?;
                 Ok((budget, method))
             });
@@ -196,4 +203,10 @@ impl Engine {
         self.replace_head_of(&target, now);
         Some(target)
     }
+}
+
+/// Whether [`Engine::route`] gives the same budget for both jobs: it reads their URL and the
+/// budget they name, nothing else.
+fn routed_alike(a: &JobSpec, b: &JobSpec) -> bool {
+    a.url == b.url && a.budget == b.budget
 }

@@ -9,6 +9,13 @@ impl Engine {
     /// anything a browser would not send, or that would go outside what the worker script
     /// allows. Returns the budget it goes to and its method, upper case.
     pub(super) fn validate(&self, spec: &JobSpec) -> Result<(String, String), EngineError> {
+        let method = self.check_request(spec)?;
+        Ok((self.route(spec)?, method))
+    }
+
+    /// The first half of [`Engine::validate`]: what a browser would not send (the URL's form,
+    /// the method, body, headers, options). Returns the method, upper case.
+    pub(super) fn check_request(&self, spec: &JobSpec) -> Result<String, EngineError> {
         validate_url(&spec.url)?;
         let method = if spec.method.trim().is_empty() {
             "GET".to_string()
@@ -49,8 +56,16 @@ impl Engine {
                     .into(),
             });
         }
-        // Where the job may go is checked first, and for every job: naming a budget never
-        // takes a job past what the worker script allows.
+        Ok(method)
+    }
+
+    /// The second half of [`Engine::validate`], the budget a job goes to: where it may go is
+    /// checked first, and for every job
+    /// (naming a budget never takes a job past what the worker script allows), then its
+    /// budget is the one it names or the one whose prefix matches its URL best. Depends on
+    /// the URL and the named budget alone (`enqueue_many` routes a run of jobs to one URL
+    /// once).
+    pub(super) fn route(&self, spec: &JobSpec) -> Result<String, EngineError> {
         let target = Target::parse(&spec.url).map_err(|e| EngineError::InvalidUrl {
             url: spec.url.chars().take(200).collect(),
             message: e.0,
@@ -61,22 +76,21 @@ impl Engine {
                 allowed: self.config.allowed_list(),
             });
         }
-        let budget = if spec.budget.is_empty() {
+        if spec.budget.is_empty() {
             self.config
                 .budget_for_url(&target)
                 .map(|b| b.name.clone())
                 .ok_or_else(|| EngineError::NoBudgetForUrl {
                     url: spec.url.clone(),
-                })?
+                })
         } else if self.budgets.contains_key(&spec.budget) {
-            spec.budget.clone()
+            Ok(spec.budget.clone())
         } else {
-            return Err(EngineError::UnknownBudget {
+            Err(EngineError::UnknownBudget {
                 budget: spec.budget.clone(),
                 known: self.budgets.keys().cloned().collect(),
-            });
-        };
-        Ok((budget, method))
+            })
+        }
     }
 }
 

@@ -16,8 +16,11 @@ use crate::store::{job_id_of, Loaded};
 use super::{Folds, Lifecycle, Worker};
 
 /// How many jobs each later read of the saved queue takes (see
-/// [`FIRST_JOBS_READ`](super::FIRST_JOBS_READ)).
-const REST_CHUNK: u32 = 250;
+/// [`FIRST_JOBS_READ`](super::FIRST_JOBS_READ)). Each read is a transaction of its own and
+/// waits for the saves issued before it: in Chromium, 7,700 jobs read 250 at a time took
+/// 650 ms, 1,000 at a time 400 ms, 2,500 at a time 310 ms. A thousand keeps each read near
+/// 20 ms, the longest a save (and so a start) waits behind one.
+const REST_CHUNK: u32 = 1000;
 
 impl Worker {
     /// Counts records that could not be decoded into the notes every status shows.
