@@ -33,3 +33,38 @@ fn a_spread_is_min_median_max_and_nan_when_empty() {
     assert_eq!((s.min, s.median, s.max), (1.0, 2.5, 4.0));
     assert!(Spread::of(&[]).median.is_nan());
 }
+
+/// The share targets of the cross-origin path are relative to the engine's own share there:
+/// for the bench's 2,000 jobs it is what `sluice simulate --latency-ms 35 --arrival-jitter-ms
+/// 10 --jitter-ms 20` gives over seeds 1-5 (0.9738-0.9749, median 0.9744 today), under the
+/// old fixed 0.975; the targets follow it.
+#[test]
+fn the_cross_origin_share_targets_follow_the_engines_share_on_that_path() {
+    let ceiling = simulated_ceiling(2_000, 30).expect("the simulator runs");
+    assert!((0.97..0.975).contains(&ceiling), "{ceiling}");
+    let cli_median = {
+        let mut shares: Vec<f64> = (1..=5)
+            .map(|seed| {
+                let options = crate::simulate::SimulateOptions {
+                    one_way_ms: crate::simulate::SimulateOptions::one_way_for(35, 20, Some(10)),
+                    jitter_ms: 20,
+                    arrival_jitter_ms: Some(10),
+                    seed,
+                    ..crate::simulate::SimulateOptions::default()
+                };
+                crate::simulate::run(&options)
+                    .expect("runs")
+                    .report
+                    .share_of_limit
+            })
+            .collect();
+        shares.sort_by(f64::total_cmp);
+        shares[2]
+    };
+    assert_eq!(
+        ceiling, cli_median,
+        "the same runs as the command's defaults"
+    );
+    let least = MEDIAN_OF_CEILING * ceiling;
+    assert!((0.96..0.97).contains(&least), "{least}");
+}

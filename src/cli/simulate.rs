@@ -163,13 +163,11 @@ pub(crate) fn simulate(args: SimulateArgs) -> Result<(), MainError> {
         },
         interactive_share: args.interactive_share,
         concurrency: args.concurrency,
-        // Each way's jitter adds half its spread to the mean.
-        one_way_ms: args.latency_ms.saturating_sub(
-            args.arrival_jitter_ms
-                .unwrap_or(args.jitter_ms)
-                .saturating_add(args.jitter_ms)
-                / 2,
-        ) / 2,
+        one_way_ms: SimulateOptions::one_way_for(
+            args.latency_ms,
+            args.jitter_ms,
+            args.arrival_jitter_ms,
+        ),
         jitter_ms: args.jitter_ms,
         arrival_jitter_ms: args.arrival_jitter_ms,
         retry_after: match args.retry_after {

@@ -71,6 +71,20 @@ pub struct SimulateOptions {
     pub mean_tokens: u64,
 }
 
+impl SimulateOptions {
+    /// The fixed part of each way for a path whose mean round trip is `latency_ms`: each way's
+    /// jitter adds half its spread to the mean (`arrival_jitter_ms` the way there's when it
+    /// differs from `jitter_ms`, the way back's).
+    pub fn one_way_for(latency_ms: u64, jitter_ms: u64, arrival_jitter_ms: Option<u64>) -> u64 {
+        latency_ms.saturating_sub(
+            arrival_jitter_ms
+                .unwrap_or(jitter_ms)
+                .saturating_add(jitter_ms)
+                / 2,
+        ) / 2
+    }
+}
+
 impl Default for SimulateOptions {
     fn default() -> Self {
         Self {
