@@ -72,18 +72,8 @@ pub(super) async fn run_cold_start(
     let at = woke["at"].as_f64().unwrap_or(f64::NAN);
     let answered = woke["answered"].as_f64().unwrap_or(f64::NAN);
     let jobs_held = woke["waiting"].as_u64().unwrap_or(0);
-    let mut first: Option<Arrival> = None;
-    browser::wait_for(
-        "the restarted worker's first send",
-        Duration::from_secs(20),
-        || {
-            first = rig.api.arrivals_since(seen as u64).into_iter().next();
-            first.is_some()
-        },
-    )
-    .await?;
+    let first = first_arrival_since(&rig, seen, "the restarted worker's first send").await?;
     let cpu = cpu_use(cpu, &rig);
-    let first = first.ok_or_else(|| Error::Server("no arrival".into()))?;
     let first_send_ms = rig.arrival_unix_ms(&first) - (at - offset);
     let page_load = page_load_wake(&rig, &tab).await?;
     Ok(ColdStartResult {
@@ -118,23 +108,24 @@ async fn page_load_wake(rig: &Rig, tab: &Tab) -> Result<PageLoadWake, Error> {
         .await?;
     let origin = woke["origin"].as_f64().unwrap_or(f64::NAN);
     let answered = woke["answered"].as_f64().unwrap_or(f64::NAN);
-    let mut first: Option<Arrival> = None;
-    browser::wait_for(
-        "the first send after the page load",
-        Duration::from_secs(20),
-        || {
-            first = rig.api.arrivals_since(seen as u64).into_iter().next();
-            first.is_some()
-        },
-    )
-    .await?;
+    let first = first_arrival_since(rig, seen, "the first send after the page load").await?;
     let offset = rig.page_clock_offset_ms(tab).await?;
-    let first = first.ok_or_else(|| Error::Server("no arrival".into()))?;
     Ok(PageLoadWake {
         jobs_held: woke["waiting"].as_u64().unwrap_or(0),
         first_send_ms: rig.arrival_unix_ms(&first) - (origin - offset),
         first_answer_ms: answered - origin,
     })
+}
+
+/// The first request to arrive after the `seen` ones, waited for up to 20 s.
+async fn first_arrival_since(rig: &Rig, seen: usize, what: &str) -> Result<Arrival, Error> {
+    let mut first: Option<Arrival> = None;
+    browser::wait_for(what, Duration::from_secs(20), || {
+        first = rig.api.arrivals_since(seen as u64).into_iter().next();
+        first.is_some()
+    })
+    .await?;
+    first.ok_or_else(|| Error::Server(format!("{what}: no arrival")))
 }
 
 /// `sluice bench --cold-start`: [`run_cold_start`] alone, `rounds` times, each in a browser

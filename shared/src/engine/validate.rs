@@ -60,11 +60,10 @@ impl Engine {
     }
 
     /// The second half of [`Engine::validate`], the budget a job goes to: where it may go is
-    /// checked first, and for every job
-    /// (naming a budget never takes a job past what the worker script allows), then its
-    /// budget is the one it names or the one whose prefix matches its URL best. Depends on
-    /// the URL and the named budget alone (`enqueue_many` routes a run of jobs to one URL
-    /// once).
+    /// checked first, and for every job (naming a budget never takes a job past what the
+    /// worker script allows); then its budget is the one it names, or the one whose prefix
+    /// matches its URL best. Depends on the URL and the named budget alone (`enqueue_many`
+    /// routes a run of jobs to one URL once).
     pub(super) fn route(&self, spec: &JobSpec) -> Result<String, EngineError> {
         let target = Target::parse(&spec.url).map_err(|e| EngineError::InvalidUrl {
             url: spec.url.chars().take(200).collect(),
