@@ -84,16 +84,8 @@ impl Pacer {
     }
 
     pub(super) fn earliest(&self) -> Millis {
-        // An interval under a millisecond puts several slots in one of the clock's whole
-        // milliseconds: a slot may go in the millisecond it falls in. Rounded up, each start
-        // would wait for the next millisecond, and the rate would stop at 1,000 a second
-        // whatever the limit. From `until` on, pacing is over whatever `next` says.
-        let slot = if self.step < u64::from(self.per) {
-            self.next
-        } else {
-            self.next_ceil()
-        };
-        slot.min(self.until)
+        // From `until` on, pacing is over whatever `next` says.
+        self.next_ceil().min(self.until)
     }
 
     /// The grid after a start at `at`. A late start keeps the grid, up to [`PACING_CATCH_UP`]
