@@ -182,9 +182,7 @@ pub fn table(report: &ColdStartReport) -> String {
         ));
     }
     let median = |f: &dyn Fn(&ColdStartResult) -> f64| {
-        let mut v: Vec<f64> = report.runs.iter().map(f).collect();
-        v.sort_by(f64::total_cmp);
-        v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
+        super::peers::Spread::of(&report.runs.iter().map(f).collect::<Vec<_>>()).median
     };
     // Issue 40's targets are for 10,000 jobs; a smaller run is held to its share of them.
     let scale = report.jobs as f64 / 10_000.0;

@@ -412,8 +412,7 @@ pub fn simulated_ceiling(jobs: usize, latency_ms: u64) -> Result<f64, String> {
         };
         shares.push(crate::simulate::run(&options)?.report.share_of_limit);
     }
-    shares.sort_by(f64::total_cmp);
-    Ok(shares[shares.len() / 2])
+    Ok(peers::Spread::of(&shares).median)
 }
 
 /// What a browser run on the cross-origin path is asked of its share: this much of
