@@ -10,42 +10,67 @@ use sluice_shared::request_options::RequestOptions;
 
 use crate::core::ClientError;
 
-/// Reads a job as a page writes it (the `JobInput` of the TypeScript types) into the wire job.
+/// Reads jobs as a page writes them (the `JobInput` of the TypeScript types) into wire jobs.
 ///
 /// It is the wire job's form ([`JobSpec`], read by its own reader) with the habits of `fetch`
 /// calls: the `RequestInit` members (`credentials`, `mode`, ...) stand beside the others rather
 /// than under `options`; `headers` may also be an object; `body` may be anything (the glue reads
 /// it from the JS value itself: [`Body`]); and `null` means the default for any field. A field
 /// it does not know is refused, so that a misspelt one is not silently left out.
-pub fn read_job(text: &str) -> Result<JobSpec, ClientError> {
-    read_job_json(text).map_err(|e| ClientError::InvalidJob(e.0))
+pub struct JobReader {
+    /// The fields a page may write: made once for all the jobs of an `enqueueMany`.
+    known: Vec<&'static str>,
 }
 
-fn read_job_json(text: &str) -> Result<JobSpec, json::Error> {
-    let value = json::parse(text)?;
-    let members = json::members(&value, "struct JobInput")?;
-    // The wire job's fields, but `options`, whose members stand at the top level.
-    let known: Vec<&str> = JobSpec::FIELDS
-        .iter()
-        .filter(|&&name| name != "options")
-        .chain(RequestOptions::FIELDS)
-        .copied()
-        .collect();
-    json::deny_unknown(members, &known)?;
-    // What the wire job's reader takes as it is; the rest is read here.
-    let mut wire_members = Vec::with_capacity(members.len());
-    let mut headers = Vec::new();
-    for (name, v) in members {
-        match (name.as_ref(), v) {
-            (_, Json::Null) | ("body", _) => {}
-            ("headers", v) => headers = read_headers(v)?,
-            _ => wire_members.push((name.clone(), v.clone())),
-        }
+impl Default for JobReader {
+    fn default() -> Self {
+        // The wire job's fields, but `options`, whose members stand at the top level.
+        let known = JobSpec::FIELDS
+            .iter()
+            .filter(|&&name| name != "options")
+            .chain(RequestOptions::FIELDS)
+            .copied()
+            .collect();
+        Self { known }
     }
-    let mut spec = JobSpec::from_json(&Json::Obj(wire_members))?;
-    spec.headers = headers;
-    spec.options = Some(RequestOptions::from_json(&value)?).filter(|o| !o.is_default());
-    Ok(spec)
+}
+
+impl JobReader {
+    /// One job, as parsed from its `JSON.stringify` text.
+    pub fn read(&self, value: &Json) -> Result<JobSpec, ClientError> {
+        self.read_json(value)
+            .map_err(|e| ClientError::InvalidJob(e.0))
+    }
+
+    fn read_json(&self, value: &Json) -> Result<JobSpec, json::Error> {
+        let members = json::members(value, "struct JobInput")?;
+        json::deny_unknown(members, &self.known)?;
+        // What the wire job's reader takes as it is; the rest is read here.
+        let mut wire_members = Vec::with_capacity(members.len());
+        let mut headers = Vec::new();
+        for (name, v) in members {
+            match (name.as_ref(), v) {
+                (_, Json::Null) | ("body", _) => {}
+                ("headers", v) => headers = read_headers(v)?,
+                _ => wire_members.push((name.clone(), v.clone())),
+            }
+        }
+        let mut spec = JobSpec::from_json(&Json::Obj(wire_members))?;
+        spec.headers = headers;
+        spec.options = Some(RequestOptions::from_json(value)?).filter(|o| !o.is_default());
+        Ok(spec)
+    }
+}
+
+/// A job's `body` member as `JSON.stringify` wrote it, if it has one.
+pub fn body_member<'v, 'a>(job: &'v Json<'a>) -> Option<&'v Json<'a>> {
+    match job {
+        Json::Obj(members) => members
+            .iter()
+            .find(|(name, _)| name.as_ref() == "body")
+            .map(|(_, v)| v),
+        _ => None,
+    }
 }
 
 /// A job's body as the page gave it.
@@ -54,12 +79,12 @@ pub enum Body {
     None,
     /// A string, sent as it is.
     Text(String),
-    /// Anything else, already `JSON.stringify`'d: sent with `Content-Type: application/json`
-    /// unless the job names another type.
+    /// Anything else, as JSON text: sent with `Content-Type: application/json` unless the job
+    /// names another type.
     Json(String),
 }
 
-/// Completes a job a page wrote ([`read_job`]) with its body. `resolve` turns a possibly
+/// Completes a job a page wrote ([`JobReader`]) with its body. `resolve` turns a possibly
 /// relative URL into an absolute one; `new_key` makes a fresh idempotency key.
 pub fn normalize(
     mut spec: JobSpec,
@@ -161,7 +186,8 @@ mod tests {
     }
 
     fn norm(json: &str, body: Body) -> Result<JobSpec, ClientError> {
-        let spec = read_job(json)?;
+        let value = json::parse(json).map_err(|e| ClientError::InvalidJob(e.0))?;
+        let spec = JobReader::default().read(&value)?;
         let mut n = 0;
         normalize(spec, body, &resolve, &mut || {
             n += 1;

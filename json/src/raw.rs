@@ -33,6 +33,11 @@ impl RawJson {
         &self.0
     }
 
+    /// The text, owned.
+    pub fn into_text(self) -> String {
+        self.0
+    }
+
     /// The value read as a `T`, with the reader's own errors.
     pub fn read<T: FromJson>(&self) -> Result<T, Error> {
         super::from_str(&self.0)

@@ -218,16 +218,12 @@ async fn run_one(
     }
     let after = rig.browser.cpu_sample();
     if let Some(dir) = &options.profile_dir {
-        save_profiles(
-            &rig.browser,
-            &profiled,
-            dir,
-            client,
-            in_flight,
-            round,
-            progress,
-        )
-        .await?;
+        let client = serde_json::to_value(client)
+            .ok()
+            .and_then(|v| v.as_str().map(String::from))
+            .unwrap_or_default();
+        let stem = format!("{client}-{in_flight}-{}", round + 1);
+        save_profiles(&rig.browser, &profiled, dir, &stem, progress).await?;
     }
     let arrivals = rig.api.arrivals();
     let finish_s = finish_time_s(&arrivals, LATENCY_MS)?;
@@ -250,29 +246,19 @@ async fn run_one(
     })
 }
 
-/// Saves each profiled thread's profile as `<client>-<in flight>-<round>-<thread><n>.cpuprofile`
-/// in `dir` and prints its functions with the most self time.
-async fn save_profiles(
+/// Saves each profiled thread's profile as `<stem>-<thread><n>.cpuprofile` in `dir` and
+/// prints its functions with the most self time.
+pub(super) async fn save_profiles(
     browser: &crate::browser::Browser,
     threads: &[ProfiledThread],
     dir: &std::path::Path,
-    client: Client,
-    in_flight: u32,
-    round: usize,
+    stem: &str,
     progress: &dyn Fn(&str),
 ) -> Result<(), Error> {
-    let client = serde_json::to_value(client)
-        .ok()
-        .and_then(|v| v.as_str().map(String::from))
-        .unwrap_or_default();
     for (i, thread) in threads.iter().enumerate() {
         let profile = browser.stop_profile(thread).await?;
         // Numbered: a browser may have more than one page (the driver's blank one).
-        let file = dir.join(format!(
-            "{client}-{in_flight}-{}-{}{i}.cpuprofile",
-            round + 1,
-            thread.label
-        ));
+        let file = dir.join(format!("{stem}-{}{i}.cpuprofile", thread.label));
         std::fs::create_dir_all(dir)
             .and_then(|()| std::fs::write(&file, profile.to_string()))
             .map_err(|e| Error::Server(format!("saving {}: {e}", file.display())))?;

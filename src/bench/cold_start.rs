@@ -3,9 +3,13 @@
 
 use super::*;
 
+/// With `options.profile_dir`, the `enqueueMany` is profiled (page and worker threads) into
+/// `enqueue-many-<round>-<thread>.cpuprofile` there.
 pub(super) async fn run_cold_start(
     options: &BenchOptions,
     jobs: usize,
+    round: usize,
+    progress: &dyn Fn(&str),
 ) -> Result<ColdStartResult, Error> {
     let rig = rig(options, 30).await?;
     // No keep-alives: nothing but the measured message may wake the stopped worker.
@@ -15,6 +19,10 @@ pub(super) async fn run_cold_start(
     tab.eval(&bulk_jobs_js(jobs, "many", &rig.origin)).await?;
     let cpu = rig.browser.cpu_sample();
     let offset = rig.page_clock_offset_ms(&tab).await?;
+    let profiled = match options.profile_dir {
+        Some(_) => rig.browser.start_profiles().await?,
+        None => Vec::new(),
+    };
     let acked: Value = tab
         .eval(
             "const t0 = performance.now();\
@@ -24,6 +32,10 @@ pub(super) async fn run_cold_start(
         )
         .await?;
     let enqueue_many_ms = acked["ms"].as_f64().unwrap_or(f64::NAN);
+    if let Some(dir) = &options.profile_dir {
+        let stem = format!("enqueue-many-{round}");
+        super::ceiling::save_profiles(&rig.browser, &profiled, dir, &stem, progress).await?;
+    }
     let acked_at = acked["at"].as_f64().unwrap_or(f64::NAN);
     // Stopped in its steady state, sending, not while it is still writing the batch.
     let mut first: Option<Arrival> = None;
@@ -144,7 +156,7 @@ pub async fn run(
         progress(&format!(
             "round {round} of {rounds}: enqueueMany of {jobs}, then the worker stopped and woken by a message, then by a page load"
         ));
-        runs.push(run_cold_start(options, jobs).await?);
+        runs.push(run_cold_start(options, jobs, round, progress).await?);
     }
     Ok(ColdStartReport { jobs, runs })
 }

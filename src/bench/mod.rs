@@ -63,8 +63,9 @@ pub struct BenchOptions {
     pub peers: bool,
     /// What the peer comparison runs: sizes and where the peers are installed.
     pub peer_options: peers::PeerOptions,
-    /// `--ceiling`: save a CPU profile of the worker's thread for each run in this folder and
-    /// print where its time went.
+    /// `--ceiling` and `--cold-start`: save CPU profiles of the worker's and the pages' threads
+    /// (each ceiling run; each `enqueueMany` of the cold-start runs) in this folder and print
+    /// where their time went.
     pub profile_dir: Option<PathBuf>,
 }
 
@@ -344,7 +345,7 @@ pub async fn run(options: &BenchOptions, progress: &dyn Fn(&str)) -> Result<Repo
         "enqueueMany of {} and a cold start holding them",
         sizes.many_jobs
     ));
-    let cold_start = run_cold_start(options, sizes.many_jobs).await?;
+    let cold_start = run_cold_start(options, sizes.many_jobs, 1, progress).await?;
     let targets = check_targets(&bulk, &enqueue, &interactive, &cold_start);
     let peers = match &peer_files {
         Some(files) => Some(peers::run_with(options, files, progress).await?),

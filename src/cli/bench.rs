@@ -9,6 +9,7 @@ use super::{write_json, MainError};
 
 #[derive(Args, Clone)]
 #[command(group(clap::ArgGroup::new("peer_mode").args(["peers", "peers_only"])))]
+#[command(group(clap::ArgGroup::new("profiled_mode").args(["ceiling", "cold_start"])))]
 pub(crate) struct BenchArgs {
     /// A smaller run (fewer jobs) that takes well under a minute.
     #[arg(long)]
@@ -57,12 +58,13 @@ pub(crate) struct BenchArgs {
     /// target/bench-cold-start.json unless --out.
     #[arg(long, conflicts_with_all = ["proxy", "peers", "peers_only", "limiters", "ceiling"])]
     cold_start: bool,
-    /// With --ceiling: save CPU profiles of the worker's thread and the pages' in this folder
-    /// for every run (`<client>-<in flight>-<round>-<thread>.cpuprofile`, for DevTools or
-    /// speedscope) and print the functions with the most self time. Function names of the
+    /// With --ceiling or --cold-start: save CPU profiles of the worker's thread and the pages'
+    /// in this folder for every run (`<client>-<in flight>-<round>-<thread>.cpuprofile`; with
+    /// --cold-start of each `enqueueMany`, `enqueue-many-<round>-<thread>.cpuprofile`), for
+    /// DevTools or speedscope, and print the functions with the most self time. Function names of the
     /// wasm need a build with SLUICE_WASM_NAMES=1. Profiling slows the runs: their figures
     /// are not the bench's.
-    #[arg(long, requires = "ceiling")]
+    #[arg(long, requires = "profiled_mode")]
     profile: Option<PathBuf>,
     /// Runs of each client per limiter with --limiters (default 2).
     #[arg(long, requires = "limiters", value_parser = clap::value_parser!(u16).range(1..))]
@@ -209,6 +211,7 @@ async fn bench_cold_start(args: BenchArgs) -> Result<(), MainError> {
     let options = sluice::bench::BenchOptions {
         quick: args.quick,
         chromium: args.chromium,
+        profile_dir: args.profile,
         ..Default::default()
     };
     let report = run(&options, &|line| {

@@ -222,3 +222,86 @@ e2e!(
         assert_eq!(grouped, 15, "X-Sluice-Group put them in one group");
     }
 );
+
+e2e!(
+    /// A page's bodies, read for an `enqueueMany` from one `JSON.stringify` of all its jobs:
+    /// an object arrives as the same JSON value (floats, escapes and nesting included), a
+    /// string as it is; a body JSON cannot carry, or would carry as something else, refuses the
+    /// whole call with the job's place and the reason, and nothing of it is queued.
+    a_many_jobs_bodies_arrive_as_the_page_wrote_them_and_bad_ones_name_their_job,
+    60,
+    |h| {
+        let tab = h.open_e2e().await;
+        tab.eval(&js::configure(50, 4, "")).await;
+        let r = tab
+            .eval(
+                r#"
+                const grab = async (p) => {
+                  try { await p; return null; } catch (e) { return e.message; }
+                };
+                const odd = {
+                  name: 'odd', half: 1.5, big: 1e21, tiny: 1e-7, third: 1 / 3, neg: -42,
+                  huge: 18446744073709551616, text: 'quote " slash \\ line\u2028 tab\t é 😀',
+                  nested: { list: [1, 'two', { three: null }, [], {}], yes: true },
+                };
+                const jobs = [
+                  { url: '/api/contacts', kind: 'create', body: odd },
+                  { url: '/api/contacts', kind: 'create', body: '{"name":"as text","kept":"x"}' },
+                  { url: '/api/contacts', kind: 'create', body: { name: 'plain ' + 1 } },
+                ];
+                const before = (await sluice.snapshot()).counts.queued;
+                const refused = {
+                  blob: await grab(sluice.enqueueMany([jobs[2], { url: '/api/contacts',
+                    method: 'POST', body: new Blob(['x']) }])),
+                  date: await grab(sluice.enqueueMany([jobs[2], jobs[2], { url: '/api/contacts',
+                    method: 'POST', body: new Date(0) }])),
+                  bigint: await grab(sluice.enqueueMany([jobs[2], { url: '/api/contacts',
+                    method: 'POST', body: { n: 10n } }])),
+                  notAJob: await grab(sluice.enqueueMany([jobs[2], 'a job'])),
+                  unknownField: await grab(sluice.enqueueMany([{ url: '/api/contacts',
+                    metod: 'POST' }])),
+                  oneBigint: await grab(sluice.enqueue({ url: '/api/contacts', method: 'POST',
+                    body: { n: 10n } })),
+                };
+                const after = (await sluice.snapshot()).counts.queued;
+                const many = await sluice.enqueueMany(jobs, 'bodies');
+                const outcomes = await Promise.all(many.ids.map((id) => sluice.done(id)));
+                const answered = outcomes.map((o) => JSON.parse(o.body));
+                const same = (a, b) => {
+                  if (typeof a !== 'object' || a === null || typeof b !== 'object' || b === null)
+                    return Object.is(a, b);
+                  const ka = Object.keys(a), kb = Object.keys(b);
+                  return ka.length === kb.length && ka.every((k) => same(a[k], b[k]));
+                };
+                const { id: _id, ...stored } = answered[0];
+                return {
+                  refused, queuedBefore: before, queuedAfter: after,
+                  oddArrivedAsWritten: same(stored, odd), odd: stored,
+                  text: answered[1], plain: answered[2],
+                };
+                "#,
+            )
+            .await;
+        let refused = &r["refused"];
+        let says = |what: &str, parts: &[&str]| {
+            let message = refused[what].as_str().unwrap_or_default();
+            for part in parts {
+                assert!(message.contains(part), "{what}: {message:?} lacks {part:?}: {r}");
+            }
+        };
+        says("blob", &["job 1: ", "a body must be a string or plain data"]);
+        says("date", &["job 2: ", "a body must be a string or plain data"]);
+        says("bigint", &["job 1: body: ", "BigInt"]);
+        says("notAJob", &["job 1: ", "a job is an object"]);
+        says("unknownField", &["job 0: ", "unknown field `metod`"]);
+        says("oneBigint", &["body: ", "BigInt"]);
+        assert_eq!(
+            r["queuedBefore"], r["queuedAfter"],
+            "a refused call queues nothing: {r}"
+        );
+        assert_eq!(r["oddArrivedAsWritten"], true, "{r}");
+        assert_eq!(r["text"]["name"], "as text", "{r}");
+        assert_eq!(r["text"]["kept"], "x", "{r}");
+        assert_eq!(r["plain"]["name"], "plain 1", "{r}");
+    }
+);

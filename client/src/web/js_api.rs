@@ -11,8 +11,8 @@ use crate::core::{Answer, ClientError};
 use crate::input::{self, RegisterOptions};
 
 use super::convert::{
-    credentials_from_js, done_to_js, error_to_js, from_js_json, job_from_js, jobs_from_js,
-    json_text, retry_with_from_js, set, to_js, UrlResolver,
+    credentials_from_js, done_to_js, error_to_js, from_js_json, json_text, retry_with_from_js, set,
+    to_js, PageJobs,
 };
 use super::{
     cancelled, configured, credentials_set, dismissed, enqueued, enqueued_many, job_list, jobs_of,
@@ -59,7 +59,7 @@ impl Sluice {
         &self,
         #[wasm_bindgen(unchecked_param_type = "JobInput")] job: JsValue,
     ) -> Promise {
-        let job = match UrlResolver::for_page().and_then(|urls| job_from_js(&job, &urls)) {
+        let job = match PageJobs::new().and_then(|jobs| jobs.one(&job)) {
             Ok(job) => job,
             Err(e) => return Promise::reject(&error_to_js(e)),
         };
@@ -80,7 +80,7 @@ impl Sluice {
         #[wasm_bindgen(unchecked_param_type = "JobInput[]")] jobs: JsValue,
         #[wasm_bindgen(js_name = groupId)] group_id: Option<String>,
     ) -> Promise {
-        let jobs = match jobs_from_js(&jobs) {
+        let jobs = match PageJobs::new().and_then(|reader| reader.many(&jobs)) {
             Ok(jobs) => jobs,
             Err(e) => return Promise::reject(&error_to_js(e)),
         };

@@ -27,7 +27,9 @@ export interface JobInput {
   /** Default "custom". A "create" gets an Idempotency-Key. */
   kind?: JobKind;
   headers?: Record<string, string> | [string, string][];
-  /** A string is sent as is; anything else as JSON (Content-Type: application/json). */
+  /** A string is sent as is; plain data (objects, arrays, numbers, booleans) as JSON
+   * (Content-Type: application/json), the values `JSON.stringify` writes; a Blob, FormData or
+   * Date is refused (make it a string first). */
   body?: unknown;
   groupId?: string | null;
   /** What it spends of its budget's resources besides one request, an estimate the answer may

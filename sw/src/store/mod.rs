@@ -62,6 +62,8 @@ use sluice_shared::{Job, JobId};
 
 use crate::config::SavedConfig;
 
+/// The database (`sluice-worker.js` opens it by this name too, to have it ready sooner:
+/// `warmDatabase`).
 pub const DB_NAME: &str = "sluice";
 /// Bump when stores or indexes change (see "Upgrades keep every job"). 2: `journal` added.
 /// 3: the `state_seq` index. 4: the unread `state`, `budget_state` and `key` indexes dropped.
