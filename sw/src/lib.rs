@@ -85,7 +85,8 @@ mod exports {
     /// instance is not taken for broken (see the entry's `fenced`).
     #[wasm_bindgen]
     pub fn start(config: JsValue) -> Option<String> {
-        console_error_panic_hook::set_once();
+        // Once per instance, as `start` runs: no `set_once` (ARCHITECTURE.md, "Size").
+        std::panic::set_hook(Box::new(console_error_panic_hook::hook));
         if let Err(problem) = crate::credentials::take_function(&config) {
             return Some(problem);
         }

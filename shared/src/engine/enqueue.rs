@@ -73,6 +73,7 @@ impl Engine {
         // Jobs of this call folded into another (asked id, carrier): a later one waits for
         // the carrier.
         let mut renamed: Vec<(JobId, JobId)> = Vec::new();
+        self.table.reserve(checked.len());
         for (mut spec, budget, method) in checked {
             if group_id.is_some() {
                 spec.group_id = group_id.clone();

