@@ -17,7 +17,6 @@
 use super::bulk::plain_loop_js;
 use super::peers::Spread;
 use super::*;
-use crate::browser::profile::{self_times, ProfiledThread};
 
 /// The API's latency in every run.
 const LATENCY_MS: u64 = 5;
@@ -244,34 +243,6 @@ async fn run_one(
             _ => None,
         },
     })
-}
-
-/// Saves each profiled thread's profile as `<stem>-<thread><n>.cpuprofile` in `dir` and
-/// prints its functions with the most self time.
-pub(super) async fn save_profiles(
-    browser: &crate::browser::Browser,
-    threads: &[ProfiledThread],
-    dir: &std::path::Path,
-    stem: &str,
-    progress: &dyn Fn(&str),
-) -> Result<(), Error> {
-    for (i, thread) in threads.iter().enumerate() {
-        let profile = browser.stop_profile(thread).await?;
-        // Numbered: a browser may have more than one page (the driver's blank one).
-        let file = dir.join(format!("{stem}-{}{i}.cpuprofile", thread.label));
-        std::fs::create_dir_all(dir)
-            .and_then(|()| std::fs::write(&file, profile.to_string()))
-            .map_err(|e| Error::Server(format!("saving {}: {e}", file.display())))?;
-        progress(&format!(
-            "  the {} thread, self time ({}):",
-            thread.label,
-            file.display()
-        ));
-        for t in self_times(&profile, 25) {
-            progress(&format!("  {:9.1} ms  {}", t.ms, t.function));
-        }
-    }
-    Ok(())
 }
 
 fn summarize(runs: &[CeilingRun], in_flight: &[u32]) -> Vec<CeilingSummary> {

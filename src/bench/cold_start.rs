@@ -34,7 +34,7 @@ pub(super) async fn run_cold_start(
     let enqueue_many_ms = acked["ms"].as_f64().unwrap_or(f64::NAN);
     if let Some(dir) = &options.profile_dir {
         let stem = format!("enqueue-many-{round}");
-        super::ceiling::save_profiles(&rig.browser, &profiled, dir, &stem, progress).await?;
+        save_profiles(&rig.browser, &profiled, dir, &stem, progress).await?;
     }
     let acked_at = acked["at"].as_f64().unwrap_or(f64::NAN);
     // Stopped in its steady state, sending, not while it is still writing the batch.

@@ -32,6 +32,7 @@ use serde_json::Value;
 
 use crate::api::{ApiConfig, Arrival};
 use crate::browser::load::{CpuSample, CpuUse};
+use crate::browser::profile::{self_times, ProfiledThread};
 use crate::browser::{self, Error, Rig, RigOptions, Tab};
 
 mod bulk;
@@ -470,6 +471,34 @@ fn bulk_jobs_js(n: usize, group: &str, origin: &str) -> String {
         "window.bulkJobs = Array.from({{ length: {n} }}, (_, i) => ({{ url: '{origin}/api/contacts', \
          kind: 'create', body: {{ name: '{group} ' + i, email: 'c' + i + '@example.com' }} }}));"
     )
+}
+
+/// Saves each profiled thread's profile as `<stem>-<thread><n>.cpuprofile` in `dir` and
+/// prints its functions with the most self time.
+async fn save_profiles(
+    browser: &crate::browser::Browser,
+    threads: &[ProfiledThread],
+    dir: &std::path::Path,
+    stem: &str,
+    progress: &dyn Fn(&str),
+) -> Result<(), Error> {
+    for (i, thread) in threads.iter().enumerate() {
+        let profile = browser.stop_profile(thread).await?;
+        // Numbered: a browser may have more than one page (the driver's blank one).
+        let file = dir.join(format!("{stem}-{}{i}.cpuprofile", thread.label));
+        std::fs::create_dir_all(dir)
+            .and_then(|()| std::fs::write(&file, profile.to_string()))
+            .map_err(|e| Error::Server(format!("saving {}: {e}", file.display())))?;
+        progress(&format!(
+            "  the {} thread, self time ({}):",
+            thread.label,
+            file.display()
+        ));
+        for t in self_times(&profile, 25) {
+            progress(&format!("  {:9.1} ms  {}", t.ms, t.function));
+        }
+    }
+    Ok(())
 }
 
 fn cpu_use(before: Option<CpuSample>, rig: &Rig) -> Option<CpuUse> {
