@@ -201,7 +201,7 @@ thread_local! {
     static OBJECT_PROTOTYPE: JsValue = Object::get_prototype_of(&Object::new()).into();
 }
 
-pub(super) fn is_plain_data(v: &JsValue) -> bool {
+fn is_plain_data(v: &JsValue) -> bool {
     if v.as_f64().is_some() || v.as_bool().is_some() || Array::is_array(v) {
         return true;
     }
@@ -223,16 +223,10 @@ pub(super) fn retry_with_from_js(options: &JsValue) -> Result<RetryWith, ClientE
         return Err(invalid("an object like {body, headers}".into()));
     }
     let raw_body = Reflect::get(options, &"body".into()).unwrap_or(JsValue::UNDEFINED);
-    let body = if raw_body.is_undefined() || raw_body.is_null() {
-        None
-    } else if let Some(s) = raw_body.as_string() {
-        Some(s)
-    } else if is_plain_data(&raw_body) {
-        Some(json_text(&raw_body).map_err(|e| invalid(format!("body: {e}")))?)
-    } else {
-        return Err(invalid(
-            "a body must be a string or plain data to send as JSON".into(),
-        ));
+    let body = match body_kind(&raw_body).map_err(invalid)? {
+        BodyKind::None => None,
+        BodyKind::Text => raw_body.as_string(),
+        BodyKind::Json => Some(json_text(&raw_body).map_err(|e| invalid(format!("body: {e}")))?),
     };
     let text = json_text(options).map_err(invalid)?;
     let value = json::parse(&text).map_err(|e| invalid(e.0))?;
@@ -288,7 +282,7 @@ impl PageJobs {
             // Say so when it is the body that JSON cannot hold (a BigInt, a cycle).
             let body = Reflect::get(job, &self.body_key).unwrap_or(JsValue::UNDEFINED);
             match body_kind(&body) {
-                Err(refused) => refused,
+                Err(refused) => ClientError::InvalidJob(refused),
                 Ok(BodyKind::Json) if json_text(&body).is_err() => {
                     ClientError::InvalidJob(format!("body: {e}"))
                 }
@@ -343,7 +337,10 @@ impl PageJobs {
     fn parsed(&self, job: &JsValue, value: &Json) -> Result<JobSpec, ClientError> {
         let raw_body = Reflect::get(job, &self.body_key).unwrap_or(JsValue::UNDEFINED);
         let parsed_body = job::body_member(value);
-        let body = match (body_kind(&raw_body)?, parsed_body) {
+        let body = match (
+            body_kind(&raw_body).map_err(ClientError::InvalidJob)?,
+            parsed_body,
+        ) {
             (BodyKind::None, _) => Body::None,
             (BodyKind::Text, Some(Json::Str(s))) => Body::Text(s.to_string()),
             (BodyKind::Text, _) => Body::Text(raw_body.as_string().unwrap_or_default()),
@@ -358,14 +355,15 @@ impl PageJobs {
     }
 }
 
-/// What a page's `body` is sent as; see [`PageJobs::parsed`].
+/// What a page's `body` (of a job, or of a retry) is sent as; see [`PageJobs::parsed`].
 enum BodyKind {
     None,
     Text,
     Json,
 }
 
-fn body_kind(body: &JsValue) -> Result<BodyKind, ClientError> {
+/// The body's kind, or why it cannot be sent.
+fn body_kind(body: &JsValue) -> Result<BodyKind, String> {
     if body.is_undefined() || body.is_null() {
         Ok(BodyKind::None)
     } else if body.is_string() {
@@ -373,11 +371,11 @@ fn body_kind(body: &JsValue) -> Result<BodyKind, ClientError> {
     } else if is_plain_data(body) {
         Ok(BodyKind::Json)
     } else {
-        Err(ClientError::InvalidJob(
+        Err(
             "a body must be a string or plain data (objects, arrays, numbers) to send as JSON; \
              convert Blobs, FormData and URLSearchParams to a string first"
                 .into(),
-        ))
+        )
     }
 }
 

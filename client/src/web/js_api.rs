@@ -59,7 +59,7 @@ impl Sluice {
         &self,
         #[wasm_bindgen(unchecked_param_type = "JobInput")] job: JsValue,
     ) -> Promise {
-        let job = match PageJobs::new().and_then(|jobs| jobs.one(&job)) {
+        let job = match PageJobs::new().and_then(|page_jobs| page_jobs.one(&job)) {
             Ok(job) => job,
             Err(e) => return Promise::reject(&error_to_js(e)),
         };
@@ -80,7 +80,7 @@ impl Sluice {
         #[wasm_bindgen(unchecked_param_type = "JobInput[]")] jobs: JsValue,
         #[wasm_bindgen(js_name = groupId)] group_id: Option<String>,
     ) -> Promise {
-        let jobs = match PageJobs::new().and_then(|reader| reader.many(&jobs)) {
+        let jobs = match PageJobs::new().and_then(|page_jobs| page_jobs.many(&jobs)) {
             Ok(jobs) => jobs,
             Err(e) => return Promise::reject(&error_to_js(e)),
         };
