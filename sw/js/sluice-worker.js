@@ -327,7 +327,13 @@
 
   self.addEventListener('fetch', (event) => {
     const request = event.request;
-    if (request.mode === 'navigate') return;
+    if (request.mode === 'navigate') {
+      // A page of the site is loading: the queue starts now, not once the page's client asks
+      // (`on_navigate`); the navigation itself is the browser's, untouched. A queue that cannot
+      // start is told to the pages by `whenReady`, and to the page's client when it asks.
+      event.waitUntil(withWasm((glue) => glue.on_navigate()).catch(() => undefined));
+      return;
+    }
     let candidate;
     try {
       candidate = current ? current.glue.should_intercept(request) : mightIntercept(request);

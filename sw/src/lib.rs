@@ -383,11 +383,28 @@ mod exports {
             if tag.as_deref() != Some(crate::SYNC_TAG) {
                 return Ok(JsValue::UNDEFINED);
             }
-            let w = instance::worker().await?;
-            w.on_sync();
-            JsFuture::from(settle_promise(Some(&w))).await?;
-            Ok(JsValue::UNDEFINED)
+            run_until_settled(true).await
         })
+    }
+
+    /// A page of the site is being loaded: the queue starts now, while the page loads, rather
+    /// than at the page's first request, which comes only once its script and the page
+    /// client's wasm ran (issue 40: about 50 ms of a page-load wake). Resolves once the queue
+    /// is idle (at the latest after 90 s), for `event.waitUntil`.
+    #[wasm_bindgen]
+    pub fn on_navigate() -> Promise {
+        promise(run_until_settled(false))
+    }
+
+    /// Starts the queue if it is not running (after a Background Sync (`sync`), as back
+    /// online), and waits until it is idle.
+    async fn run_until_settled(sync: bool) -> Result<JsValue, JsValue> {
+        let w = instance::worker().await?;
+        if sync {
+            w.on_sync();
+        }
+        JsFuture::from(settle_promise(Some(&w))).await?;
+        Ok(JsValue::UNDEFINED)
     }
 }
 

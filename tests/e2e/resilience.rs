@@ -408,6 +408,56 @@ e2e!(
 );
 
 e2e!(
+    /// Issue 40: a page load starts the queue as the navigation begins, not once the page's
+    /// client asks. Here the page loaded has no Sluice client at all (a plain page of the
+    /// site), so only the navigation can have woken the worker that was stopped with work
+    /// left; the work then finishes with nothing doubled.
+    a_page_load_wakes_the_queue_even_on_a_page_without_sluice,
+    90,
+    where_users_are().with_www_copy(),
+    |h| {
+        std::fs::write(
+            h.www_dir().join("plain.html"),
+            "<!doctype html><title>About</title><p>A page of the site with no Sluice on it.</p>",
+        )
+        .expect("plain.html");
+        let tab = h.open_e2e().await;
+        tab.eval(&js::configure(5, 1, "")).await;
+        tab.eval(&js::enqueue_group(20, "nav")).await;
+        h.wait_until("4 contacts", Duration::from_secs(10), || {
+            h.api.contacts().len() >= 4
+        })
+        .await;
+        tab.close().await;
+        h.stop_worker().await;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let at_close = h.api.contacts().len();
+        tokio::time::sleep(Duration::from_millis(1000)).await;
+        assert_eq!(
+            h.api.contacts().len(),
+            at_close,
+            "nothing runs with no tab and no worker"
+        );
+
+        let started = Instant::now();
+        let _plain = h.open("/plain.html").await;
+        h.wait_until("the queue to resume", Duration::from_secs(10), || {
+            h.api.contacts().len() > at_close
+        })
+        .await;
+        report(&format!(
+            "a plain page's load: first send {:.1?} after the navigation began",
+            started.elapsed()
+        ));
+        h.wait_until("all 20 contacts", Duration::from_secs(30), || {
+            h.api.contacts().len() >= 20
+        })
+        .await;
+        h.assert_each_applied_once(20, 5);
+    }
+);
+
+e2e!(
     /// Scenario 12: a new worker version is deployed while jobs wait; it takes over with
     /// nothing lost or doubled and the limit kept.
     a_new_worker_version_takes_over_the_queue_with_nothing_lost_or_doubled,
