@@ -1,7 +1,7 @@
 //! A map from ids (budget names, request ids, job ids) to values, kept as a vector sorted by id:
 //! the one sorted map of the engine and the page client.
 //!
-//! Not a `BTreeMap`: its code is several kilobytes of wasm for each value type, and these maps
+//! Not a `BTreeMap`: its code is kilobytes of wasm (ARCHITECTURE.md, "Size"), and these maps
 //! hold a handful of budgets, or what one page waits on (a few requests, at most some thousands
 //! of jobs), for which a binary search and moving a few entries on change is quick. (The
 //! engine's queues of jobs, which may hold a million, are `SortedQueue`s in blocks.)

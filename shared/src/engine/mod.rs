@@ -188,9 +188,9 @@ pub struct Engine {
     etags: KeyEtags,
     /// Credentials given per budget (see `credentials`), set over each job's own when it is
     /// sent. In memory only: credentials are not kept at rest.
-    credentials: std::collections::BTreeMap<String, credentials::GivenCredentials>,
+    credentials: IdMap<credentials::GivenCredentials>,
     /// Batches in flight, by the id their attempt carries (see `batching`).
-    batches: std::collections::BTreeMap<JobId, batching::InFlightBatch>,
+    batches: IdMap<batching::InFlightBatch>,
     /// Batches whose answer was lost, to go again with the same members.
     resend_batches: batching::ResendGroups,
     /// The jobs waiting for each job's answer (see `dependencies`).
