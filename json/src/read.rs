@@ -353,6 +353,37 @@ impl<T: FromJson> FromJson for Vec<T> {
     }
 }
 
+impl<T: FromJson, const N: usize> FromJson for [T; N] {
+    /// In serde's order and words, as for a tuple: each item as it comes, then the length.
+    fn from_json(v: &Json) -> Result<Self, Error> {
+        let items = items(v).map_err(|_| v.invalid_type(&format!("an array of length {N}")))?;
+        let mut error = None;
+        let out = std::array::from_fn(|i| {
+            let read = match items.get(i) {
+                _ if error.is_some() => return T::placeholder(),
+                Some(item) => T::from_json(item),
+                None => Err(Error(format!(
+                    "invalid length {}, expected an array of length {N}",
+                    items.len()
+                ))),
+            };
+            read.unwrap_or_else(|e| {
+                error = Some(e);
+                T::placeholder()
+            })
+        });
+        match error {
+            Some(e) => Err(e),
+            None if items.len() > N => Err(Error("trailing characters".into())),
+            None => Ok(out),
+        }
+    }
+
+    fn placeholder() -> Self {
+        std::array::from_fn(|_| T::placeholder())
+    }
+}
+
 impl<T: FromJson> FromJson for VecDeque<T> {
     /// Through a `Vec`, whose buffer the `VecDeque` takes over.
     fn from_json(v: &Json) -> Result<Self, Error> {

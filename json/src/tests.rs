@@ -287,4 +287,17 @@ fn primitives_read_like_serde() {
         reads_like_serde::<(String, String)>(text);
         reads_like_serde::<Vec<(String, String)>>(text);
     }
+    for text in [
+        "[1,2,3]",
+        "[1,2]",
+        "[1,2,3,4]",
+        "[1,\"2\",3]",
+        "{}",
+        "3",
+        "[]",
+    ] {
+        reads_like_serde::<[u64; 3]>(text);
+    }
+    reads_like_serde::<[u64; 0]>("[]");
+    same_as_serde(&[0u64, 7, u64::MAX]);
 }

@@ -150,6 +150,12 @@ impl<T: ToJson> ToJson for [T] {
     }
 }
 
+impl<T: ToJson, const N: usize> ToJson for [T; N] {
+    fn write_json(&self, out: &mut String) {
+        write_seq(out, self.iter());
+    }
+}
+
 impl<T: ToJson> ToJson for Vec<T> {
     fn write_json(&self, out: &mut String) {
         write_seq(out, self.iter());

@@ -40,7 +40,7 @@ pub mod rto;
 pub mod status;
 
 pub use engine::{
-    Changes, Engine, Enqueued, Response, SaveId, StorageMode, Transmit, TransportError,
+    Changes, Engine, Enqueued, QueueCounts, Response, SaveId, StorageMode, Transmit, TransportError,
 };
 #[cfg(any(test, feature = "sim"))]
 pub mod sim;

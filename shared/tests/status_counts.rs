@@ -1,14 +1,15 @@
 //! The status's counts (per state, budget, lane and group) are kept as jobs change rather than
 //! counted at each snapshot: over any sequence of enqueues, starts, answers of every kind,
 //! transport failures, cancels, retries, dismissals, expiry and restores, every snapshot must
-//! say what a count of the jobs says.
+//! say what a count of the jobs says. A restore in two steps (the head of the queue, then the
+//! rest) must say it from the saved counts before the rest is in.
 
 use std::collections::BTreeMap;
 
 use proptest::prelude::*;
 
 use sluice_shared::config::{BudgetConfig, EngineConfig, RetryConfig, Window};
-use sluice_shared::engine::{Engine, Response, Transmit, TransportError};
+use sluice_shared::engine::{Engine, QueueCounts, Response, Transmit, TransportError};
 use sluice_shared::job::{Job, JobKind, JobSpec, JobState, Lane, RetryWith};
 use sluice_shared::random::Rng;
 use sluice_shared::status::Status;
@@ -61,6 +62,10 @@ enum Op {
     Dismiss(u8),
     Advance(u16),
     Restore,
+    RestoreInTwoSteps {
+        head: u8,
+        sending_saved_as_queued: bool,
+    },
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -77,6 +82,9 @@ fn op() -> impl Strategy<Value = Op> {
         1 => any::<u8>().prop_map(Op::Dismiss),
         2 => (1u16..2_000).prop_map(Op::Advance),
         1 => Just(Op::Restore),
+        1 => (0u8..6, any::<bool>()).prop_map(|(head, sending_saved_as_queued)| {
+            Op::RestoreInTwoSteps { head, sending_saved_as_queued }
+        }),
     ]
 }
 
@@ -283,11 +291,111 @@ fn run(ops: &[Op]) -> Result<(), TestCaseError> {
                     .expect("a restore of a valid configuration");
                 out.clear();
             }
+            &Op::RestoreInTwoSteps {
+                head,
+                sending_saved_as_queued,
+            } => {
+                engine = restore_in_two_steps(&mut engine, head, sending_saved_as_queued, now)?;
+                out.clear();
+            }
         }
         let status = engine.snapshot(now);
         check(&engine, &status)?;
     }
     Ok(())
+}
+
+/// As the worker restarts a large queue: the counts its last save kept, then the head of the
+/// queue (every job saved as sending, the first `head` saved as queued and as waiting for a
+/// retry, in enqueue order) restored and the status taken, then the rest. That status must say
+/// what the whole queue restored at once says: the jobs not read yet counted as queued, as a
+/// restart reads a job saved as sending. Returns the engine with the whole queue.
+fn restore_in_two_steps(
+    engine: &mut Engine,
+    head: u8,
+    sending_saved_as_queued: bool,
+    now: u64,
+) -> Result<Engine, TestCaseError> {
+    // What has expired is forgotten first, as the worker's timer does, so that the rest
+    // restored later holds nothing a restore would drop.
+    engine.handle_timeout(now);
+    let saved = sluice_shared::json::to_string(&engine.tally_to_save());
+    let saved: QueueCounts = sluice_shared::json::from_str(&saved).expect("counts read back");
+    // A job's record may say queued while it sends: a start is not written.
+    let mut records: Vec<Job> = engine.jobs().cloned().collect();
+    records.sort_by_key(|j| j.seq);
+    if sending_saved_as_queued {
+        for job in &mut records {
+            if job.state == JobState::Sending {
+                job.state = JobState::Queued;
+            }
+        }
+    }
+    let budgets: Vec<_> = engine.budget_states().cloned().collect();
+    let (mut first, mut rest) = (Vec::new(), Vec::new());
+    let (mut queued, mut retrying) = (0, 0);
+    for job in records {
+        let read_first = match job.state {
+            JobState::Sending => true,
+            JobState::Queued => {
+                queued += 1;
+                queued <= head
+            }
+            JobState::RetryWait => {
+                retrying += 1;
+                retrying <= head
+            }
+            _ => false,
+        };
+        if read_first {
+            first.push(job);
+        } else {
+            rest.push(job);
+        }
+    }
+    let whole = {
+        let all = first.iter().chain(&rest).cloned().collect();
+        Engine::restore(config(), Rng::seeded(3), all, budgets.clone(), now)
+            .expect("a restore of a valid configuration")
+            .snapshot(now)
+    };
+    let read = QueueCounts::of(first.iter());
+    let mut two_steps = Engine::restore(config(), Rng::seeded(3), first, budgets, now)
+        .expect("a restore of a valid configuration");
+    prop_assert!(
+        two_steps.expect_unread(&saved, &read),
+        "saved {saved:?}, read {read:?}"
+    );
+    let before_the_rest = two_steps.snapshot(now);
+    let waiting = |s: &Status| {
+        let c = &s.counts;
+        (
+            c.queued + c.retry_wait,
+            c.sending,
+            c.done,
+            c.failed,
+            c.cancelled,
+            c.conflict,
+        )
+    };
+    prop_assert_eq!(waiting(&before_the_rest), waiting(&whole));
+    // A group's ETA and warning follow the budget of the first of its jobs counted, which the
+    // order of reading decides where a group's jobs go to several budgets.
+    let groups = |s: &Status| {
+        let mut groups = s.groups.clone();
+        for g in &mut groups {
+            (g.eta_ms, g.warning) = (None, None);
+        }
+        groups
+    };
+    prop_assert_eq!(groups(&before_the_rest), groups(&whole));
+    let lanes = |s: &Status| s.lanes.iter().map(|l| l.waiting).collect::<Vec<_>>();
+    prop_assert_eq!(lanes(&before_the_rest), lanes(&whole));
+    let pending = |s: &Status| s.budgets.iter().map(|b| b.pending).collect::<Vec<_>>();
+    prop_assert_eq!(pending(&before_the_rest), pending(&whole));
+    two_steps.restore_more(rest, now);
+    prop_assert!(!two_steps.counts_unread_jobs());
+    Ok(two_steps)
 }
 
 proptest! {

@@ -12,7 +12,7 @@ use sluice_shared::random::Rng;
 
 use crate::e2e;
 use crate::support::js::{enqueue_group as enqueue_group_js, settle_group as settle_group_js};
-use crate::support::{BrowserHarness, Options, PageScript};
+use crate::support::{report, BrowserHarness, Options, PageScript};
 
 e2e!(a_stopped_worker_resumes_the_queue_from_storage, 90, |h| {
     let tab = h.open_e2e_with("keepAliveMs=300").await;
@@ -396,6 +396,110 @@ e2e!(
             last_of_key[key] = Some(i);
         }
         assert_eq!(seen.len(), JOBS, "every job sent");
+    }
+);
+
+e2e!(
+    /// Issue 40: a restarted worker answers the status of a large queue from the counts its
+    /// last save kept, before the rest of the queue is read: a list of the jobs (which needs
+    /// the jobs themselves), asked first, is answered after it. Those counts are every job's,
+    /// per state, group and lane, as the whole queue's status says them once it is read.
+    a_large_queues_status_is_answered_before_the_rest_is_read,
+    90,
+    |h| {
+        let tab = h.open_e2e_with("keepAliveMs=600000").await;
+        tab.eval(&crate::support::js::configure(20, 2, "")).await;
+        // In calls of 150: a larger one is saved as a journal entry first, and a worker
+        // stopped before that entry is written one job per record reads the whole queue at
+        // once (see `sw/src/worker/journal.rs`), with no rest to answer before.
+        const CALLS: usize = 12;
+        const BULK: usize = CALLS * 150;
+        const INTERACTIVE: usize = 30;
+        tab.eval(&format!(
+            r#"
+            const job = (i, lane) => ({{ url: '/api/contacts', method: 'POST', kind: 'create',
+              lane, body: {{ i }} }});
+            for (let call = 0; call < {CALLS}; call++) {{
+              await sluice.enqueueMany(
+                Array.from({{ length: 150 }}, (_, i) => job(call * 150 + i, 'bulk')), 'big');
+            }}
+            await sluice.enqueueMany(
+              Array.from({{ length: {INTERACTIVE} }}, (_, i) => job(i, 'interactive')), 'now');
+            "#
+        ))
+        .await;
+        h.wait_until("40 sent", Duration::from_secs(10), || h.api.total() >= 40)
+            .await;
+        // The last answers saved, then the worker stopped as the browser stops it. Both
+        // requests below then go as events, in order, the first of which starts the worker:
+        // the page has no keep-alives to start it before (`keepAliveMs` above), and a status
+        // request goes over the page's port only while the worker spoke within the last 2 s
+        // (`port_heard_ms` in `client/src/core`); over a port that died with the worker it
+        // would wait 100 ms before going again as an event.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        h.stop_worker().await;
+        tokio::time::sleep(Duration::from_millis(2_300)).await;
+        let first = tab
+            .eval(
+                "const listed = sluice.jobs('big').then(() => performance.now());\
+                 const status = await sluice.snapshot();\
+                 const answered = performance.now();\
+                 return { status, answered, listed: await listed };",
+            )
+            .await;
+        let time = |k: &str| first[k].as_f64().unwrap_or_else(|| panic!("no {k}: {first}"));
+        let (answered, listed) = (time("answered"), time("listed"));
+        report(&format!(
+            "restart with {} jobs: status answered {:.0} ms before the list",
+            BULK + INTERACTIVE,
+            listed - answered
+        ));
+        assert!(
+            answered < listed,
+            "the status must not wait for the whole queue: {first}"
+        );
+        let early = &first["status"];
+        let whole = tab.eval("return await sluice.snapshot();").await;
+        let counts = |s: &Value| -> (u64, u64) {
+            let c = &s["counts"];
+            let n = |k: &str| c[k].as_u64().unwrap_or(0);
+            (
+                n("queued") + n("sending") + n("retryWait"),
+                n("done") + n("failed") + n("cancelled") + n("conflict"),
+            )
+        };
+        let (early_pending, early_ended) = counts(early);
+        let (pending, ended) = counts(&whole);
+        assert_eq!(
+            (early_pending + early_ended) as usize,
+            BULK + INTERACTIVE,
+            "every job counted: {early}"
+        );
+        assert_eq!((pending + ended) as usize, BULK + INTERACTIVE, "{whole}");
+        // Between the two answers a few more jobs may have ended, none more than sent.
+        assert!(
+            ended >= early_ended && ended - early_ended <= 10,
+            "{early_ended} ended, then {ended}"
+        );
+        let group = |s: &Value, id: &str| -> (u64, u64) {
+            let g = s["groups"]
+                .as_array()
+                .and_then(|gs| gs.iter().find(|g| g["id"] == id).cloned())
+                .unwrap_or(Value::Null);
+            (g["total"].as_u64().unwrap_or(0), g["pending"].as_u64().unwrap_or(0))
+        };
+        assert_eq!(group(early, "big").0 as usize, BULK, "{early}");
+        assert_eq!(group(early, "now").0 as usize, INTERACTIVE, "{early}");
+        let waiting = |s: &Value| -> u64 {
+            s["lanes"]
+                .as_array()
+                .map_or(0, |ls| ls.iter().map(|l| l["waiting"].as_u64().unwrap_or(0)).sum())
+        };
+        assert!(
+            waiting(early) + 2 >= early_pending && waiting(early) <= early_pending,
+            "waiting per lane {} of {early_pending} unfinished: {early}",
+            waiting(early)
+        );
     }
 );
 

@@ -15,7 +15,7 @@ use std::hash::{Hash, Hasher};
 use rustc_hash::{FxHashMap, FxHasher};
 
 use super::queue::SortedQueue;
-use super::tally::{Counted, Tally};
+use super::tally::{Counted, QueueCounts};
 use crate::job::{IllegalTransition, Job, JobId, JobKind, JobState, Lane};
 use crate::time::{DurationMs, Millis};
 
@@ -33,8 +33,8 @@ pub(super) struct JobTable {
     /// the wasm.
     expiring: SortedQueue<(Millis, u64, JobId)>,
     next_seq: u64,
-    /// The status counts of `jobs`, kept with every change (see [`Tally`]).
-    tally: Tally,
+    /// The status counts of `jobs`, kept with every change (see [`QueueCounts`]).
+    tally: QueueCounts,
 }
 
 impl JobTable {
@@ -64,7 +64,7 @@ impl JobTable {
     }
 
     /// The status counts of every job in the table.
-    pub(super) fn tally(&self) -> &Tally {
+    pub(super) fn tally(&self) -> &QueueCounts {
         &self.tally
     }
 

@@ -95,6 +95,7 @@ pub use persistence::{Persistence, StorageMode};
 pub use scheduler::AGED_TURN_EVERY;
 use scheduler::{Rank, Scheduler, Turn};
 use snapshot::{count_in, StatusCounters};
+pub use tally::QueueCounts;
 pub use validate::validate_url;
 
 /// Longest time between probes while the network is down.
@@ -195,6 +196,9 @@ pub struct Engine {
     resend_batches: batching::ResendGroups,
     /// The jobs waiting for each job's answer (see `dependencies`).
     dependents: dependencies::Dependents,
+    /// The counts of the saved jobs a two-step restore has not read yet (see
+    /// [`Engine::expect_unread`]), which the status adds to the table's until they are in.
+    unread: Option<QueueCounts>,
 }
 
 impl Engine {
@@ -225,6 +229,7 @@ impl Engine {
             batches: Default::default(),
             resend_batches: Default::default(),
             dependents: Default::default(),
+            unread: None,
         })
     }
 
@@ -277,8 +282,8 @@ impl Engine {
     /// For a worker that restores in two steps, so it can send before a large queue is read:
     /// first every waiting job up to some point in enqueue order (all earlier waiting jobs of
     /// any key are among them, so per-key order holds), then the rest. Until the rest is in,
-    /// only the pump may use the engine: an enqueue, cancel or status would see part of the
-    /// queue.
+    /// only the pump may use the engine: an enqueue, cancel or list would see part of the
+    /// queue. The status may, once told what is not read yet ([`Engine::expect_unread`]).
     pub fn restore_more(&mut self, jobs: Vec<Job>, now: Millis) {
         let order = crate::job::sorted_order(jobs.iter().map(|j| j.seq));
         // Plain loops: each mapped or filtered `collect` is several generic functions in the
@@ -312,6 +317,39 @@ impl Engine {
         self.regroup_restored_batches();
         self.settle_all(now);
         self.replace_all(now);
+        // The rest is in (or this was the head, before anything was expected).
+        self.unread = None;
+    }
+
+    /// Between the two steps of a restore (see [`Engine::restore_more`]): `saved` are the
+    /// counts the last save left ([`Engine::tally_to_save`]), `head` those of the jobs just
+    /// restored as they were read ([`QueueCounts::of`]). The difference is what is not read yet,
+    /// which the status counts from now on, so that it is answered before the rest is read.
+    /// Returns false, and expects nothing, when `saved` cannot be the counts of a queue `head`
+    /// was read from (it counts fewer of something): the status then waits for the rest.
+    pub fn expect_unread(&mut self, saved: &QueueCounts, head: &QueueCounts) -> bool {
+        self.unread = saved
+            .clone()
+            .into_saved()
+            .without(&head.clone().into_saved());
+        self.unread.is_some()
+    }
+
+    /// Whether the status counts jobs not read yet (see [`Engine::expect_unread`]): it holds the
+    /// whole queue's counts, though the table does not hold the whole queue.
+    pub fn counts_unread_jobs(&self) -> bool {
+        self.unread.is_some()
+    }
+
+    /// The counts for a save to keep with the jobs it writes, for the next start (see
+    /// [`Engine::expect_unread`]): every job the engine holds and every saved one it has not
+    /// read yet, as [`QueueCounts::into_saved`] counts them.
+    pub fn tally_to_save(&self) -> QueueCounts {
+        match &self.unread {
+            Some(unread) => self.table.tally().with(unread),
+            None => self.table.tally().clone(),
+        }
+        .into_saved()
     }
 
     /// Replaces the configuration at run time. Refused when it would drop a budget that still
@@ -376,8 +414,13 @@ impl Engine {
 
     /// A status snapshot for every tab.
     pub fn snapshot(&self, now: Millis) -> Status {
-        self.counters
-            .snapshot(&self.table, &self.budgets, self.is_offline(now), now)
+        self.counters.snapshot(
+            &self.table,
+            self.unread.as_ref(),
+            &self.budgets,
+            self.is_offline(now),
+            now,
+        )
     }
 }
 

@@ -8,8 +8,7 @@ use std::collections::VecDeque;
 
 use super::in_flight::Budget;
 use super::jobs::JobTable;
-#[cfg(debug_assertions)]
-use super::tally::Tally;
+use super::tally::QueueCounts;
 use crate::id_map::IdMap;
 use crate::job::Lane;
 use crate::resources::ResourceStatus;
@@ -51,20 +50,29 @@ impl StatusCounters {
     pub(super) fn snapshot(
         &self,
         jobs: &JobTable,
+        unread: Option<&QueueCounts>,
         budgets: &IdMap<Budget>,
         offline: bool,
         now: Millis,
     ) -> Status {
-        let tally = jobs.tally();
+        let kept = jobs.tally();
         #[cfg(debug_assertions)]
         {
-            let counted = Tally::of(jobs.iter());
+            let counted = QueueCounts::of(jobs.iter());
             assert!(
-                tally.agrees_with(&counted),
-                "the kept status counts differ from a count of the jobs: kept {tally:?}, \
+                kept.agrees_with(&counted),
+                "the kept status counts differ from a count of the jobs: kept {kept:?}, \
                  counted {counted:?}"
             );
         }
+        let with_unread;
+        let tally = match unread {
+            Some(unread) => {
+                with_unread = kept.with(unread);
+                &with_unread
+            }
+            None => kept,
+        };
         let mut budget_statuses = Vec::new();
         let mut eta_all: Option<DurationMs> = None;
         for (name, b) in budgets.iter() {

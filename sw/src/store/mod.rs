@@ -13,6 +13,10 @@
 //!   `{k: "schema", version, recordFormat}`. The schema record is also the mark that the saved
 //!   budgets hold every start: it is deleted when storage is full and starts go out unrecorded
 //!   ([`QueueStore::delete_unrecorded`]), and written again by the first save that lands after.
+//!   `{k: "counts", counts}`: the status counts of the saved jobs ([`QueueCounts`]), written by
+//!   each save that changes them, in the same transaction as the jobs, and deleted with the
+//!   schema record; a start that reads only the head of a large queue answers the status from
+//!   them (see `Worker::start`).
 //! - `journal`, key path `id`: `{id, jobs}`, a large batch of new jobs as one JSON text,
 //!   present only until its jobs are written one per record (see "Large batches").
 //!
@@ -58,7 +62,7 @@ use rustc_hash::FxHashMap;
 
 use sluice_shared::budget::BudgetState;
 use sluice_shared::json::{self, FromJson, ToJson};
-use sluice_shared::{Job, JobId};
+use sluice_shared::{Job, JobId, QueueCounts};
 
 use crate::config::SavedConfig;
 
@@ -100,6 +104,8 @@ pub enum MetaOp {
     PutConfig(SavedConfig),
     DeleteConfig,
     PutSchema,
+    /// The status counts of the jobs as this save leaves them (see the schema above).
+    PutCounts(QueueCounts),
     /// A journal entry whose jobs this same save writes one per record.
     DeleteJournal(String),
 }
@@ -148,6 +154,10 @@ pub fn encode_meta(op: &MetaOp) -> Option<String> {
             script_fingerprint: saved.script_fingerprint.clone(),
         }),
         MetaOp::PutSchema => json::to_string(&SchemaRecord::current()),
+        MetaOp::PutCounts(counts) => json::to_string(&CountsRecord {
+            k: COUNTS_KEY.into(),
+            counts: counts.clone(),
+        }),
         MetaOp::DeleteConfig | MetaOp::DeleteJournal(_) => return None,
     })
 }
@@ -220,6 +230,21 @@ pub fn decode_schema(text: &str) -> Result<SchemaRecord, String> {
     json::from_str(text).map_err(|e| e.0)
 }
 
+/// The `meta` key of the saved status counts.
+pub const COUNTS_KEY: &str = "counts";
+
+#[derive(ToJson, FromJson)]
+struct CountsRecord {
+    k: String,
+    counts: QueueCounts,
+}
+
+pub fn decode_counts(text: &str) -> Result<QueueCounts, String> {
+    json::from_str::<CountsRecord>(text)
+        .map(|r| r.counts)
+        .map_err(|e| e.0)
+}
+
 /// Everything saved, as read at startup.
 #[derive(Debug, Default)]
 pub struct Loaded {
@@ -227,6 +252,9 @@ pub struct Loaded {
     pub budgets: Vec<BudgetState>,
     pub config: Option<SavedConfig>,
     pub schema: Option<SchemaRecord>,
+    /// The status counts the last save kept, read with the head of a large queue (not by a
+    /// whole read, which counts the jobs themselves).
+    pub counts: Option<QueueCounts>,
     /// Journal entries read (to delete once their jobs are saved one per record), and the ids
     /// of the jobs that only they held.
     pub journals: Vec<String>,

@@ -181,6 +181,7 @@ impl QueueStore {
         let budget_values = idb::get_all(&budgets)?;
         let config = idb::get(&meta, "config")?;
         let schema = idb::get(&meta, "schema")?;
+        let counts = idb::get(&meta, COUNTS_KEY)?;
         let mut reads = Vec::with_capacity(ACTIVE_STATES.len());
         for (state, cut) in ACTIVE_STATES {
             let range = idb::first_key_range(state)?;
@@ -216,6 +217,10 @@ impl QueueStore {
             idb::result(&config, "read the configuration")?,
             idb::result(&schema, "read the schema record")?,
         );
+        // Counts that do not read (a later version's) are only not used: the status then
+        // waits for the whole queue, as before they were kept.
+        loaded.counts = to_text(&idb::result(&counts, "read the saved counts")?)
+            .and_then(|t| decode_counts(&t).ok());
         for records in &states {
             for v in records.iter() {
                 let sending = field(&v, "state").as_deref() == Some("sending");
@@ -413,7 +418,11 @@ impl QueueStore {
     pub async fn delete_unrecorded(&self, ended: &[JobId]) -> Result<(), SwError> {
         let tx = idb::transaction(&self.db, &[JOBS, META], IdbTransactionMode::Readwrite)?;
         let issued = (|| {
-            idb::delete(&idb::store(&tx, META)?, "schema")?;
+            let meta = idb::store(&tx, META)?;
+            idb::delete(&meta, "schema")?;
+            // The records of the jobs that ended go below, and the saves that would keep the
+            // counts with the jobs do not land while storage is full.
+            idb::delete(&meta, COUNTS_KEY)?;
             let jobs = idb::store(&tx, JOBS)?;
             for id in ended {
                 idb::delete(&jobs, id)?;

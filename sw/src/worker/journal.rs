@@ -1,7 +1,7 @@
 //! Journals: a large `enqueueMany` is saved as one journal record, then written one job per
 //! record a few at a time by later saves; an entry goes once all its jobs are written.
 
-use sluice_shared::{Changes, Job, JobId};
+use sluice_shared::{Changes, Job};
 
 use crate::runtime::spawn;
 use crate::store::{Journaled, MetaOp, JOURNAL_CHUNK};

@@ -27,7 +27,7 @@ use std::rc::{Rc, Weak};
 use js_sys::Function;
 use rustc_hash::FxHashMap;
 use sluice_shared::random::Rng;
-use sluice_shared::{Changes, Engine, EngineConfig, JobId, Millis};
+use sluice_shared::{Changes, Engine, EngineConfig, JobId, Millis, QueueCounts};
 use wasm_bindgen::JsValue;
 
 use crate::broadcast::Batcher;
@@ -99,6 +99,10 @@ pub struct Worker {
     /// Some of `journals` are entries whose jobs a refused save held back: they may not be
     /// deleted before a save lands (see [`Worker::keep_journals`]).
     journals_wait_for_room: Cell<bool>,
+    /// The status counts storage holds once the saves issued so far have landed (`None`: none,
+    /// or deleted while storage is full): a save writes them only when they changed (see
+    /// [`Worker::counts_to_save`]).
+    saved_counts: RefCell<Option<QueueCounts>>,
 }
 
 /// Where an instance is in its life. A start reads the head of the saved queue
@@ -144,6 +148,9 @@ impl Worker {
         }
         let now = now_ms();
         let mut engine = None;
+        // The head's counts as it was read, for the saved counts to tell what is not read yet.
+        let head_counts = (!loaded.complete && loaded.counts.is_some())
+            .then(|| QueueCounts::of(loaded.jobs.iter()));
         let mut jobs = Some(std::mem::take(&mut loaded.jobs));
         for candidate in [chosen, setup.script.clone(), EngineConfig::default()] {
             // Tried without the jobs first, so that a refused configuration leaves them for
@@ -202,6 +209,14 @@ impl Worker {
             engine.persistence().count_unrecorded_sends(now);
             warn("starts went out unrecorded while storage was full: sending waits until every window has moved past them");
         }
+        if let (Some(saved), Some(head)) = (&loaded.counts, &head_counts) {
+            if !engine.expect_unread(saved, head) {
+                warn(
+                    "the saved status counts do not match the saved jobs: the status waits \
+                     until the whole queue is read",
+                );
+            }
+        }
         let folds = Folds::of(&engine);
         // What the rebuild changed (jobs that were sending are queued again) is saved by the
         // pump's first save, with its first starts, unless there is more to save now.
@@ -212,10 +227,13 @@ impl Worker {
             // Jobs only a journal entry held are saved one per record now, and the entries go.
             add_jobs(&mut changes, &engine, &loaded.from_journals);
             meta.extend(loaded.journals.iter().cloned().map(MetaOp::DeleteJournal));
+            let counts = engine.tally_to_save();
+            meta.push(MetaOp::PutCounts(counts.clone()));
             match store.save(&changes, &meta, &loaded.from_journals).await {
                 Ok(written) => {
                     journaled = written;
                     engine.persistence().on_saved(changes.save);
+                    loaded.counts = Some(counts);
                 }
                 // A full storage refuses the rewrite of journaled jobs into records; the queue
                 // starts anyway with storage as it is (the journals still hold those jobs, and
@@ -248,7 +266,7 @@ impl Worker {
             }
         }
         let mut batcher = Batcher::default();
-        batcher.hold_status(!loaded.complete);
+        batcher.hold_status(!loaded.complete && !engine.counts_unread_jobs());
         let w = Rc::new_cyclic(|me| Self {
             me: me.clone(),
             setup,
@@ -268,6 +286,7 @@ impl Worker {
             folds: RefCell::new(folds),
             whole_queue_waiters: RefCell::new(Vec::new()),
             journals_wait_for_room: Cell::new(!journals.is_empty()),
+            saved_counts: RefCell::new(loaded.counts.take()),
             journals: RefCell::new(journals),
             written_since_journal: RefCell::default(),
             writing_journals: Cell::new(false),

@@ -223,7 +223,14 @@ impl Worker {
         request: Request,
         from: Option<String>,
     ) -> Result<ReplyBody, ProtocolError> {
-        if !matches!(request, Request::KeepAlive) {
+        // The status is answered from the saved counts while the rest of a large queue is
+        // read (see `Worker::start`); everything else needs the jobs themselves.
+        let needs_jobs = match request {
+            Request::KeepAlive => false,
+            Request::Snapshot => !self.engine.borrow().counts_unread_jobs(),
+            _ => true,
+        };
+        if needs_jobs {
             self.whole_queue().await?;
         }
         let (body, meta) = match request {

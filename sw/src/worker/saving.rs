@@ -53,6 +53,7 @@ impl Worker {
         }
         self.pump.saved_at(now_ms());
         let mut meta = meta.to_vec();
+        meta.extend(self.counts_to_save());
         // Jobs added below are written, not news: only these go to the pages.
         let changed = changes.jobs.len();
         self.finish_journals_if_removing(&mut changes, &mut meta);
@@ -108,6 +109,7 @@ impl Worker {
                 ended.push(job.id.clone());
             }
         }
+        *self.saved_counts.borrow_mut() = None;
         if let Err(e) = self.store.delete_unrecorded(&ended).await {
             self.stop(&format!("saving failed on a full storage: {e}"));
             return Err(e);
@@ -151,7 +153,9 @@ impl Worker {
         };
         self.pump.saved_at(now_ms());
         if let Some(all) = all {
-            match self.store.save(&all, &[MetaOp::PutSchema], &[]).await {
+            let mut meta = vec![MetaOp::PutSchema];
+            meta.extend(self.counts_to_save());
+            match self.store.save(&all, &meta, &[]).await {
                 Ok(_) => {
                     let mut engine = self.engine.borrow_mut();
                     let mut saves = engine.persistence();
@@ -184,6 +188,20 @@ impl Worker {
         }
         let changed = news.jobs.len();
         self.go_on_unrecorded(news, changed).await
+    }
+
+    /// The status counts for the save about to be issued to write beside its jobs, when they
+    /// differ from what the saves issued before it leave in storage. Compared with what was
+    /// issued, not with what landed: a save that fails stops the instance, or (storage full)
+    /// deletes the counts ([`Worker::go_on_unrecorded`]).
+    fn counts_to_save(&self) -> Option<MetaOp> {
+        let counts = self.engine.borrow().tally_to_save();
+        let mut saved = self.saved_counts.borrow_mut();
+        if saved.as_ref() == Some(&counts) {
+            return None;
+        }
+        *saved = Some(counts.clone());
+        Some(MetaOp::PutCounts(counts))
     }
 
     /// While storage is full, a request that would add to it is refused before it changes
