@@ -106,6 +106,9 @@ pub enum MetaOp {
     PutSchema,
     /// The status counts of the jobs as this save leaves them (see the schema above).
     PutCounts(QueueCounts),
+    /// Saved counts that no longer match the jobs, while the counts of the jobs are not known
+    /// (a start that read part of the queue without usable counts).
+    DeleteCounts,
     /// A journal entry whose jobs this same save writes one per record.
     DeleteJournal(String),
 }
@@ -158,7 +161,7 @@ pub fn encode_meta(op: &MetaOp) -> Option<String> {
             k: COUNTS_KEY.into(),
             counts: counts.clone(),
         }),
-        MetaOp::DeleteConfig | MetaOp::DeleteJournal(_) => return None,
+        MetaOp::DeleteConfig | MetaOp::DeleteCounts | MetaOp::DeleteJournal(_) => return None,
     })
 }
 

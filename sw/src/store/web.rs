@@ -349,13 +349,18 @@ impl QueueStore {
             Some(parse_array(&encode_all(&changes.budgets))?)
         };
         let mut meta_puts = Vec::new();
-        let mut delete_config = false;
+        let mut meta_deletes = Vec::new();
         let mut delete_journals = Vec::new();
         for op in meta {
-            match (op, encode_meta(op)) {
-                (_, Some(text)) => meta_puts.push(JSON::parse(&text)?),
-                (MetaOp::DeleteJournal(id), None) => delete_journals.push(id.clone()),
-                (_, None) => delete_config = true,
+            match op {
+                MetaOp::DeleteConfig => meta_deletes.push("config"),
+                MetaOp::DeleteCounts => meta_deletes.push(COUNTS_KEY),
+                MetaOp::DeleteJournal(id) => delete_journals.push(id.clone()),
+                MetaOp::PutConfig(_) | MetaOp::PutSchema | MetaOp::PutCounts(_) => {
+                    if let Some(text) = encode_meta(op) {
+                        meta_puts.push(JSON::parse(&text)?);
+                    }
+                }
             }
         }
 
@@ -386,8 +391,8 @@ impl QueueStore {
             for record in &meta_puts {
                 idb::put(&meta_store, record)?;
             }
-            if delete_config {
-                idb::delete(&meta_store, "config")?;
+            for key in &meta_deletes {
+                idb::delete(&meta_store, key)?;
             }
             let journal_store = idb::store(&tx, JOURNAL)?;
             if let Some((_, record)) = &journal {

@@ -100,8 +100,9 @@ pub struct Worker {
     /// deleted before a save lands (see [`Worker::keep_journals`]).
     journals_wait_for_room: Cell<bool>,
     /// The status counts storage holds once the saves issued so far have landed (`None`: none,
-    /// or deleted while storage is full): a save writes them only when they changed (see
-    /// [`Worker::counts_to_save`]).
+    /// or deleted): a save writes them only when they changed (see
+    /// [`Worker::counts_to_save`]). At the start, what was read (a start that reads the whole
+    /// queue reads none: the first save writes them).
     saved_counts: RefCell<Option<QueueCounts>>,
 }
 
@@ -227,13 +228,10 @@ impl Worker {
             // Jobs only a journal entry held are saved one per record now, and the entries go.
             add_jobs(&mut changes, &engine, &loaded.from_journals);
             meta.extend(loaded.journals.iter().cloned().map(MetaOp::DeleteJournal));
-            let counts = engine.tally_to_save();
-            meta.push(MetaOp::PutCounts(counts.clone()));
             match store.save(&changes, &meta, &loaded.from_journals).await {
                 Ok(written) => {
                     journaled = written;
                     engine.persistence().on_saved(changes.save);
-                    loaded.counts = Some(counts);
                 }
                 // A full storage refuses the rewrite of journaled jobs into records; the queue
                 // starts anyway with storage as it is (the journals still hold those jobs, and

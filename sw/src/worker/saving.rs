@@ -193,15 +193,19 @@ impl Worker {
     /// The status counts for the save about to be issued to write beside its jobs, when they
     /// differ from what the saves issued before it leave in storage. Compared with what was
     /// issued, not with what landed: a save that fails stops the instance, or (storage full)
-    /// deletes the counts ([`Worker::go_on_unrecorded`]).
+    /// deletes the counts ([`Worker::go_on_unrecorded`]). While part of the queue is read and
+    /// its counts are not known (none were saved, or they did not match the head), saved ones
+    /// are deleted rather than left to a later start.
     fn counts_to_save(&self) -> Option<MetaOp> {
-        let counts = self.engine.borrow().tally_to_save();
+        let engine = self.engine.borrow();
+        let counts =
+            (self.has_whole_queue() || engine.counts_unread_jobs()).then(|| engine.tally_to_save());
         let mut saved = self.saved_counts.borrow_mut();
-        if saved.as_ref() == Some(&counts) {
+        if *saved == counts {
             return None;
         }
-        *saved = Some(counts.clone());
-        Some(MetaOp::PutCounts(counts))
+        *saved = counts.clone();
+        Some(counts.map_or(MetaOp::DeleteCounts, MetaOp::PutCounts))
     }
 
     /// While storage is full, a request that would add to it is refused before it changes
