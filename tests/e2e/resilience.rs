@@ -8,7 +8,7 @@ use serde_json::Value;
 use sluice::api::ScriptedResponse;
 
 use crate::e2e;
-use crate::support::{eventually, js, report, BrowserHarness, Options, PageScript, Tab};
+use crate::support::{eventually, js, report, BrowserHarness, Harness, Options, PageScript, Tab};
 
 /// Where users are: the API on another origin (CORS and its preflights), each request held
 /// 0-10 ms on its way and answered ±10 ms around the latency. Every lifecycle case runs there.
@@ -32,6 +32,30 @@ async fn group_states(tab: &Tab, group: &str) -> Vec<(String, u64)> {
 }
 
 /// Polls the page until the budget reports a pause; returns its end (ms since the epoch).
+/// `jobs` creates in `group` at 5 per second, then, once `sent` of them arrived, the tab closed
+/// and the worker stopped with the rest waiting: nothing more arrives (checked for a second).
+/// Returns how many arrived.
+async fn leave_work_behind(h: &Harness, jobs: usize, group: &str, sent: usize) -> usize {
+    let tab = h.open_e2e().await;
+    tab.eval(&js::configure(5, 1, "")).await;
+    tab.eval(&js::enqueue_group(jobs, group)).await;
+    h.wait_until(&format!("{sent} contacts"), Duration::from_secs(10), || {
+        h.api.contacts().len() >= sent
+    })
+    .await;
+    tab.close().await;
+    h.stop_worker().await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let at_close = h.api.contacts().len();
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    assert_eq!(
+        h.api.contacts().len(),
+        at_close,
+        "nothing runs with no tab and no worker"
+    );
+    at_close
+}
+
 async fn wait_for_pause(tab: &Tab) -> f64 {
     tab.eval_as(js::WAIT_FOR_PAUSE).await
 }
@@ -358,23 +382,7 @@ e2e!(
     90,
     where_users_are(),
     |h| {
-        let tab = h.open_e2e().await;
-        tab.eval(&js::configure(5, 1, "")).await;
-        tab.eval(&js::enqueue_group(40, "left")).await;
-        h.wait_until("8 contacts", Duration::from_secs(10), || {
-            h.api.contacts().len() >= 8
-        })
-        .await;
-        tab.close().await;
-        h.stop_worker().await;
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        let at_close = h.api.contacts().len();
-        tokio::time::sleep(Duration::from_millis(1000)).await;
-        assert_eq!(
-            h.api.contacts().len(),
-            at_close,
-            "nothing runs with no tab and no worker"
-        );
+        let at_close = leave_work_behind(h, 40, "left", 8).await;
 
         let tab = h.open_e2e().await;
         let left = tab
@@ -421,23 +429,7 @@ e2e!(
             "<!doctype html><title>About</title><p>A page of the site with no Sluice on it.</p>",
         )
         .expect("plain.html");
-        let tab = h.open_e2e().await;
-        tab.eval(&js::configure(5, 1, "")).await;
-        tab.eval(&js::enqueue_group(20, "nav")).await;
-        h.wait_until("4 contacts", Duration::from_secs(10), || {
-            h.api.contacts().len() >= 4
-        })
-        .await;
-        tab.close().await;
-        h.stop_worker().await;
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        let at_close = h.api.contacts().len();
-        tokio::time::sleep(Duration::from_millis(1000)).await;
-        assert_eq!(
-            h.api.contacts().len(),
-            at_close,
-            "nothing runs with no tab and no worker"
-        );
+        let at_close = leave_work_behind(h, 20, "nav", 4).await;
 
         let started = Instant::now();
         let _plain = h.open("/plain.html").await;
