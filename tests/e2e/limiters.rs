@@ -13,7 +13,8 @@
 //!
 //! Two questions per limiter:
 //! - *At its rate*: Sluice told the limiter's own figures draws no 429 and reaches at least 0.9
-//!   of the nominal rate, every create applied once.
+//!   of the nominal rate once it has measured its path (over the second half of the creates;
+//!   0.88 over all of them), every create applied once.
 //! - *Told twice the real limit* (40/s where the server allows 20/s), or told a burst the
 //!   server does not have (GCRA at 20 per 1,000 ms in front of nginx without burst): it learns
 //!   the real one with at most a handful (5) of 429s, every create applied once.
@@ -43,8 +44,16 @@ const RATE: u32 = 20;
 const JOBS: usize = 200;
 /// The most 429s a budget told twice the real limit may draw while it learns.
 const LEARNING_429S: usize = 5;
-/// The share of the nominal rate a budget told the limiter's own figures must reach.
+/// The share of the nominal rate a budget told the limiter's own figures must reach once it
+/// has measured its path: over the second half of the creates.
 const RATE_TARGET: f64 = 0.9;
+/// The same over every create, the first round trips included. A server without burst told
+/// its rate is the one that needs the difference: until the fastest of its trips is trusted
+/// (16 trips; its slack narrows at 32) each start is spaced from the last one's answer rather
+/// than from a bet on how much of the trip was the way there, about 10 ms more each (a bet
+/// that drew a 429 about one CI run in nine). Measured against nginx: 0.904-0.913 over the
+/// whole run, 0.92-0.935 over its second half; every other case here reaches 0.98.
+const WHOLE_RUN_TARGET: f64 = 0.88;
 /// How long the creates may take to get through before the case reports what it saw and fails:
 /// 4.5 times the nominal 10 s.
 const STALL_SECS: u64 = 45;
@@ -327,8 +336,11 @@ async fn measure(name: &str, case: &Case) {
                 h.artifacts.display()
             );
             assert!(
-                figures.share >= RATE_TARGET,
-                "{:.3} of the nominal rate, below {RATE_TARGET}: {}; arrivals.json in {}",
+                figures.second_half_share >= RATE_TARGET && figures.share >= WHOLE_RUN_TARGET,
+                "{:.3} of the nominal rate over the second half of the creates (at least \
+                 {RATE_TARGET}), {:.3} over all (at least {WHOLE_RUN_TARGET}): {}; arrivals.json \
+                 in {}",
+                figures.second_half_share,
                 figures.share,
                 figures.describe(),
                 h.artifacts.display()
