@@ -27,7 +27,7 @@
 //! Counts may be written as floats with nothing after the point (`99.0`).
 
 use super::quotas::{limiter_window, most_restrictive_state, parse_limit_list};
-use super::structured::Headers;
+use super::structured::{named_from, Headers};
 use super::values::{self, *};
 use super::{non_empty, Quota, MAX_WAIT_MS};
 use crate::config::Window;
@@ -241,6 +241,12 @@ pub(super) fn read_group(rows: &[Family], h: &Headers, base: Millis) -> FamilyRe
 
 /// One row's quota, for one resource word ("" for a family without them).
 pub(super) fn read_row(row: &Family, h: &Headers, base: Millis, word: &str) -> Option<Quota> {
+    // Every field of a row begins with its prefix: a response without one (most responses,
+    // for most rows) is passed over at once, not once per field, each a look-up of its own
+    // name through every header.
+    if !h.any_named_from(row.prefix) {
+        return None;
+    }
     let name = |field: &str| match row.resource {
         ResourceAt::None => format!("{}{field}", row.prefix),
         ResourceAt::Suffix => format!("{}{field}-{word}", row.prefix),
@@ -308,6 +314,10 @@ fn resource_words(row: &Family, h: &Headers) -> Vec<String> {
     fields.extend(row.resets.iter().map(|&(f, _)| f));
     let mut words: Vec<String> = Vec::new();
     for (name, _) in h.0 {
+        // Lowered only when the prefix matches: most names are not the row's.
+        if !named_from(name, row.prefix) {
+            continue;
+        }
         let name = name.trim().to_ascii_lowercase();
         let Some(rest) = name.strip_prefix(row.prefix) else {
             continue;

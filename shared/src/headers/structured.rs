@@ -19,6 +19,11 @@ impl<'a> Headers<'a> {
             .map(|(_, v)| v.trim())
     }
 
+    /// Whether any header's name begins with `prefix` (lowercase), without case.
+    pub(super) fn any_named_from(&self, prefix: &str) -> bool {
+        self.0.iter().any(|(n, _)| named_from(n, prefix))
+    }
+
     /// Whether a header of that name is present.
     pub(crate) fn has(&self, name: &str) -> bool {
         self.values(name).next().is_some()
@@ -47,6 +52,14 @@ impl<'a> Headers<'a> {
         }
         (!joined.is_empty()).then_some(joined)
     }
+}
+
+/// Whether the header name `name` begins with `prefix` (lowercase), without case.
+pub(super) fn named_from(name: &str, prefix: &str) -> bool {
+    name.trim()
+        .as_bytes()
+        .get(..prefix.len())
+        .is_some_and(|start| start.eq_ignore_ascii_case(prefix.as_bytes()))
 }
 
 /// One member of a structured-field list or dictionary (RFC 8941), read leniently: enough for

@@ -1204,7 +1204,11 @@ mod tests {
             if let Some(at) = answered {
                 lim.answered(T0, at, typical);
             }
-            assert_eq!(lim.next_start_at(T0), next, "{answered:?}, typical: {typical}");
+            assert_eq!(
+                lim.next_start_at(T0),
+                next,
+                "{answered:?}, typical: {typical}"
+            );
         }
     }
 
