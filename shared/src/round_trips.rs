@@ -22,8 +22,10 @@
 //! fastest is counted `j` ms later (plus the slack), so a window of `W` ms loses about `j / W`
 //! of its starts when the one-way delay spreads over `j`, whatever the window's length.
 //!
-//! Until [`TRUSTED_AFTER`] trips are measured the fastest says too little about `f0 + b0`: an
+//! Until [`PLACED_AFTER`] trips are measured the fastest says too little about `f0 + b0`: an
 //! answered request then counts where it was answered, as if its whole trip was the way there.
+//! From there until [`TRUSTED_AFTER`], the slack is a wider, provisional one
+//! ([`RoundTrips::provisional_slack`]).
 //!
 //! A request still under way has no answer to bound its arrival: it may yet arrive as late as
 //! the forward spread allows. [`RoundTrips::margin`] is what each window is stretched by to
@@ -268,8 +270,9 @@ impl RoundTrips {
     /// beyond it, all of them must sit in the slowest part of the path's range. Counted over
     /// 60,000 runs on paths spread evenly over 1.5, 5 and 20 ms each way (the test below runs
     /// a tenth of them): no placement early from 16 trips on, 4 in 28 million from 12 on, a
-    /// few hundred from 8 on without the clock's slack inside. Against nginx without burst told its rate, each start before the fastest trip
-    /// is trusted waited about 10 ms more when counted where it was answered.
+    /// few hundred from 8 on without the clock's slack inside. Against nginx without burst
+    /// told its rate, each start before the fastest trip is trusted waited about 10 ms more
+    /// when counted where it was answered.
     fn provisional_slack(&self) -> Option<DurationMs> {
         if self.samples.len() < PLACED_AFTER {
             return None;

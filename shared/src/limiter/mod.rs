@@ -807,8 +807,6 @@ impl Meter {
     }
 }
 
-/// `ceil(length / utilization)`, snapped to the whole number when float error is all that
-/// separates it from one.
 /// One start per shortest window: a server that allows no burst, told so (nginx's `limit_req`
 /// without `burst=` is one per `1000 / rate` ms). Spaced strictly from the first start, not only
 /// after a refusal, and never on a bet (see [`Limiter::next_start_at`]).
@@ -819,6 +817,8 @@ fn one_per_shortest_window(windows: &[Window]) -> bool {
         .is_some_and(|w| w.limit == 1)
 }
 
+/// `ceil(length / utilization)`, snapped to the whole number when float error is all that
+/// separates it from one.
 fn stretch(length: DurationMs, utilization: f64) -> DurationMs {
     let exact = length as f64 / utilization;
     let whole = exact.round();
