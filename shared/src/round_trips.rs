@@ -463,6 +463,14 @@ mod tests {
         }
     }
 
+    /// A small deterministic generator of numbers uniform in [0, 1), from `seed`.
+    fn uniform_from(mut seed: u64) -> impl FnMut() -> f64 {
+        move || {
+            seed = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+            (seed >> 11) as f64 / (1_u64 << 53) as f64
+        }
+    }
+
     /// The way there and the way back vary on their own (a browser's network process, its
     /// event loop): a request fast one way and another fast the other way make a pair faster
     /// than any trip measured. With the floor taken over one window of samples, rounding the
@@ -471,12 +479,7 @@ mod tests {
     #[test]
     fn trips_fast_one_way_each_are_covered() {
         let floor = |t: f64| t.floor() as Millis;
-        // A small deterministic generator: uniform in [0, 1).
-        let mut seed = 0x2545_f491_u64;
-        let mut uniform = move || {
-            seed = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
-            (seed >> 11) as f64 / (1_u64 << 53) as f64
-        };
+        let mut uniform = uniform_from(0x2545_f491);
         let mut early = 0;
         for _ in 0..200 {
             let mut r = RoundTrips::default();
@@ -507,11 +510,7 @@ mod tests {
     #[test]
     fn the_first_few_trips_place_no_arrival_early() {
         let floor = |t: f64| t.floor() as Millis;
-        let mut seed = 0x9e37_79b9_u64;
-        let mut uniform = move || {
-            seed = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
-            (seed >> 11) as f64 / (1_u64 << 53) as f64
-        };
+        let mut uniform = uniform_from(0x9e37_79b9);
         let mut pairs = 0;
         let mut early = Vec::new();
         for jitter in [1.5, 5.0, 20.0] {
