@@ -66,6 +66,8 @@ mod snapshot;
 mod tally;
 mod validate;
 
+use std::borrow::Cow;
+
 use serde::{Deserialize, Serialize};
 
 use crate::body_rules::apply_body_rules;
@@ -345,11 +347,16 @@ impl Engine {
     /// [`Engine::expect_unread`]): every job the engine holds and every saved one it has not
     /// read yet, as [`QueueCounts::into_saved`] counts them.
     pub fn tally_to_save(&self) -> QueueCounts {
+        self.queue_counts().into_owned().into_saved()
+    }
+
+    /// The status counts of the whole queue: the table's, and those of the saved jobs not
+    /// read yet (see [`Engine::expect_unread`]).
+    fn queue_counts(&self) -> Cow<'_, QueueCounts> {
         match &self.unread {
-            Some(unread) => self.table.tally().with(unread),
-            None => self.table.tally().clone(),
+            Some(unread) => Cow::Owned(self.table.tally().with(unread)),
+            None => Cow::Borrowed(self.table.tally()),
         }
-        .into_saved()
     }
 
     /// Replaces the configuration at run time. Refused when it would drop a budget that still
@@ -414,9 +421,18 @@ impl Engine {
 
     /// A status snapshot for every tab.
     pub fn snapshot(&self, now: Millis) -> Status {
+        #[cfg(debug_assertions)]
+        {
+            let kept = self.table.tally();
+            let counted = QueueCounts::of(self.table.iter());
+            assert!(
+                kept.agrees_with(&counted),
+                "the kept status counts differ from a count of the jobs: kept {kept:?}, \
+                 counted {counted:?}"
+            );
+        }
         self.counters.snapshot(
-            &self.table,
-            self.unread.as_ref(),
+            &self.queue_counts(),
             &self.budgets,
             self.is_offline(now),
             now,

@@ -7,7 +7,6 @@
 use std::collections::VecDeque;
 
 use super::in_flight::Budget;
-use super::jobs::JobTable;
 use super::tally::QueueCounts;
 use crate::id_map::IdMap;
 use crate::job::Lane;
@@ -45,34 +44,16 @@ impl StatusCounters {
         self.finished_attempts += attempts as u64;
     }
 
-    /// A status snapshot for every tab: counts per state, group, budget and lane, as the job
-    /// table keeps them, with what they imply (each budget's ETA, capacity warnings).
+    /// A status snapshot for every tab: counts per state, group, budget and lane (`tally`,
+    /// the whole queue's: see `Engine::queue_counts`), with what they imply (each budget's
+    /// ETA, capacity warnings).
     pub(super) fn snapshot(
         &self,
-        jobs: &JobTable,
-        unread: Option<&QueueCounts>,
+        tally: &QueueCounts,
         budgets: &IdMap<Budget>,
         offline: bool,
         now: Millis,
     ) -> Status {
-        let kept = jobs.tally();
-        #[cfg(debug_assertions)]
-        {
-            let counted = QueueCounts::of(jobs.iter());
-            assert!(
-                kept.agrees_with(&counted),
-                "the kept status counts differ from a count of the jobs: kept {kept:?}, \
-                 counted {counted:?}"
-            );
-        }
-        let with_unread;
-        let tally = match unread {
-            Some(unread) => {
-                with_unread = kept.with(unread);
-                &with_unread
-            }
-            None => kept,
-        };
         let mut budget_statuses = Vec::new();
         let mut eta_all: Option<DurationMs> = None;
         for (name, b) in budgets.iter() {
