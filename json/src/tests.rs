@@ -49,6 +49,68 @@ enum TwoVariants {
     Second,
 }
 
+/// Fields left out when empty: first, between and last, in a struct and in a tagged variant.
+#[derive(Debug, Default, PartialEq, serde::Serialize, serde::Deserialize, ToJson, FromJson)]
+struct SkippedWhenEmpty {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    first: Option<u32>,
+    always: u32,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    between: Vec<String>,
+    #[serde(default, skip_serializing_if = "is_off")]
+    last: bool,
+}
+
+fn is_off(b: &bool) -> bool {
+    !*b
+}
+
+#[derive(Debug, PartialEq, serde::Serialize, serde::Deserialize, ToJson, FromJson)]
+#[serde(tag = "type", rename_all = "camelCase")]
+enum TaggedSkip {
+    One {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        maybe: Option<u32>,
+        kept: u32,
+    },
+}
+
+/// Only optional fields, all empty: `{}`.
+#[derive(Debug, Default, PartialEq, serde::Serialize, serde::Deserialize, ToJson, FromJson)]
+struct AllSkipped {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    only: Option<u32>,
+}
+
+#[test]
+fn fields_skipped_when_empty_are_written_as_serde_writes_them() {
+    same_as_serde(&SkippedWhenEmpty::default());
+    assert_eq!(to_string(&SkippedWhenEmpty::default()), r#"{"always":0}"#);
+    same_as_serde(&SkippedWhenEmpty {
+        first: Some(1),
+        always: 2,
+        between: vec!["b".into()],
+        last: true,
+    });
+    same_as_serde(&SkippedWhenEmpty {
+        first: None,
+        always: 2,
+        between: vec![],
+        last: true,
+    });
+    same_as_serde(&TaggedSkip::One {
+        maybe: None,
+        kept: 1,
+    });
+    same_as_serde(&TaggedSkip::One {
+        maybe: Some(3),
+        kept: 1,
+    });
+    same_as_serde(&AllSkipped::default());
+    assert_eq!(to_string(&AllSkipped::default()), "{}");
+    same_as_serde(&AllSkipped { only: Some(1) });
+}
+
 #[test]
 fn derived_attributes_read_and_write_as_serde_does() {
     same_as_serde(&EveryFieldAttribute {

@@ -204,31 +204,39 @@ pub struct JobSpec {
     /// one.
     pub id: Option<JobId>,
     /// The budget name; empty means "the budget whose match rules cover the URL".
+    #[serde(skip_serializing_if = "String::is_empty")]
     pub budget: String,
     pub lane: Lane,
     /// Jobs with the same key run one at a time in the order they were enqueued.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub key: Option<String>,
     pub kind: JobKind,
     /// Defaults to GET when empty.
     pub method: String,
     pub url: String,
     pub headers: Vec<(String, String)>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub body: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub group_id: Option<String>,
     /// How the browser makes the request (credentials, mode, redirects, referrer policy,
     /// integrity); `None`: its defaults. See [`RequestOptions`].
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub options: Option<RequestOptions>,
     /// What it spends of its budget's resources besides one request (`{"tokens": 1200}`), an
     /// estimate the answer may correct; see `resources`.
+    #[serde(skip_serializing_if = "Costs::is_empty")]
     pub cost: Costs,
     /// Sent with `If-Match: <the ETag of the last answer to a job of its key>` (when one is
     /// known and the job names no `If-Match` of its own), so that edits queued one after
     /// another each apply to the version the one before produced, and a change someone else
     /// made meanwhile is a conflict instead of being overwritten. Needs a `key`.
+    #[serde(skip_serializing_if = "is_false")]
     pub if_match_from_key: bool,
     /// Ids of earlier jobs (as `enqueue` returned them) that must be done before this one is
     /// sent; their answers may be referred to in its URL, headers and body (see
     /// [`crate::result_ref`]), and every job referred to there is waited for, named here or not.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
     pub after: Vec<JobId>,
 }
 
@@ -295,29 +303,39 @@ pub struct JobOutcome {
     pub body: String,
 }
 
-/// A job as stored and scheduled.
+/// Whether a flag is unset: such a flag is left out of a job's JSON (see [`Job`]).
+fn is_false(flag: &bool) -> bool {
+    !*flag
+}
+
+/// A job as stored and scheduled. Its members that are empty (`None`, `[]`, `false`) are
+/// left out of its record: they were a quarter of a bulk job's (669 -> 492 bytes for a
+/// create with a small JSON body), all of it written in an `enqueueMany`'s journal entry,
+/// again in the job's own record, and read back at each start (issue 40).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToJson, FromJson)]
 #[serde(rename_all = "camelCase")]
 pub struct Job {
     pub id: JobId,
     pub budget: String,
     pub lane: Lane,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub key: Option<String>,
     pub kind: JobKind,
     pub method: String,
     pub url: String,
     pub headers: Vec<(String, String)>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub body: Option<String>,
     /// `None` when every member is the browser's default (most jobs: nothing stored).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub options: Option<RequestOptions>,
     /// What it spends of its budget's resources (see [`JobSpec::cost`]).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Costs::is_empty")]
     pub cost: Costs,
     /// Fixed at enqueue and sent with every attempt of a create.
     pub idempotency_key: String,
     /// See [`JobSpec::if_match_from_key`].
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "is_false")]
     pub if_match_from_key: bool,
     pub state: JobState,
     /// Attempts that reached a verdict; 429s are not counted (they are the budget's fault).
@@ -327,37 +345,39 @@ pub struct Job {
     pub enqueued_at: Millis,
     /// How many later patches were merged into this one.
     pub coalesced: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub group_id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub last_error: Option<JobError>,
     /// The final response of a done job.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub outcome: Option<JobOutcome>,
     /// When it reached a terminal state (for retention).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub finished_at: Option<Millis>,
     /// When its latest attempt started; set once it was first sent, so "was it ever tried" is
     /// answerable even after a 429 (which does not count as an attempt).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub started_at: Option<Millis>,
     /// Enqueue order, to break ties between jobs enqueued in the same millisecond.
     #[serde(default)]
     pub seq: u64,
     /// Ids of the later jobs folded into this one (coalesced patches, identical requests), so
     /// that an `enqueue` of one of them sent again is answered with this job.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub folded: Vec<JobId>,
     /// The batch it went in (see `engine::batching`), kept while that batch's answer is not
     /// known: saved before the batch leaves, so that a restart sends the same members again
     /// under the same key rather than regroup them.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub batch: Option<String>,
     /// The jobs it still waits for (see [`JobSpec::after`]): each leaves the list once it is
     /// done and its answer is filled into this job's request. Not sent while any is left.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub after: Vec<JobId>,
     /// Its request holds values filled in from another job's answer: each start is saved
     /// first, so that a restart never sends it with a value it has not saved.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "is_false")]
     pub filled: bool,
 }
 

@@ -70,12 +70,15 @@ impl ContainerAttrs {
 pub(crate) struct FieldAttrs {
     pub(crate) rename: Option<String>,
     pub(crate) fallback: Fallback,
+    /// `#[serde(skip_serializing_if = "path")]`: not written when `path(&value)` holds.
+    pub(crate) skip_if: Option<ExprPath>,
 }
 
 impl FieldAttrs {
     pub(crate) fn of(attrs: &[Attribute]) -> Result<Self> {
         let mut rename = None;
         let mut fallback = None;
+        let mut skip_if = None;
         for attr in serde_attrs(attrs) {
             attr.parse_nested_meta(|meta| {
                 if meta.path.is_ident("rename") {
@@ -89,6 +92,9 @@ impl FieldAttrs {
                         Fallback::Default
                     };
                     set_once(&mut fallback, value, &meta)
+                } else if meta.path.is_ident("skip_serializing_if") {
+                    let path: LitStr = meta.value()?.parse()?;
+                    set_once(&mut skip_if, path.parse()?, &meta)
                 } else {
                     Err(unsupported(&meta, FIELD_SUPPORTED))
                 }
@@ -97,6 +103,7 @@ impl FieldAttrs {
         Ok(FieldAttrs {
             rename,
             fallback: fallback.unwrap_or(Fallback::None),
+            skip_if,
         })
     }
 }
@@ -126,8 +133,8 @@ impl VariantAttrs {
 const CONTAINER_SUPPORTED: &str = "On a struct or enum they take `rename_all = \"...\"`, \
      `default`, `deny_unknown_fields`; on an enum also `tag = \"...\"` and \
      `rename_all_fields = \"...\"`";
-const FIELD_SUPPORTED: &str =
-    "On a field they take `rename = \"...\"`, `default`, `default = \"path\"`";
+const FIELD_SUPPORTED: &str = "On a field they take `rename = \"...\"`, `default`, \
+     `default = \"path\"`, `skip_serializing_if = \"path\"`";
 const VARIANT_SUPPORTED: &str = "On a variant they take `rename = \"...\"`";
 
 fn serde_attrs(attrs: &[Attribute]) -> impl Iterator<Item = &Attribute> {

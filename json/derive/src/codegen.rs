@@ -17,6 +17,31 @@ impl Shape {
         let (impl_generics, type_generics, where_clause) = input.generics.split_for_impl();
         let body = match self {
             Shape::Struct { fields, .. } if fields.is_empty() => quote! { out.push_str("{}"); },
+            Shape::Struct { fields, .. } if fields.iter().any(|f| f.skip_if.is_some()) => {
+                // Which field comes first is known only as they are written.
+                let writes = fields.iter().map(|field| {
+                    let first = format!("{{\"{}\":", field.key);
+                    let next = format!(",\"{}\":", field.key);
+                    let ident = &field.ident;
+                    let write = quote! {
+                        out.push_str(if written { #next } else { #first });
+                        written = true;
+                        ::sluice_json::ToJson::write_json(&self.#ident, out);
+                    };
+                    match &field.skip_if {
+                        Some(skip) => quote! { if !#skip(&self.#ident) { #write } },
+                        None => write,
+                    }
+                });
+                quote! {
+                    let mut written = false;
+                    #(#writes)*
+                    if !written {
+                        out.push('{');
+                    }
+                    out.push('}');
+                }
+            }
             Shape::Struct { fields, .. } => {
                 // `{"first":` then `,"next":` for each further field: one `push_str` of a
                 // constant per field, as serde_json writes them.

@@ -39,6 +39,8 @@ pub(crate) struct Field {
     /// Its name in JSON.
     pub(crate) key: String,
     pub(crate) fallback: Fallback,
+    /// Not written when this function of a reference to its value holds.
+    pub(crate) skip_if: Option<syn::ExprPath>,
 }
 
 pub(crate) struct Variant {
@@ -174,6 +176,7 @@ fn named_fields(named: &syn::FieldsNamed, rule: RenameRule) -> Result<Vec<Field>
             ident,
             key,
             fallback: attrs.fallback,
+            skip_if: attrs.skip_if,
         });
     }
     Ok(fields)

@@ -43,10 +43,20 @@ pub(crate) fn tagged_writer(
             None => quote! { #name::#ident => {} },
             Some(fields) => {
                 let idents: Vec<&Ident> = fields.iter().map(|f| &f.ident).collect();
-                let keys = fields.iter().map(|f| &f.key);
+                let field_writes = fields.iter().map(|f| {
+                    let (key, field) = (&f.key, &f.ident);
+                    match &f.skip_if {
+                        Some(skip) => quote! {
+                            if !#skip(#field) {
+                                #json::write_field(out, #key, #field);
+                            }
+                        },
+                        None => quote! { #json::write_field(out, #key, #field); },
+                    }
+                });
                 quote! {
                     #name::#ident { #(#idents),* } => {
-                        #(#json::write_field(out, #keys, #idents);)*
+                        #(#field_writes)*
                     }
                 }
             }
