@@ -57,6 +57,15 @@ const RATE_TARGET: f64 = 0.9;
 /// with a core kept busy beside it, 0.890 and 0.917 in a CI run; every other case here
 /// reaches 0.98.
 const WHOLE_RUN_TARGET: f64 = 0.86;
+/// How many sittings a told limit's share may take: a case whose share alone misses is
+/// measured once more (fresh browser, limiter and backend) before it fails; its 429s and
+/// its creates applied once are checked in every sitting. The share is a timing figure, and
+/// the one case that spaces each start from the last one's answer (a server without burst
+/// told its rate) loses 5-6 ms a start while other work holds the machine's cores: against
+/// nginx with a quarter of the machine kept busy in bursts beside it, 0.880-0.910 of the rate
+/// over the second half (0.917-0.938 idle, the same sitting); once in a local run of the
+/// whole suite (other work 12%), 0.868.
+const SHARE_SITTINGS: u32 = 2;
 /// How long the creates may take to get through before the case reports what it saw and fails:
 /// 4.5 times the nominal 10 s.
 const STALL_SECS: u64 = 45;
@@ -246,13 +255,24 @@ async fn run(name: &str, case: Case) {
     }
     let _turn = Turn::take(true).await;
     let started = Instant::now();
-    tokio::time::timeout(Duration::from_secs(CASE_SECS), measure(name, &case))
-        .await
-        .unwrap_or_else(|_| panic!("{name} timed out after {CASE_SECS} s"));
+    for sitting in 1..=SHARE_SITTINGS {
+        let missed = tokio::time::timeout(Duration::from_secs(CASE_SECS), measure(name, &case))
+            .await
+            .unwrap_or_else(|_| panic!("{name} timed out after {CASE_SECS} s"));
+        match missed {
+            None => break,
+            Some(miss) if sitting < SHARE_SITTINGS => {
+                report(&format!("{name}: {miss}; measured once more"));
+            }
+            Some(miss) => panic!("{miss} (in each of {SHARE_SITTINGS} sittings)"),
+        }
+    }
     report(&format!("{name} took {:.1?}", started.elapsed()));
 }
 
-async fn measure(name: &str, case: &Case) {
+/// Measures one case in a fresh browser, limiter and backend, and checks it; returns what
+/// missed when only the share of the rate did (see [`SHARE_SITTINGS`]).
+async fn measure(name: &str, case: &Case) -> Option<String> {
     let (backend_addr, backend) = counting_backend()
         .await
         .expect("the counting backend starts");
@@ -270,7 +290,7 @@ async fn measure(name: &str, case: &Case) {
     )
     .await
     else {
-        return;
+        return None;
     };
     let tab = h.open_e2e().await;
     let origin = &limiter.origin;
@@ -338,16 +358,17 @@ async fn measure(name: &str, case: &Case) {
                 figures.describe(),
                 h.artifacts.display()
             );
-            assert!(
-                figures.second_half_share >= RATE_TARGET && figures.share >= WHOLE_RUN_TARGET,
-                "{:.3} of the nominal rate over the second half of the creates (at least \
-                 {RATE_TARGET}), {:.3} over all (at least {WHOLE_RUN_TARGET}): {}; arrivals.json \
-                 in {}",
-                figures.second_half_share,
-                figures.share,
-                figures.describe(),
-                h.artifacts.display()
-            );
+            if figures.second_half_share < RATE_TARGET || figures.share < WHOLE_RUN_TARGET {
+                return Some(format!(
+                    "{:.3} of the nominal rate over the second half of the creates (at least \
+                     {RATE_TARGET}), {:.3} over all (at least {WHOLE_RUN_TARGET}): {}; \
+                     arrivals.json in {}",
+                    figures.second_half_share,
+                    figures.share,
+                    figures.describe(),
+                    h.artifacts.display()
+                ));
+            }
         }
         Told::Wrong => {
             assert!(
@@ -358,6 +379,7 @@ async fn measure(name: &str, case: &Case) {
             );
         }
     }
+    None
 }
 
 /// What a case measured, at the backend and at the limiter.
